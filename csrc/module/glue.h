@@ -1,0 +1,43 @@
+/* glue.h - shared declarations of the CPython glue (the only code that
+ * includes Python.h).  Each *_glue.c file adds its functions and types to
+ * the module from an init hook called by _coremodule.c. */
+#ifndef HPGO_GLUE_H
+#define HPGO_GLUE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "../err.h"
+
+typedef struct hpgo_modstate {
+    PyObject *HpgoError;     /* base class of hpgo's own exceptions */
+    PyObject *PlanningError; /* HpgoError + ValueError: the planner cannot plan this case */
+    PyObject *types[16];     /* heap types registered by the glue files, see glue_add_type */
+    int n_types;
+} hpgo_modstate;
+
+hpgo_modstate *glue_state(PyObject *module);
+/* Module that owns an object of one of our heap types. */
+PyObject *glue_module_of(PyObject *self);
+
+/* Turn a core error into a Python exception (the one place that maps codes,
+ * see README "Errors").  Returns NULL so callers can `return glue_raise(...)`. */
+PyObject *glue_raise(PyObject *module, int code, const hpgo_err_t *err);
+
+/* Create a heap type from spec, add it to the module under its short name
+ * and remember it in the module state.  Returns a borrowed reference. */
+PyObject *glue_add_type(PyObject *module, PyType_Spec *spec, PyObject *bases);
+
+/* Convert a Python int to uint32/int32 with a ValueError naming `what`
+ * when out of range (negative, too large) and TypeError for non-ints. */
+int glue_u32(PyObject *o, const char *what, uint32_t *out);
+int glue_i32(PyObject *o, const char *what, int32_t *out);
+
+/* Filesystem path (str, bytes or os.PathLike) to a new bytes object. */
+PyObject *glue_fspath(PyObject *o);
+
+/* Init hooks, one per glue file; return 0 or -1 with an exception set. */
+int glue_plan_init(PyObject *module);
+int glue_sim_init(PyObject *module);
+
+#endif
