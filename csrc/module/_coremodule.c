@@ -143,7 +143,7 @@ static int core_exec(PyObject *module)
     if (PyModule_AddObjectRef(module, "HpgoError", st->HpgoError) < 0 ||
         PyModule_AddObjectRef(module, "PlanningError", st->PlanningError) < 0)
         return -1;
-    if (glue_plan_init(module) < 0 || glue_sim_init(module) < 0)
+    if (glue_profile_init(module) < 0 || glue_plan_init(module) < 0 || glue_sim_init(module) < 0)
         return -1;
     return 0;
 }

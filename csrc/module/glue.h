@@ -37,6 +37,7 @@ int glue_i32(PyObject *o, const char *what, int32_t *out);
 PyObject *glue_fspath(PyObject *o);
 
 /* Init hooks, one per glue file; return 0 or -1 with an exception set. */
+int glue_profile_init(PyObject *module);
 int glue_plan_init(PyObject *module);
 int glue_sim_init(PyObject *module);
 
