@@ -1,0 +1,834 @@
+/* plan_hpgo.c - HPGO's AsyncOrchestrate planner (spec/hpgo-compat.md 5.4, 7).
+ *
+ * DESIGN
+ * For a pipeline width i (rp = N / i replicas, a "unit" = rp GPUs) the table
+ * A[j][m] maps GPU-occupancy bitsets ("keys") to cells {value, split, units,
+ * from, gpus}, plus one special PH cell holding the best cell of A[j][m].  A
+ * cell's value is the slowest pipeline element (stage compute / its GPUs, or
+ * the activation transfer into a stage) of the best plan found for states
+ * 0..j on m+1 units.  Keys are kept in a sorted array per cell in HPGO's key
+ * order (boolean vectors, lexicographic, GPU 0 first), so iterating a map
+ * visits keys in exactly the original's order and every strict comparison
+ * breaks ties the same way (first candidate reaching a value wins).
+ *
+ * What makes it fast without changing results:
+ *  - allocation candidates (next_cards_with_replica) depend only on (key, mp):
+ *    they are computed once per DP and cached; their depth-first enumeration
+ *    skips a (round, occupancy) already expanded, whose subtree can only
+ *    repeat GPU sets already emitted (first occurrence kept, as canonical);
+ *  - bound pruning: U = an upper bound of the final value A[L-1][i-1][PH]
+ *    (the initial data-parallel value when it exists).  Values only grow
+ *    along a plan (t = max(prev, stage, transfer)), so a transition whose
+ *    t > U can neither win nor be stored usefully: skipping it leaves the
+ *    final value, its tie-breaking and its backtracked stages unchanged.
+ *    hpgo_plan_opts_t.exhaustive = 1 turns pruning off (tests compare both).
+ *
+ * Complexity: sum over m, j, k in preds(j), mp <= m of |A[k][m-mp]| times the
+ * candidates per key; memory O(L * i * keys).  Each DP is sequential; the
+ * candidates of one orchestration are independent and may run in parallel
+ * (see hpgo_orchestrate).  No global state: thread-safe. */
+#include "plan_hpgo.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool.h"
+
+/* ---------------------------------------------------------------- bitsets */
+
+static inline int set_cmp(const hpgo_gpuset_t *a, const hpgo_gpuset_t *b, int nw)
+{
+    /* HPGO key order: boolean vectors compared lexicographically from GPU 0,
+     * false < true. */
+    for (int w = 0; w < nw; w++) {
+        uint64_t x = a->w[w] ^ b->w[w];
+        if (x) {
+            int bit = __builtin_ctzll(x);
+            return ((a->w[w] >> bit) & 1u) ? 1 : -1;
+        }
+    }
+    return 0;
+}
+
+static inline int set_eq(const hpgo_gpuset_t *a, const hpgo_gpuset_t *b, int nw)
+{
+    for (int w = 0; w < nw; w++)
+        if (a->w[w] != b->w[w])
+            return 0;
+    return 1;
+}
+
+static inline void set_or(hpgo_gpuset_t *d, const hpgo_gpuset_t *a, const hpgo_gpuset_t *b,
+                          int nw)
+{
+    for (int w = 0; w < nw; w++)
+        d->w[w] = a->w[w] | b->w[w];
+}
+
+static inline uint64_t set_hash(const hpgo_gpuset_t *a, int nw, uint64_t seed)
+{
+    uint64_t h = 1469598103934665603ull ^ seed;
+    for (int w = 0; w < nw; w++) {
+        h ^= a->w[w];
+        h *= 1099511628211ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+/* ------------------------------------------------------ GPU allocation 5.4 */
+
+static int32_t lowest_free(const hpgo_gpuset_t *occ, int32_t from, int32_t to)
+{
+    for (int32_t g = from; g < to; g++)
+        if (!hpgo_gpuset_has(occ, g))
+            return g;
+    return -1;
+}
+
+int hpgo_next_cards(const hpgo_topo_t *t, const hpgo_gpuset_t *occ, int32_t need,
+                    hpgo_gpuset_t out[3])
+{
+    int32_t M = t->machines;
+    int32_t left_total = 0;
+    int32_t *left = malloc((size_t)M * 2 * sizeof(int32_t));
+    if (!left)
+        return -1;
+    int32_t *fresh = left + M;
+    for (int32_t k = 0; k < M; k++) {
+        int32_t lo = k ? t->seps[k - 1] : 0, hi = t->seps[k], n = 0;
+        for (int32_t g = lo; g < hi; g++)
+            n += !hpgo_gpuset_has(occ, g);
+        left[k] = n;
+        fresh[k] = (n == hi - lo);
+        left_total += n;
+    }
+    int count = 0;
+    if (need <= 0 || left_total < need) {
+        free(left);
+        return 0;
+    }
+    /* FreshFirst and AppendFirst: the same walk over fresh / non-fresh machines */
+    for (int strategy = 0; strategy < 2; strategy++) {
+        hpgo_gpuset_t s = {{0}};
+        int32_t rem = need;
+        int broken = 0;
+        for (int32_t k = 0; k < M && rem > 0; k++) {
+            if (fresh[k] != (strategy == 0))
+                continue;
+            int32_t lo = k ? t->seps[k - 1] : 0, hi = t->seps[k];
+            if (strategy == 1 && left[k] == 0) {
+                /* HPGO scans on past the machine's end for a free id and
+                 * panics when it runs past the last GPU (quirk 13): treat
+                 * that as "no AppendFirst allocation". */
+                if (lowest_free(occ, lo, t->n) < 0)
+                    broken = 1;
+                continue;
+            }
+            int32_t take = left[k] < rem ? left[k] : rem;
+            for (int32_t g = lo; g < hi && take > 0; g++) {
+                if (!hpgo_gpuset_has(occ, g)) {
+                    hpgo_gpuset_add(&s, g);
+                    take--;
+                    rem--;
+                }
+            }
+        }
+        if (rem == 0 && !broken)
+            out[count++] = s;
+    }
+    /* ScatterFirst: round robin, lowest free id of each machine in turn */
+    {
+        hpgo_gpuset_t s = {{0}}, cur = *occ;
+        int32_t rem = need;
+        while (rem > 0) {
+            int progress = 0;
+            for (int32_t k = 0; k < M && rem > 0; k++) {
+                int32_t lo = k ? t->seps[k - 1] : 0, hi = t->seps[k];
+                int32_t g = lowest_free(&cur, lo, hi);
+                if (g >= 0) {
+                    hpgo_gpuset_add(&s, g);
+                    hpgo_gpuset_add(&cur, g);
+                    rem--;
+                    progress = 1;
+                }
+            }
+            if (!progress)
+                break;
+        }
+        if (rem == 0)
+            out[count++] = s;
+    }
+    free(left);
+    /* keep the first occurrence of each set */
+    int n = 0;
+    for (int a = 0; a < count; a++) {
+        int dup = 0;
+        for (int b = 0; b < n; b++)
+            if (set_eq(&out[a], &out[b], HPGO_GPUSET_WORDS))
+                dup = 1;
+        if (!dup)
+            out[n++] = out[a];
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------ score 7.5 */
+
+double hpgo_analytical_speedup(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t rp, double T,
+                               const hpgo_stage_t *st, int32_t ns)
+{
+    double t1 = hpgo_model_total_time(m);
+    uint32_t mbs = m->min_micro_batch_size ? m->min_micro_batch_size : 1;
+    uint32_t M = m->gbs / (uint32_t)rp / mbs;
+    if (M == 0)
+        return 0.0;
+    double block = T / (double)M;
+    double length = block * (double)(M - 1) + t1 / (double)rp / (double)M;
+    for (int32_t s = 0; s + 1 < ns; s++)
+        length += hpgo_topo_split_concat_time(
+            t, &st[s].gpus, &st[s + 1].gpus,
+            hpgo_model_oa(m, st[s].b - 1) / (double)rp / (double)M);
+    double delta = 0.0;
+    for (int32_t s = 0; s < ns; s++) {
+        double ar = hpgo_topo_all_reduce_time(t, &st[s].gpus, hpgo_model_pa(m, st[s].a, st[s].b));
+        double d = ar - (double)s * block;
+        if (d > delta)
+            delta = d;
+    }
+    return t1 / (length + delta);
+}
+
+/* ------------------------------------------------------------- DP tables */
+
+typedef struct cell {
+    double value;
+    int32_t split_k;  /* previous stage ends at state split_k; -1: no split */
+    int32_t split_m;
+    int32_t units;
+    int32_t from;     /* index of the predecessor entry in A[split_k][split_m] */
+    hpgo_gpuset_t key;
+    hpgo_gpuset_t gpus;
+} cell_t;
+
+typedef struct cmap {
+    cell_t *e;
+    int32_t n, cap;
+    int has_ph;       /* PH cell present */
+    int ph_none;      /* PH value is "none" */
+    cell_t ph;
+} cmap_t;
+
+typedef struct cand {
+    hpgo_gpuset_t gpus; /* the new stage's GPUs (all rounds) */
+    hpgo_gpuset_t occ;  /* key | gpus */
+} cand_t;
+
+typedef struct cc_slot {
+    uint64_t hash;
+    int32_t mp;       /* 0 = empty slot */
+    int32_t n;        /* candidates */
+    hpgo_gpuset_t key;
+    cand_t *list;
+} cc_slot_t;
+
+typedef struct dp {
+    const hpgo_model_t *m;
+    const hpgo_topo_t *t;
+    int32_t L, N, i, rp, nw;
+    int straight;
+    int prune;
+    double bound;
+    cmap_t *A;          /* L * i */
+    cc_slot_t *cc;      /* candidate cache, open addressing */
+    size_t cc_cap, cc_n;
+    /* scratch for the replica enumeration */
+    hpgo_gpuset_t *seen;
+    int32_t *seen_round;
+    size_t seen_cap, seen_n;
+    cand_t *tmp;
+    size_t tmp_n, tmp_cap;
+} dp_t;
+
+#define AT(d, j, m) (&(d)->A[(size_t)(j) * (size_t)(d)->i + (size_t)(m)])
+
+static cell_t *cmap_find(const cmap_t *mp, const hpgo_gpuset_t *key, int nw, int32_t *pos)
+{
+    int32_t lo = 0, hi = mp->n;
+    while (lo < hi) {
+        int32_t mid = (lo + hi) / 2;
+        int c = set_cmp(&mp->e[mid].key, key, nw);
+        if (c == 0) {
+            *pos = mid;
+            return &mp->e[mid];
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *pos = lo;
+    return NULL;
+}
+
+static int cmap_put(cmap_t *mp, const cell_t *c, int nw)
+{
+    int32_t pos;
+    cell_t *e = cmap_find(mp, &c->key, nw, &pos);
+    if (e) {
+        *e = *c;
+        return 0;
+    }
+    if (mp->n == mp->cap) {
+        int32_t nc = mp->cap ? mp->cap * 2 : 4;
+        cell_t *ne = realloc(mp->e, (size_t)nc * sizeof(cell_t));
+        if (!ne)
+            return -1;
+        mp->e = ne;
+        mp->cap = nc;
+    }
+    memmove(&mp->e[pos + 1], &mp->e[pos], (size_t)(mp->n - pos) * sizeof(cell_t));
+    mp->e[pos] = *c;
+    mp->n++;
+    return 0;
+}
+
+/* ----------------------------------------- next_cards_with_replica + cache */
+
+static int seen_add(dp_t *d, const hpgo_gpuset_t *occ, int32_t round)
+{
+    /* open-addressing set of (round, occupancy); returns 1 if newly added,
+     * 0 if present, -1 on out of memory */
+    if ((d->seen_n + 1) * 2 > d->seen_cap) {
+        size_t nc = d->seen_cap ? d->seen_cap * 2 : 64;
+        hpgo_gpuset_t *ns = malloc(nc * sizeof *ns);
+        int32_t *nr = malloc(nc * sizeof *nr);
+        if (!ns || !nr) {
+            free(ns);
+            free(nr);
+            return -1;
+        }
+        for (size_t a = 0; a < nc; a++)
+            nr[a] = -1;
+        for (size_t a = 0; a < d->seen_cap; a++) {
+            if (d->seen_round[a] < 0)
+                continue;
+            size_t h = set_hash(&d->seen[a], d->nw, (uint64_t)d->seen_round[a]) & (nc - 1);
+            while (nr[h] >= 0)
+                h = (h + 1) & (nc - 1);
+            ns[h] = d->seen[a];
+            nr[h] = d->seen_round[a];
+        }
+        free(d->seen);
+        free(d->seen_round);
+        d->seen = ns;
+        d->seen_round = nr;
+        d->seen_cap = nc;
+    }
+    size_t h = set_hash(occ, d->nw, (uint64_t)round) & (d->seen_cap - 1);
+    while (d->seen_round[h] >= 0) {
+        if (d->seen_round[h] == round && set_eq(&d->seen[h], occ, d->nw))
+            return 0;
+        h = (h + 1) & (d->seen_cap - 1);
+    }
+    d->seen[h] = *occ;
+    d->seen_round[h] = round;
+    d->seen_n++;
+    return 1;
+}
+
+static void seen_reset(dp_t *d)
+{
+    for (size_t a = 0; a < d->seen_cap; a++)
+        d->seen_round[a] = -1;
+    d->seen_n = 0;
+}
+
+static int tmp_push(dp_t *d, const hpgo_gpuset_t *gpus, const hpgo_gpuset_t *occ)
+{
+    if (d->tmp_n == d->tmp_cap) {
+        size_t nc = d->tmp_cap ? d->tmp_cap * 2 : 16;
+        cand_t *nt = realloc(d->tmp, nc * sizeof *nt);
+        if (!nt)
+            return -1;
+        d->tmp = nt;
+        d->tmp_cap = nc;
+    }
+    d->tmp[d->tmp_n].gpus = *gpus;
+    d->tmp[d->tmp_n].occ = *occ;
+    d->tmp_n++;
+    return 0;
+}
+
+/* Depth-first over rp rounds, strategies in canonical order.  A (round,
+ * occupancy) already expanded produces only sets already emitted. */
+static int replica_dfs(dp_t *d, const hpgo_gpuset_t *base, const hpgo_gpuset_t *occ,
+                       int32_t round, int32_t need)
+{
+    if (round == d->rp) {
+        hpgo_gpuset_t gpus;
+        for (int w = 0; w < HPGO_GPUSET_WORDS; w++)
+            gpus.w[w] = occ->w[w] & ~base->w[w];
+        return tmp_push(d, &gpus, occ);
+    }
+    hpgo_gpuset_t next[3];
+    int n = hpgo_next_cards(d->t, occ, need, next);
+    if (n < 0)
+        return -1;
+    for (int c = 0; c < n; c++) {
+        hpgo_gpuset_t o;
+        set_or(&o, occ, &next[c], HPGO_GPUSET_WORDS);
+        int added = seen_add(d, &o, round + 1);
+        if (added < 0)
+            return -1;
+        if (added && replica_dfs(d, base, &o, round + 1, need) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static cc_slot_t *candidates(dp_t *d, const hpgo_gpuset_t *key, int32_t mp)
+{
+    if ((d->cc_n + 1) * 2 > d->cc_cap) {
+        size_t nc = d->cc_cap ? d->cc_cap * 2 : 256;
+        cc_slot_t *ns = calloc(nc, sizeof *ns);
+        if (!ns)
+            return NULL;
+        for (size_t a = 0; a < d->cc_cap; a++) {
+            if (!d->cc[a].mp)
+                continue;
+            size_t h = d->cc[a].hash & (nc - 1);
+            while (ns[h].mp)
+                h = (h + 1) & (nc - 1);
+            ns[h] = d->cc[a];
+        }
+        free(d->cc);
+        d->cc = ns;
+        d->cc_cap = nc;
+    }
+    uint64_t hv = set_hash(key, d->nw, (uint64_t)mp);
+    size_t h = hv & (d->cc_cap - 1);
+    while (d->cc[h].mp) {
+        if (d->cc[h].hash == hv && d->cc[h].mp == mp && set_eq(&d->cc[h].key, key, d->nw))
+            return &d->cc[h];
+        h = (h + 1) & (d->cc_cap - 1);
+    }
+    d->tmp_n = 0;
+    seen_reset(d);
+    if (replica_dfs(d, key, key, 0, mp) < 0)
+        return NULL;
+    cand_t *list = malloc((d->tmp_n ? d->tmp_n : 1) * sizeof *list);
+    if (!list)
+        return NULL;
+    memcpy(list, d->tmp, d->tmp_n * sizeof *list);
+    cc_slot_t *s = &d->cc[h];
+    s->hash = hv;
+    s->mp = mp;
+    s->n = (int32_t)d->tmp_n;
+    s->key = *key;
+    s->list = list;
+    d->cc_n++;
+    return s;
+}
+
+static void dp_free(dp_t *d)
+{
+    if (d->A) {
+        for (size_t a = 0; a < (size_t)d->L * (size_t)d->i; a++)
+            free(d->A[a].e);
+        free(d->A);
+    }
+    for (size_t a = 0; a < d->cc_cap; a++)
+        if (d->cc[a].mp)
+            free(d->cc[a].list);
+    free(d->cc);
+    free(d->seen);
+    free(d->seen_round);
+    free(d->tmp);
+}
+
+/* --------------------------------------------------------------- DP 7.3 */
+
+static int dp_run(dp_t *d, hpgo_err_t *err)
+{
+    const hpgo_model_t *m = d->m;
+    int32_t L = d->L, i = d->i, rp = d->rp, nw = d->nw;
+    d->A = calloc((size_t)L * (size_t)i, sizeof(cmap_t));
+    if (!d->A)
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
+    /* initial data-parallel blocks */
+    int32_t minit = d->straight ? 1 : i;
+    for (int32_t j = 0; j < L; j++) {
+        for (int32_t mm = 0; mm < minit; mm++) {
+            cell_t c;
+            memset(&c, 0, sizeof c);
+            double v = hpgo_model_ct(m, 0, j) / (double)(mm + 1) / (double)rp;
+            c.value = v > 0.0 ? v : 0.0;
+            c.split_k = -1;
+            c.split_m = -1;
+            c.units = mm + 1;
+            c.from = -1;
+            for (int32_t g = 0; g < (mm + 1) * rp; g++)
+                hpgo_gpuset_add(&c.gpus, g);
+            c.key = c.gpus;
+            cmap_t *mp = AT(d, j, mm);
+            mp->has_ph = 1;
+            mp->ph = c;
+            if (cmap_put(mp, &c, nw) < 0)
+                return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
+        }
+    }
+    d->prune = d->prune && !d->straight;
+    if (d->prune)
+        d->bound = AT(d, L - 1, i - 1)->ph.value;
+    /* keys are occupancy vectors of length N; HPGO skips keys longer than
+     * i * rp, i.e. every key when i does not divide N (quirk 2) */
+    int transitions = (d->N <= i * rp);
+    for (int32_t mm = 1; mm < i && transitions; mm++) {
+        for (int32_t j = 1; j < L; j++) {
+            cmap_t *dst = AT(d, j, mm);
+            cell_t best;
+            int best_none = 1;
+            if (dst->has_ph && !dst->ph_none) {
+                best = dst->ph;
+                best_none = 0;
+            }
+            int32_t np;
+            const int32_t *preds = hpgo_model_preds(m, j, &np);
+            for (int32_t pi = 0; pi < np; pi++) {
+                int32_t k = preds[pi];
+                int32_t mpmax = d->straight ? 1 : mm;
+                double oa2 = 2.0 * hpgo_model_oa(m, k);
+                double ct = hpgo_model_ct(m, k + 1, j);
+                if (ct < -0.5)
+                    continue;
+                for (int32_t mp = 1; mp <= mpmax; mp++) {
+                    double t_st = ct / (double)(mp * rp);
+                    if (d->prune && t_st > d->bound)
+                        continue;
+                    cmap_t *src = AT(d, k, mm - mp);
+                    if (!src->has_ph || src->ph_none || src->ph.value < -0.5)
+                        continue;
+                    for (int32_t e = 0; e < src->n; e++) {
+                        const cell_t *cell = &src->e[e];
+                        if (d->prune && cell->value > d->bound)
+                            continue;
+                        cc_slot_t *cs = candidates(d, &cell->key, mp);
+                        if (!cs)
+                            return hpgo_err_set(err, HPGO_E_NOMEM, 0,
+                                                "out of memory in the planner");
+                        for (int32_t c = 0; c < cs->n; c++) {
+                            const cand_t *cd = &cs->list[c];
+                            double t_in =
+                                hpgo_topo_split_concat_time(d->t, &cell->gpus, &cd->gpus, oa2);
+                            double tv = cell->value;
+                            if (t_st > tv)
+                                tv = t_st;
+                            if (t_in > tv)
+                                tv = t_in;
+                            if (d->prune && tv > d->bound)
+                                continue;
+                            cell_t nc;
+                            nc.value = tv;
+                            nc.split_k = k;
+                            nc.split_m = mm - mp;
+                            nc.units = mp;
+                            nc.from = e;
+                            nc.key = cd->occ;
+                            nc.gpus = cd->gpus;
+                            if (best_none || tv < best.value) {
+                                best = nc;
+                                best_none = 0;
+                            }
+                            int32_t pos;
+                            cell_t *ex = cmap_find(dst, &cd->occ, nw, &pos);
+                            if (!ex || tv < ex->value) {
+                                if (cmap_put(dst, &nc, nw) < 0)
+                                    return hpgo_err_set(err, HPGO_E_NOMEM, 0,
+                                                        "out of memory in the planner");
+                            }
+                        }
+                    }
+                }
+            }
+            dst->has_ph = 1;
+            dst->ph_none = best_none;
+            if (!best_none)
+                dst->ph = best;
+        }
+    }
+    return HPGO_OK;
+}
+
+void hpgo_candidate_clear(hpgo_candidate_t *c)
+{
+    if (!c)
+        return;
+    free(c->stages);
+    c->stages = NULL;
+    c->n_stages = 0;
+}
+
+static void cand_fail(hpgo_candidate_t *out, const char *fmt, int32_t a, int32_t b)
+{
+    out->status = HPGO_E_NOPLAN;
+    out->speedup = 0.0;
+    snprintf(out->reason, sizeof out->reason, fmt, (int)a, (int)b);
+}
+
+int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int straight,
+                  const hpgo_plan_opts_t *opts, hpgo_candidate_t *out, hpgo_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    out->kind = straight ? HPGO_CAND_STRAIGHT : HPGO_CAND_DP;
+    out->i = i;
+    if (i < 1 || i > t->n)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "pipeline width %d is not in 1..%d",
+                            (int)i, (int)t->n);
+    dp_t d;
+    memset(&d, 0, sizeof d);
+    d.m = m;
+    d.t = t;
+    d.L = m->L;
+    d.N = t->n;
+    d.i = i;
+    d.rp = t->n / i;
+    d.nw = (t->n + 63) / 64;
+    d.straight = straight;
+    d.prune = !(opts && opts->exhaustive);
+    out->rp = d.rp;
+    int rc = dp_run(&d, err);
+    if (rc != HPGO_OK) {
+        dp_free(&d);
+        return rc;
+    }
+    const cmap_t *last = AT(&d, d.L - 1, i - 1);
+    if (!last->has_ph || last->ph_none) {
+        cand_fail(out,
+                  "no plan with %d one-unit stages over %d layer states (HPGO panics here: "
+                  "a straight pipeline needs at least as many states as stages)",
+                  i, d.L);
+        dp_free(&d);
+        return HPGO_OK;
+    }
+    double T = last->ph.value;
+    out->block_time = T;
+    if (T < 0.001) {
+        out->status = HPGO_E_NOPLAN;
+        snprintf(out->reason, sizeof out->reason,
+                 "slowest pipeline block takes %.3g s, under HPGO's 1 ms resolution "
+                 "(HPGO panics with \"ppl time error\"); use a larger batch or model",
+                 T);
+        dp_free(&d);
+        return HPGO_OK;
+    }
+    /* backtrack (7.4) */
+    int32_t cap = 8, n = 0;
+    hpgo_stage_t *st = malloc((size_t)cap * sizeof *st);
+    if (!st) {
+        dp_free(&d);
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
+    }
+    const cell_t *c = &last->ph;
+    int32_t prev = d.L - 1;
+    for (;;) {
+        if (n == cap) {
+            cap *= 2;
+            hpgo_stage_t *ns = realloc(st, (size_t)cap * sizeof *st);
+            if (!ns) {
+                free(st);
+                dp_free(&d);
+                return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
+            }
+            st = ns;
+        }
+        if (c->split_k < 0) {
+            st[n++] = (hpgo_stage_t){0, prev, c->units, c->gpus};
+            break;
+        }
+        st[n++] = (hpgo_stage_t){c->split_k + 1, prev, c->units, c->gpus};
+        prev = c->split_k + 1;
+        c = &AT(&d, c->split_k, c->split_m)->e[c->from];
+    }
+    for (int32_t a = 0, b = n - 1; a < b; a++, b--) {
+        hpgo_stage_t tmp = st[a];
+        st[a] = st[b];
+        st[b] = tmp;
+    }
+    out->stages = st;
+    out->n_stages = n;
+    out->status = HPGO_OK;
+    out->speedup = hpgo_analytical_speedup(m, t, d.rp, T, st, n);
+    dp_free(&d);
+    return HPGO_OK;
+}
+
+/* ------------------------------------------------------ bipartition 7.6 */
+
+int hpgo_bipartition(const hpgo_model_t *m, const hpgo_topo_t *t, hpgo_candidate_t *out,
+                     hpgo_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    out->kind = HPGO_CAND_BIPARTITION;
+    out->i = t->n;
+    out->rp = 1;
+    int32_t N = t->n, L = m->L;
+    /* (g1, g2) pairs for every g, in g, g1, g2 order; independent of the cut */
+    size_t cap = (size_t)(N > 1 ? N - 1 : 1) * 9, np = 0;
+    hpgo_gpuset_t *pairs = malloc(cap * 2 * sizeof *pairs);
+    if (!pairs)
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
+    hpgo_gpuset_t empty = {{0}};
+    for (int32_t g = 1; g < N; g++) {
+        hpgo_gpuset_t c1[3];
+        int n1 = hpgo_next_cards(t, &empty, g, c1);
+        for (int a = 0; a < n1; a++) {
+            hpgo_gpuset_t c2[3];
+            int n2 = hpgo_next_cards(t, &c1[a], N - g, c2);
+            for (int b = 0; b < n2; b++) {
+                pairs[2 * np] = c1[a];
+                pairs[2 * np + 1] = c2[b];
+                np++;
+            }
+        }
+    }
+    int found = 0;
+    hpgo_stage_t best[2];
+    double best_s = 0.0, best_T = 0.0;
+    for (int32_t l = 0; l + 1 < L; l++) {
+        double ct1 = hpgo_model_ct(m, 0, l), ct2 = hpgo_model_ct(m, l + 1, L - 1);
+        double oa = hpgo_model_oa(m, l);
+        for (size_t p = 0; p < np; p++) {
+            const hpgo_gpuset_t *g1 = &pairs[2 * p], *g2 = &pairs[2 * p + 1];
+            int32_t n1 = hpgo_gpuset_count(g1), n2 = hpgo_gpuset_count(g2);
+            double T = ct1 / (double)n1, b2 = ct2 / (double)n2;
+            double tr = hpgo_topo_split_concat_time(t, g1, g2, oa);
+            if (b2 > T)
+                T = b2;
+            if (tr > T)
+                T = tr;
+            hpgo_stage_t st[2] = {{0, l + 1, n1, *g1}, {l + 1, L - 1, n2, *g2}};
+            double s = hpgo_analytical_speedup(m, t, 1, T, st, 2);
+            if (!found || s >= best_s) {
+                found = 1;
+                best_s = s;
+                best_T = T;
+                best[0] = st[0];
+                best[1] = st[1];
+            }
+        }
+    }
+    free(pairs);
+    if (!found) {
+        cand_fail(out, "no two-stage split: needs at least 2 GPUs and 2 layer states "
+                       "(have %d GPUs, %d states)",
+                  N, L);
+        return HPGO_OK;
+    }
+    out->stages = malloc(2 * sizeof *out->stages);
+    if (!out->stages)
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
+    out->stages[0] = best[0];
+    out->stages[1] = best[1];
+    out->n_stages = 2;
+    out->speedup = best_s;
+    out->block_time = best_T;
+    out->status = HPGO_OK;
+    return HPGO_OK;
+}
+
+/* ------------------------------------------------------ orchestrate 7.1 */
+
+typedef struct orch_job {
+    const hpgo_model_t *m;
+    const hpgo_topo_t *t;
+    const hpgo_plan_opts_t *opts;
+    hpgo_orch_t *o;
+    int *rcs;
+    hpgo_err_t *errs;
+} orch_job_t;
+
+static void orch_run_one(void *ctx, int64_t job)
+{
+    orch_job_t *J = ctx;
+    hpgo_candidate_t *c = &J->o->cands[job];
+    if (c->kind == HPGO_CAND_BIPARTITION)
+        J->rcs[job] = hpgo_bipartition(J->m, J->t, c, &J->errs[job]);
+    else
+        J->rcs[job] = hpgo_plan_for(J->m, J->t, c->i, c->kind == HPGO_CAND_STRAIGHT, J->opts, c,
+                                    &J->errs[job]);
+}
+
+int hpgo_orchestrate(const hpgo_model_t *m, const hpgo_topo_t *t, const hpgo_plan_opts_t *opts,
+                     hpgo_orch_t **out, hpgo_err_t *err)
+{
+    *out = NULL;
+    int32_t N = t->n;
+    hpgo_orch_t *o = calloc(1, sizeof *o);
+    if (!o)
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
+    int32_t cap = N + 3;
+    o->cands = calloc((size_t)cap, sizeof *o->cands);
+    int *rcs = calloc((size_t)cap, sizeof *rcs);
+    hpgo_err_t *errs = calloc((size_t)cap, sizeof *errs);
+    if (!o->cands || !rcs || !errs) {
+        free(rcs);
+        free(errs);
+        hpgo_orch_free(o);
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
+    }
+    int32_t n = 0;
+    for (int32_t i = 2; i <= N; i++) {
+        o->cands[n].kind = HPGO_CAND_DP;
+        o->cands[n++].i = i;
+    }
+    if (N > 2 && N % 2 == 0) {
+        o->cands[n].kind = HPGO_CAND_STRAIGHT;
+        o->cands[n++].i = 2;
+    }
+    o->cands[n].kind = HPGO_CAND_STRAIGHT;
+    o->cands[n++].i = N;
+    if (N > 1)
+        o->cands[n++].kind = HPGO_CAND_BIPARTITION;
+    o->n = n;
+    orch_job_t J = {m, t, opts, o, rcs, errs};
+    int rc = hpgo_pool_map(opts ? opts->threads : 0, n, orch_run_one, &J);
+    if (rc != HPGO_OK) {
+        free(rcs);
+        free(errs);
+        hpgo_orch_free(o);
+        return hpgo_err_set(err, rc, 0, "could not start planner threads");
+    }
+    for (int32_t a = 0; a < n; a++) {
+        if (rcs[a] != HPGO_OK) {
+            if (err)
+                *err = errs[a];
+            rc = rcs[a];
+            free(rcs);
+            free(errs);
+            hpgo_orch_free(o);
+            return rc;
+        }
+    }
+    free(rcs);
+    free(errs);
+    o->best = -1;
+    for (int32_t a = 0; a < n; a++)
+        if (o->cands[a].status == HPGO_OK &&
+            (o->best < 0 || o->cands[a].speedup >= o->cands[o->best].speedup))
+            o->best = a;
+    *out = o;
+    return HPGO_OK;
+}
+
+void hpgo_orch_free(hpgo_orch_t *o)
+{
+    if (!o)
+        return;
+    if (o->cands)
+        for (int32_t a = 0; a < o->n; a++)
+            hpgo_candidate_clear(&o->cands[a]);
+    free(o->cands);
+    free(o);
+}

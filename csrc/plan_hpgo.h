@@ -1,0 +1,74 @@
+/* plan_hpgo.h - the HPGO-compatible hybrid planner ("AsyncOrchestrate",
+ * spec/hpgo-compat.md section 7): per pipeline width i a dynamic programme
+ * over (last state, units, GPU occupancy), "straight" variants, the
+ * exhaustive two-stage split, and the analytical pipeline score.
+ *
+ * Results are owned by the caller (hpgo_orch_free).  All functions only read
+ * the model and topology and are thread-safe; hpgo_orchestrate may use a
+ * thread pool internally and returns identical results for any thread count. */
+#ifndef HPGO_PLAN_HPGO_H
+#define HPGO_PLAN_HPGO_H
+
+#include <stdint.h>
+
+#include "err.h"
+#include "model.h"
+#include "topo.h"
+
+typedef struct hpgo_stage {
+    int32_t a;          /* first state of the stage */
+    int32_t b;          /* first state of the next stage; last stage: its last state (L-1) */
+    int32_t units;      /* DP plans: units of rp GPUs; bipartition: GPU count */
+    hpgo_gpuset_t gpus; /* all GPUs of the stage (every replica) */
+} hpgo_stage_t;
+
+enum { HPGO_CAND_DP = 0, HPGO_CAND_STRAIGHT = 1, HPGO_CAND_BIPARTITION = 2 };
+
+typedef struct hpgo_candidate {
+    int kind;           /* HPGO_CAND_* */
+    int32_t i;          /* pipeline width of the DP (N for the bipartition) */
+    int32_t rp;         /* pipeline replicas */
+    int status;         /* HPGO_OK, or HPGO_E_NOPLAN where HPGO panics (reason says why) */
+    double speedup;     /* analytical score (single-GPU time / estimated time) */
+    double block_time;  /* T: slowest pipeline element for the global batch, seconds */
+    int32_t n_stages;
+    hpgo_stage_t *stages; /* owned by the orchestration result */
+    char reason[200];
+} hpgo_candidate_t;
+
+typedef struct hpgo_orch {
+    int32_t n;                /* candidates in HPGO's order (7.1), failed ones included */
+    hpgo_candidate_t *cands;
+    int32_t best;             /* index of the best successful candidate (last max), -1 if none */
+} hpgo_orch_t;
+
+/* Options beyond HPGO's behaviour.  exhaustive = 1 disables the exact
+ * pruning of the DP (for verification); threads: 0 = default. */
+typedef struct hpgo_plan_opts {
+    int exhaustive;
+    int threads;
+} hpgo_plan_opts_t;
+
+/* One DP candidate (7.2).  Returns HPGO_OK (out->status tells whether HPGO
+ * could plan it) or HPGO_E_NOMEM / HPGO_E_LIMIT. */
+int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int straight,
+                  const hpgo_plan_opts_t *opts, hpgo_candidate_t *out, hpgo_err_t *err);
+/* The two-stage exhaustive split (7.6). */
+int hpgo_bipartition(const hpgo_model_t *m, const hpgo_topo_t *t, hpgo_candidate_t *out,
+                     hpgo_err_t *err);
+/* The whole candidate list of 7.1 and the best. */
+int hpgo_orchestrate(const hpgo_model_t *m, const hpgo_topo_t *t, const hpgo_plan_opts_t *opts,
+                     hpgo_orch_t **out, hpgo_err_t *err);
+void hpgo_orch_free(hpgo_orch_t *o);
+void hpgo_candidate_clear(hpgo_candidate_t *c);
+
+/* Analytical score of 7.5 (0 when there are no micro-batches). */
+double hpgo_analytical_speedup(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t rp, double T,
+                               const hpgo_stage_t *stages, int32_t n_stages);
+
+/* Allocation strategies of 5.4 from occupancy `occ`: up to 3 GPU sets in the
+ * canonical order FF, AF, SF, de-duplicated.  Returns the count. */
+int hpgo_next_cards(const hpgo_topo_t *t, const hpgo_gpuset_t *occ, int32_t need,
+                    hpgo_gpuset_t out[3]);
+
+#endif
