@@ -1,8 +1,67 @@
 """hpgo: plan and simulate hybrid data/pipeline-parallel DNN training.
 
 A C11 core exposed as a CPython extension (``hpgo._core``) that releases the
-GIL while it works; successor of HPGO, the planner of DAPPLE.
-"""
-from ._core import HpgoError, PlanningError
+GIL while it works; the successor of HPGO, the planner of DAPPLE.  HPGO's
+calls keep working unchanged::
 
+    import hpgo   # or: import HPGO
+    c = hpgo.conductor_from_torch_graph_and_seps("graph.txt", 1, 128, [8, 16])
+    print(c.py_orchestrate())
+"""
+from ._core import (
+    AsyncOrchestrate,
+    Candidate,
+    Devices,
+    HpgoError,
+    Layer,
+    Model,
+    PlanningError,
+    conductor_from_torch_graph_and_seps,
+    current_ga_iter_size,
+    devices_from_seps,
+    dp_cur_ga_inner_overlap_speedup,
+    dp_cur_ga_p3_speedup,
+    dp_opt_ga_p3_speedup,
+    dp_p3_speedup,
+    dp_speedup,
+    model_from_states,
+    model_from_torch_graph,
+    optimal_ga_iter_size,
+)
+from . import layerwise as Layerwise
+from . import utils as Utils
+
+import sys as _sys
+
+_sys.modules[__name__ + ".Layerwise"] = Layerwise
+_sys.modules[__name__ + ".Utils"] = Utils
+del _sys
+
+__title__ = "hpgo"
 __version__ = "1.0.0.dev0"
+__author__ = "hpgo developers"
+__license__ = "BSD-3-Clause"
+__copyright__ = "Copyright 2026 hpgo developers"
+
+__all__ = [
+    "AsyncOrchestrate",
+    "Candidate",
+    "Devices",
+    "HpgoError",
+    "Layer",
+    "Layerwise",
+    "Model",
+    "PlanningError",
+    "Utils",
+    "conductor_from_torch_graph_and_seps",
+    "current_ga_iter_size",
+    "devices_from_seps",
+    "dp_cur_ga_inner_overlap_speedup",
+    "dp_cur_ga_p3_speedup",
+    "dp_opt_ga_p3_speedup",
+    "dp_p3_speedup",
+    "dp_speedup",
+    "model_from_states",
+    "model_from_torch_graph",
+    "optimal_ga_iter_size",
+]
