@@ -19,7 +19,7 @@
 #define HPGO_MAX_FILE_BYTES ((size_t)1 << 30) /* 1 GiB of profile text */
 #define HPGO_MAX_NODES 1000000                /* node lines */
 #define HPGO_MAX_EDGES 4000000                /* edge lines */
-#define HPGO_MAX_STATES 100000                /* antichain states after import */
+#define HPGO_MAX_STATES 10000                 /* antichain states after import (see README) */
 
 typedef struct hpgo_node {
     char *id;           /* e.g. "node7" */
@@ -33,7 +33,7 @@ typedef struct hpgo_node {
 } hpgo_node_t;
 
 typedef struct hpgo_graph {
-    char *name;         /* file name used in messages */
+    char *name;         /* file name as shown in messages (valid UTF-8, at most ~240 bytes) */
     int32_t n_nodes;
     hpgo_node_t *nodes; /* in file order */
     int32_t n_edges;
@@ -53,6 +53,12 @@ int hpgo_graph_parse(const char *buf, size_t len, const char *name, hpgo_graph_t
                      hpgo_err_t *err);
 
 void hpgo_graph_free(hpgo_graph_t *g);
+
+/* Copy len bytes of text into dst (cap >= 8 bytes, NUL-terminated) for
+ * quoting in a message: valid UTF-8 is kept, invalid bytes and control
+ * characters become "\xNN", and a cut never splits a character ("..."
+ * marks it), so dst is always valid UTF-8.  Thread-safe. */
+void hpgo_snip(char *dst, size_t cap, const char *src, size_t len);
 
 typedef struct hpgo_states {
     int32_t n;          /* L, number of states (>= 1 on success) */
