@@ -35,6 +35,10 @@
 #include <string.h>
 
 #define BITSET_BUDGET ((size_t)512 << 20) /* bytes for reachability / pred bitsets */
+/* Elementary set operations (bit tests, 64-bit word operations, list
+ * entries touched) the builder may spend; the real profiles need < 10^6,
+ * very wide graphs would otherwise run for minutes. */
+#define WORK_BUDGET ((uint64_t)100000000)
 #define ID_SNIP 64
 
 typedef struct states_impl {
@@ -187,6 +191,7 @@ static void sort_i32(int32_t *a, int32_t n)
 
 #define BIT(row, i) (((row)[(i) >> 6] >> ((i)&63)) & 1u)
 #define SETBIT(row, i) ((row)[(i) >> 6] |= (uint64_t)1 << ((i)&63))
+#define CLRBIT(row, i) ((row)[(i) >> 6] &= ~((uint64_t)1 << ((i)&63)))
 
 typedef struct builder {
     const hpgo_graph_t *g;
@@ -200,6 +205,7 @@ typedef struct builder {
     int32_t *topo;
     size_t words;
     uint64_t *anc, *des;
+    uint64_t *branch;          /* nodes with >= 2 out-edges: the only candidates for F(a) */
     /* F(a), computed on demand */
     int32_t *f_len; /* -1 = not yet */
     size_t *f_off;
@@ -214,7 +220,9 @@ typedef struct builder {
     ivec e_from, e_to;
     ivec queue;
     /* scratch, m entries each */
-    int32_t *s_aa, *s_list, *s_key, *s_red;
+    int32_t *s_aa, *s_list, *s_key, *s_red, *s_sorted, *s_bkey;
+    uint64_t *lbits;   /* bitset of the list being reduced (augmented antichain, x -> n) */
+    uint64_t work;     /* operations spent so far, see WORK_BUDGET */
     uint32_t *stamp;   /* generation marks for set membership inside one call */
     uint32_t *in_ac;   /* marks of the antichain being expanded */
     uint32_t gen, ac_gen;
@@ -242,6 +250,14 @@ static int berr(builder *b, int code, long line, const char *fmt, ...)
 static int nomem(builder *b)
 {
     return berr(b, HPGO_E_NOMEM, 0, "out of memory while building the layer states");
+}
+
+static int over_budget(builder *b)
+{
+    return berr(b, HPGO_E_LIMIT, 0,
+                "the antichain enumeration needs more than %.0e set operations: the graph is "
+                "too wide for HPGO's layer-state import",
+                (double)WORK_BUDGET);
 }
 
 static int starts_with(const char *s, const char *prefix)
@@ -459,10 +475,17 @@ static int reachability(builder *b)
                     "the graph has %d nodes after clean-up; the state builder would need %.0f MiB "
                     "of reachability bitsets (limit %zu MiB)",
                     (int)m, (double)m * (double)words * 16.0 / 1048576.0, BITSET_BUDGET >> 20);
+    b->work += 2 * ((uint64_t)b->me + (uint64_t)m) * words;
+    if (b->work > WORK_BUDGET)
+        return over_budget(b);
     b->anc = calloc((size_t)m * words, sizeof *b->anc);
     b->des = calloc((size_t)m * words, sizeof *b->des);
-    if (!b->anc || !b->des)
+    b->branch = calloc(words, sizeof *b->branch);
+    if (!b->anc || !b->des || !b->branch)
         return nomem(b);
+    for (int32_t v = 0; v < m; v++)
+        if (b->out_off[v + 1] - b->out_off[v] >= 2)
+            SETBIT(b->branch, v);
     for (int32_t t = 0; t < m; t++) {
         int32_t v = b->topo[t];
         uint64_t *row = b->anc + (size_t)v * words;
@@ -490,6 +513,25 @@ static int reachability(builder *b)
 
 /* ---------------------------------------------------------------- step 3: antichain DAG */
 
+/* Does row (a node bitset) contain any element of list[0..n)?  bits is the
+ * same list as a bitset; the cheaper of the two tests is used. */
+static int intersects(builder *b, const uint64_t *row, const int32_t *list, int32_t n,
+                      const uint64_t *bits)
+{
+    if ((size_t)n <= b->words) {
+        b->work += (uint64_t)n;
+        for (int32_t j = 0; j < n; j++)
+            if (BIT(row, list[j]))
+                return 1;
+        return 0;
+    }
+    b->work += b->words;
+    for (size_t w = 0; w < b->words; w++)
+        if (row[w] & bits[w])
+            return 1;
+    return 0;
+}
+
 /* F(a): ancestors of a with an out-neighbour outside anc(a) + {a}, ascending. */
 static int frontier(builder *b, int32_t a)
 {
@@ -497,11 +539,13 @@ static int frontier(builder *b, int32_t a)
         return HPGO_OK;
     const uint64_t *ra = b->anc + (size_t)a * b->words;
     size_t start = b->f_data.n;
+    b->work += b->words;
     for (size_t w = 0; w < b->words; w++) {
-        uint64_t bits = ra[w];
+        uint64_t bits = ra[w] & b->branch[w]; /* a single out-edge stays inside anc(a)+{a} */
         while (bits) {
             int32_t p = (int32_t)(w * 64 + (size_t)__builtin_ctzll(bits));
             bits &= bits - 1;
+            b->work += (uint64_t)(b->out_off[p + 1] - b->out_off[p]) + 1;
             for (int32_t i = b->out_off[p]; i < b->out_off[p + 1]; i++) {
                 int32_t o = b->out_to[i];
                 if (o != a && !BIT(ra, o)) {
@@ -517,22 +561,21 @@ static int frontier(builder *b, int32_t a)
     return HPGO_OK;
 }
 
-/* Look up or create the DAG node of antichain list[0..n) (list must not
- * point into b->lists).  *id receives the node. */
-static int dag_node(builder *b, const int32_t *list, int32_t n, int32_t *id)
+/* Look up or create the DAG node of antichain list[0..n); key is the same
+ * list sorted.  Neither may point into b->lists or b->s_red.  *id receives
+ * the node. */
+static int dag_node(builder *b, const int32_t *list, const int32_t *key, int32_t n, int32_t *id)
 {
-    memcpy(b->s_key, list, (size_t)n * sizeof *list);
-    sort_i32(b->s_key, n);
-    uint64_t h = hash_key(b->s_key, n);
-    int32_t got = km_get(&b->dagmap, b->s_key, n, h);
+    uint64_t h = hash_key(key, n);
+    int32_t got = km_get(&b->dagmap, key, n, h);
     if (got >= 0) {
         *id = got;
         return HPGO_OK;
     }
     if (b->n_dag >= HPGO_MAX_STATES)
         return berr(b, HPGO_E_LIMIT, 0,
-                    "more than %d antichain states (limit HPGO_MAX_STATES): the graph is too wide "
-                    "for the layer-state import",
+                    "more than %d antichain states (limit HPGO_MAX_STATES): the graph is too long "
+                    "or too wide for HPGO's layer-state import",
                     HPGO_MAX_STATES);
     if (b->n_dag == b->cap_dag) {
         int32_t cap = b->cap_dag ? 2 * b->cap_dag : 256;
@@ -571,8 +614,9 @@ static int dag_node(builder *b, const int32_t *list, int32_t n, int32_t *id)
         }
     }
     sort_i32(b->s_red, nx);
+    b->work += 8 * (uint64_t)(nx + n);
     if (iv_reserve(&b->lists, (size_t)(2 * n + nx)) < 0 ||
-        km_put(&b->dagmap, b->s_key, n, h, k) < 0)
+        km_put(&b->dagmap, key, n, h, k) < 0)
         return nomem(b);
     b->ac_off[k] = b->lists.n;
     b->ac_len[k] = n;
@@ -590,14 +634,15 @@ static int dag_node(builder *b, const int32_t *list, int32_t n, int32_t *id)
 }
 
 /* reduce(L) with PipeDream's memo: the result list for the node set of L is
- * the one computed the first time that set was seen.  Result copied to
- * b->s_red, length returned in *out_n. */
-static int reduce_memo(builder *b, const int32_t *L, int32_t n, int32_t *out_n)
+ * the one computed the first time that set was seen.  key is L sorted and
+ * b->lbits holds L as a bitset.  Result copied to b->s_red, length returned
+ * in *out_n. */
+static int reduce_memo(builder *b, const int32_t *L, const int32_t *key, int32_t n,
+                       int32_t *out_n)
 {
-    memcpy(b->s_key, L, (size_t)n * sizeof *L);
-    sort_i32(b->s_key, n);
-    uint64_t h = hash_key(b->s_key, n);
-    int32_t got = km_get(&b->redmap, b->s_key, n, h);
+    b->work += 4 * (uint64_t)n;
+    uint64_t h = hash_key(key, n);
+    int32_t got = km_get(&b->redmap, key, n, h);
     if (got >= 0) {
         /* stored as [len, items...] at offset got in lists */
         int32_t len = b->lists.v[got];
@@ -609,11 +654,8 @@ static int reduce_memo(builder *b, const int32_t *L, int32_t n, int32_t *out_n)
     b->gen++;
     for (int32_t i = 0; i < n; i++) {
         int32_t y = L[i];
-        const uint64_t *dy = b->des + (size_t)y * b->words;
-        int drop = 0;
-        for (int32_t j = 0; j < n && !drop; j++)
-            drop = BIT(dy, L[j]);
-        if (!drop && b->stamp[y] != b->gen) {
+        if (!intersects(b, b->des + (size_t)y * b->words, L, n, b->lbits) &&
+            b->stamp[y] != b->gen) {
             b->stamp[y] = b->gen;
             b->s_red[r++] = y;
         }
@@ -621,7 +663,7 @@ static int reduce_memo(builder *b, const int32_t *L, int32_t n, int32_t *out_n)
     if (b->lists.n + (size_t)r + 1 > (size_t)INT32_MAX)
         return berr(b, HPGO_E_LIMIT, 0, "antichain storage exceeds 2^31 entries");
     int32_t off = (int32_t)b->lists.n;
-    if (iv_reserve(&b->lists, (size_t)r + 1) < 0 || km_put(&b->redmap, b->s_key, n, h, off) < 0)
+    if (iv_reserve(&b->lists, (size_t)r + 1) < 0 || km_put(&b->redmap, key, n, h, off) < 0)
         return nomem(b);
     b->lists.v[b->lists.n++] = r;
     memcpy(b->lists.v + b->lists.n, b->s_red, (size_t)r * sizeof *L);
@@ -638,31 +680,62 @@ static int expand(builder *b, int32_t a)
     const int32_t *ac = b->lists.v + b->ac_off[a];
     for (int32_t i = 0; i < b->ac_len[a]; i++)
         b->in_ac[ac[i]] = in_a;
+    memset(b->lbits, 0, b->words * sizeof *b->lbits);
+    for (int32_t i = 0; i < na; i++)
+        SETBIT(b->lbits, b->s_aa[i]);
+    memcpy(b->s_sorted, b->s_aa, (size_t)na * sizeof *b->s_sorted);
+    sort_i32(b->s_sorted, na);
+    b->work += b->words + 8 * (uint64_t)na;
     for (int32_t xi = 0; xi < na; xi++) {
         int32_t x = b->s_aa[xi];
         for (int32_t ei = b->out_off[x]; ei < b->out_off[x + 1]; ei++) {
             int32_t nn = b->out_to[ei];
+            b->work++;
             if (b->in_ac[nn] == in_a)
                 continue;
-            const uint64_t *dn = b->des + (size_t)nn * b->words;
-            int skip = 0;
-            for (int32_t j = 0; j < na && !skip; j++)
-                skip = BIT(dn, b->s_aa[j]);
-            if (skip)
+            if (intersects(b, b->des + (size_t)nn * b->words, b->s_aa, na, b->lbits))
                 continue;
+            /* L = AA with x replaced by nn (nn is not in AA: it would be in A
+             * or an ancestor of A); its key is sorted(AA) - x + nn */
             memcpy(b->s_list, b->s_aa, (size_t)na * sizeof *b->s_list);
             b->s_list[xi] = nn;
+            int32_t kn = 0, placed = 0;
+            for (int32_t i = 0; i < na; i++) {
+                int32_t y = b->s_sorted[i];
+                if (!placed && nn < y) {
+                    b->s_key[kn++] = nn;
+                    placed = 1;
+                }
+                if (y != x)
+                    b->s_key[kn++] = y;
+            }
+            if (!placed)
+                b->s_key[kn++] = nn;
+            CLRBIT(b->lbits, x);
+            SETBIT(b->lbits, nn);
             int32_t rn = 0, id = 0;
-            int rc = reduce_memo(b, b->s_list, na, &rn);
+            int rc = reduce_memo(b, b->s_list, b->s_key, na, &rn);
+            SETBIT(b->lbits, x);
+            CLRBIT(b->lbits, nn);
             if (rc != HPGO_OK)
                 return rc;
+            /* the reduced antichain and its key (sorted(L) filtered) */
             memcpy(b->s_list, b->s_red, (size_t)rn * sizeof *b->s_list);
-            rc = dag_node(b, b->s_list, rn, &id);
+            b->gen++;
+            for (int32_t i = 0; i < rn; i++)
+                b->stamp[b->s_list[i]] = b->gen;
+            int32_t bn = 0;
+            for (int32_t i = 0; i < na; i++)
+                if (b->stamp[b->s_key[i]] == b->gen)
+                    b->s_bkey[bn++] = b->s_key[i];
+            rc = dag_node(b, b->s_list, b->s_bkey, rn, &id);
             if (rc != HPGO_OK)
                 return rc;
             if (iv_push(&b->e_from, a) < 0 || iv_push(&b->e_to, id) < 0 ||
                 iv_push(&b->queue, id) < 0)
                 return nomem(b);
+            if (b->work > WORK_BUDGET)
+                return over_budget(b);
         }
     }
     return HPGO_OK;
@@ -676,10 +749,13 @@ static int enumerate(builder *b)
     b->s_aa = malloc((size_t)m * sizeof *b->s_aa);
     b->s_list = malloc((size_t)m * sizeof *b->s_list);
     b->s_key = malloc((size_t)m * sizeof *b->s_key);
+    b->s_sorted = malloc((size_t)m * sizeof *b->s_sorted);
+    b->s_bkey = malloc((size_t)m * sizeof *b->s_bkey);
     b->s_red = malloc((size_t)m * sizeof *b->s_red);
     b->stamp = calloc((size_t)m, sizeof *b->stamp);
     b->in_ac = calloc((size_t)m, sizeof *b->in_ac);
-    if (!b->f_len || !b->f_off || !b->s_aa || !b->s_list || !b->s_key || !b->s_red ||
+    b->lbits = malloc(b->words * sizeof *b->lbits);
+    if (!b->s_sorted || !b->s_bkey || !b->lbits || !b->f_len || !b->f_off || !b->s_aa || !b->s_list || !b->s_key || !b->s_red ||
         !b->stamp || !b->in_ac)
         return nomem(b);
     for (int32_t c = 0; c < m; c++)
@@ -688,7 +764,7 @@ static int enumerate(builder *b)
     while (b->in_off[src + 1] > b->in_off[src])
         src++; /* a DAG has a source; the first one in file order */
     int32_t id;
-    int rc = dag_node(b, &src, 1, &id);
+    int rc = dag_node(b, &src, &src, 1, &id);
     if (rc != HPGO_OK)
         return rc;
     if (iv_push(&b->queue, id) < 0)
@@ -878,6 +954,13 @@ static int finish(builder *b, hpgo_states_t **out)
         goto done;
     }
 
+    for (int32_t k = 0; k < L; k++)
+        b->work += ((uint64_t)b->ac_len[k] + 1) * b->words + (uint64_t)b->m / 8;
+    if (b->work > WORK_BUDGET) {
+        rc = over_budget(b);
+        goto done;
+    }
+
     /* preds: ancestor bitsets in state order (a topological order) */
     size_t total = 0;
     for (int32_t s = 0; s < L; s++) {
@@ -920,19 +1003,24 @@ static int finish(builder *b, hpgo_states_t **out)
         st->label[s] = si->labels + li;
         li += ln;
 
-        /* X_s in augment order; cover = X_s + anc(X_s), summed in file order */
+        /* X_s in augment order; cover = X_s + anc(X_s), summed in file
+         * order.  The extras of X_s are ancestors of the antichain A_s, so
+         * cover = A_s + anc(A_s). */
         const int32_t *X = b->lists.v + b->aug_off[k];
         int32_t nx = b->aug_len[k];
         st->set_off[s] = (int32_t)xi;
-        memset(cover, 0, b->words * sizeof *cover);
         double oa = 0.0;
         for (int32_t i = 0; i < nx; i++) {
-            const uint64_t *ra = b->anc + (size_t)X[i] * b->words;
-            for (size_t w = 0; w < b->words; w++)
-                cover[w] |= ra[w];
-            SETBIT(cover, X[i]);
             oa += g->nodes[b->orig[X[i]]].act_bytes;
             st->set_idx[xi++] = b->orig[X[i]];
+        }
+        const int32_t *A = b->lists.v + b->ac_off[k];
+        memset(cover, 0, b->words * sizeof *cover);
+        for (int32_t i = 0; i < b->ac_len[k]; i++) {
+            const uint64_t *ra = b->anc + (size_t)A[i] * b->words;
+            for (size_t w = 0; w < b->words; w++)
+                cover[w] |= ra[w];
+            SETBIT(cover, A[i]);
         }
         double ct = 0.0, act = 0.0, par = 0.0;
         for (size_t w = 0; w < b->words; w++) {
@@ -988,6 +1076,7 @@ static void builder_free(builder *b)
     free(b->topo);
     free(b->anc);
     free(b->des);
+    free(b->branch);
     free(b->f_len);
     free(b->f_off);
     free(b->f_data.v);
@@ -1005,9 +1094,12 @@ static void builder_free(builder *b)
     free(b->s_aa);
     free(b->s_list);
     free(b->s_key);
+    free(b->s_sorted);
+    free(b->s_bkey);
     free(b->s_red);
     free(b->stamp);
     free(b->in_ac);
+    free(b->lbits);
 }
 
 int hpgo_states_build(const hpgo_graph_t *g, hpgo_states_t **out, hpgo_err_t *err)
