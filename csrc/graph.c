@@ -60,7 +60,7 @@ typedef struct parser {
     hpgo_node_t *nodes;
     pnode *pn;
     size_t n_nodes, cap_nodes;
-    int32_t *tab; /* node index + 1, 0 = empty slot */
+    uint64_t *tab; /* (hash >> 32) << 32 | (node index + 1); 0 = empty slot */
     size_t tab_cap;
     int32_t *esrc, *edst;
     long *eline;
@@ -258,13 +258,13 @@ static int is_digit(char c)
     return c >= '0' && c <= '9';
 }
 
-/* Python float() of s[0..len).  Returns 0 and *out, -1 for bad syntax,
+/* Python float() of s[0..len).  Returns 0 and *out, 1 for bad syntax,
  * HPGO_E_NOMEM if the C locale cannot be created. */
 static int parse_float(parser *p, const char *s, size_t len, double *out)
 {
     strip(&s, &len);
     if (len == 0 || len > MAX_NUMBER_CHARS)
-        return -1;
+        return 1;
     size_t i = 0;
     int neg = 0;
     if (s[0] == '+' || s[0] == '-') {
@@ -306,7 +306,7 @@ static int parse_float(parser *p, const char *s, size_t len, double *out)
             }
         } else if (ch == '_') {
             if (i == 0 || !is_digit(s[i - 1]) || i + 1 >= len || !is_digit(s[i + 1]))
-                return -1;
+                return 1;
         } else if (ch == '.' && !seen_dot) {
             seen_dot = 1;
             clean[c++] = '.';
@@ -315,10 +315,10 @@ static int parse_float(parser *p, const char *s, size_t len, double *out)
         }
     }
     if (ndigits == 0)
-        return -1;
+        return 1;
     if (i < len) {
         if (s[i] != 'e' && s[i] != 'E')
-            return -1;
+            return 1;
         clean[c++] = 'e';
         i++;
         int eneg = 0;
@@ -338,13 +338,13 @@ static int parse_float(parser *p, const char *s, size_t len, double *out)
                     e = e * 10 + (ch - '0');
             } else if (ch == '_') {
                 if (!is_digit(s[i - 1]) || i + 1 >= len || !is_digit(s[i + 1]))
-                    return -1;
+                    return 1;
             } else {
-                return -1;
+                return 1;
             }
         }
         if (edigits == 0)
-            return -1;
+            return 1;
         dexp += eneg ? -e : e;
     }
     clean[c] = '\0';
@@ -377,8 +377,11 @@ static int parse_value(parser *p, long line, const char *what, const char *s, si
     int rc = parse_float(p, s, n, out);
     if (rc == HPGO_E_NOMEM)
         return nomem(p);
+    if (rc == 0 && !isnan(*out) && !isinf(*out) && *out >= 0)
+        return HPGO_OK;
+    strip(&s, &n);
     hpgo_snip(q, sizeof q, s, n);
-    if (rc < 0)
+    if (rc != 0)
         return perr(p, HPGO_E_PARSE, line, "%s value '%s' is not a number", what, q);
     if (isnan(*out))
         return perr(p, HPGO_E_PARSE, line, "%s value '%s' is NaN (not accepted)", what, q);
@@ -454,17 +457,21 @@ static int arena_put(parser *p, const char *s, size_t n, size_t *off)
 }
 
 /* Slot of id in the table: either the slot holding it or the empty slot
- * where it would go. */
+ * where it would go.  The upper hash bits stored in the slot settle most
+ * mismatches without touching the node records. */
 static size_t find_slot(const parser *p, const char *id, size_t n, uint64_t h)
 {
     size_t mask = p->tab_cap - 1, i = (size_t)h & mask;
+    uint64_t hi = h >> 32;
     for (;;) {
-        int32_t v = p->tab[i];
+        uint64_t v = p->tab[i];
         if (v == 0)
             return i;
-        const pnode *q = &p->pn[v - 1];
-        if (q->hash == h && q->id_len == n && memcmp(p->arena + q->id_off, id, n) == 0)
-            return i;
+        if ((v >> 32) == hi) {
+            const pnode *q = &p->pn[(uint32_t)v - 1];
+            if (q->id_len == n && memcmp(p->arena + q->id_off, id, n) == 0)
+                return i;
+        }
         i = (i + 1) & mask;
     }
 }
@@ -472,17 +479,18 @@ static size_t find_slot(const parser *p, const char *id, size_t n, uint64_t h)
 static int rehash(parser *p)
 {
     size_t cap = p->tab_cap ? p->tab_cap * 2 : 1024;
-    int32_t *t = calloc(cap, sizeof *t);
+    uint64_t *t = calloc(cap, sizeof *t);
     if (!t)
         return -1;
     free(p->tab);
     p->tab = t;
     p->tab_cap = cap;
     for (size_t k = 0; k < p->n_nodes; k++) {
-        size_t i = (size_t)p->pn[k].hash & (cap - 1);
+        uint64_t h = p->pn[k].hash;
+        size_t i = (size_t)h & (cap - 1);
         while (t[i] != 0)
             i = (i + 1) & (cap - 1);
-        t[i] = (int32_t)(k + 1);
+        t[i] = (h >> 32) << 32 | (uint64_t)(k + 1);
     }
     return 0;
 }
@@ -492,7 +500,7 @@ static int lookup(const parser *p, const char *id, size_t n)
     if (p->tab_cap == 0)
         return -1;
     size_t slot = find_slot(p, id, n, hash_bytes(id, n));
-    return p->tab[slot] - 1;
+    return (int)(uint32_t)p->tab[slot] - 1;
 }
 
 /* ---------------------------------------------------------------- lines */
@@ -579,7 +587,7 @@ static int node_line(parser *p, long line, const char *s, size_t n)
     if (p->tab[slot] != 0) {
         hpgo_snip(q, sizeof q, f[0].s, f[0].n);
         return perr(p, HPGO_E_PARSE, line, "duplicate node id '%s' (first declared on line %ld)",
-                    q, p->nodes[p->tab[slot] - 1].line);
+                    q, p->nodes[(uint32_t)p->tab[slot] - 1].line);
     }
     if (p->n_nodes == p->cap_nodes) {
         size_t cap = p->cap_nodes ? 2 * p->cap_nodes : 1024;
@@ -607,7 +615,7 @@ static int node_line(parser *p, long line, const char *s, size_t n)
     nd->par_bytes = v[3];
     nd->stage_id = stage;
     nd->line = line;
-    p->tab[slot] = (int32_t)(p->n_nodes + 1);
+    p->tab[slot] = (h >> 32) << 32 | (uint64_t)(p->n_nodes + 1);
     p->n_nodes++;
     return HPGO_OK;
 }
