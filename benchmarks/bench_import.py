@@ -75,7 +75,9 @@ def main():
 
     with tempfile.TemporaryDirectory() as tmp:
         cases = [
-            ("1,000,000 nodes, no edges (parse only)", 1000000, [], False),
+            ("1M-node chain: parse, then refused", 1000000,
+             [(i, i + 1) for i in range(999999)], True),
+            ("1M nodes: parse + Python objects", 1000000, [], False),
             ("chain of 9,000 nodes (9,000 states)", 9000, [(i, i + 1) for i in range(8999)], True),
             ("chain of 12,000 nodes (state limit)", 12000, [(i, i + 1) for i in range(11999)], True),
             ("chain of 50,000 nodes (bitset limit)", 50000, [(i, i + 1) for i in range(49999)], True),

@@ -11,7 +11,8 @@
  *      des(v) (m^2/8 bytes each, refused beyond a fixed budget);
  *   3. the antichain DAG is enumerated breadth-first exactly like
  *      PipeDream: augment / reduce ("deaugment") / next, with the same memo
- *      tables keyed by the node set of a list, because a memo hit returns the
+ *      tables keyed by the node set of a list (PipeDream's sorted tuples of the
+ *      unique id strings identify the same sets), because a memo hit returns the
  *      list ORDER of its first computation and that order decides labels,
  *      creation order and summation order.  augment(A) is the union over
  *      a in A of F(a) = {p in anc(a) : p has an out-neighbour outside
@@ -20,11 +21,16 @@
  *      visited by label (byte order = Python's code point order), stable;
  *   5. per state: preds from a bitset pass in state order; ct/act/par summed
  *      over cover(s) in ascending index (file order); oa over X_s in order.
- * Sets are int32 lists; memo keys are the sorted index lists, hashed into
- * open-addressing tables.  Cost: O(n*e/64) for reachability, then per state
- * O(w^2 + w*deg*w) for next() (w = antichain width) and O(w*m/64 + L/64)
- * for the sums; the state count is capped (HPGO_MAX_STATES) because it is
- * exponential in the graph width for some models.
+ * Sets are int32 lists; memo keys are the sorted index lists (the key of
+ * a replaced list is derived from the sorted augmented list in O(w)), hashed
+ * into open-addressing tables.  Set tests use the cheaper of a list scan and
+ * a bitset AND.  Cost: O((n + e) * n/64) for reachability, then per state
+ * O(w * deg * (w + min(w, n/64) * w)) for next() on memo misses (w = width
+ * of the augmented antichain) and O(|A| * n/64 + |cover|) for the sums.
+ * The number of states is exponential in the graph width for some models
+ * (PipeDream never finishes gnmt_32, inception_v3, nasnet*), so the builder
+ * stops with HPGO_E_LIMIT past HPGO_MAX_STATES states or WORK_BUDGET
+ * elementary operations, both reached in well under a second.
  *
  * Threading: no shared state; the graph is only read. */
 #include "profile.h"
