@@ -21,7 +21,7 @@
  * a per-thread "C" LC_NUMERIC locale, which is correctly rounded in glibc.
  * Values must be finite and non-negative: "nan", "inf" and negative numbers,
  * which Python would accept, are rejected because no later stage can give
- * them a meaning.
+ * them a meaning; so is a number of more than MAX_NUMBER_CHARS characters.
  *
  * Thread-safety: no global state; uselocale() only changes the calling
  * thread's locale and is restored before returning. */
@@ -50,7 +50,7 @@ typedef struct graph_impl {
 } graph_impl;
 
 typedef struct pnode {
-    size_t id_off, id_len, desc_off, desc_len;
+    size_t id_off, id_len, desc_off;
     uint64_t hash;
 } pnode;
 
@@ -605,7 +605,6 @@ static int node_line(parser *p, long line, const char *s, size_t n)
         arena_put(p, f[1].s, f[1].n, &pn->desc_off) < 0)
         return nomem(p);
     pn->id_len = f[0].n;
-    pn->desc_len = f[1].n;
     pn->hash = h;
     hpgo_node_t *nd = &p->nodes[p->n_nodes];
     nd->id = nd->desc = NULL;

@@ -761,8 +761,8 @@ static int enumerate(builder *b)
     b->stamp = calloc((size_t)m, sizeof *b->stamp);
     b->in_ac = calloc((size_t)m, sizeof *b->in_ac);
     b->lbits = malloc(b->words * sizeof *b->lbits);
-    if (!b->s_sorted || !b->s_bkey || !b->lbits || !b->f_len || !b->f_off || !b->s_aa || !b->s_list || !b->s_key || !b->s_red ||
-        !b->stamp || !b->in_ac)
+    if (!b->f_len || !b->f_off || !b->s_aa || !b->s_list || !b->s_key || !b->s_sorted ||
+        !b->s_bkey || !b->s_red || !b->stamp || !b->in_ac || !b->lbits)
         return nomem(b);
     for (int32_t c = 0; c < m; c++)
         b->f_len[c] = -1;
