@@ -124,7 +124,7 @@ typedef struct psim {
     double *grad_arr;   /* [S][Mtot] arrival of the backward input */
     double *link_f, *link_b; /* per boundary: when the link is free, forward / backward direction */
     int32_t *inflight, *max_inflight;
-    double *iter_end;   /* [iters]: end of each iteration's last op over all stages */
+    double *iter_end;   /* [S][iters]: end of each stage's last op of each iteration */
     double *stage_end;
     int32_t **gpus;     /* resolved GPU ids per stage */
     hpgo_sim_result_t *res;
@@ -346,11 +346,10 @@ static int p_step(psim *P, int32_t s, hpgo_err_t *err)
         }
         /* a synchronous schedule's iteration ends with the all-reduce; PipeDream's
          * iteration k ends with its last backward (and all-reduce, below) */
-        if (P->cfg->schedule == HPGO_SCHED_PIPEDREAM && op.mb % M == M - 1 &&
-            end > P->iter_end[op.mb / M])
-            P->iter_end[op.mb / M] = end;
-    } else if (P->cfg->schedule == HPGO_SCHED_PIPEDREAM && end > P->iter_end[op.mb]) {
-        P->iter_end[op.mb] = end;
+        if (P->cfg->schedule == HPGO_SCHED_PIPEDREAM && op.mb % M == M - 1)
+            P->iter_end[(size_t)s * P->iters + op.mb / M] = end;
+    } else if (P->cfg->schedule == HPGO_SCHED_PIPEDREAM) {
+        P->iter_end[(size_t)s * P->iters + op.mb] = end;
     }
     return 1;
 }
@@ -425,10 +424,19 @@ static int p_fill_stats(psim *P, hpgo_err_t *err)
 {
     const hpgo_sim_pipeline_t *c = P->cfg;
     hpgo_sim_result_t *r = P->res;
-    double it;
+    double it = 0.0;
     if (c->schedule == HPGO_SCHED_PIPEDREAM) {
-        it = P->iters > 1 ? (P->iter_end[P->iters - 1] - P->iter_end[0]) / (P->iters - 1)
-                          : P->iter_end[0];
+        /* steady state: each stage's average iteration over a window after the
+         * warm-up and before the cool-down; every stage runs M forwards and M
+         * backwards (and its all-reduce) per iteration there, so the slowest
+         * stage's period is the pipeline's */
+        const int32_t warm = (P->S - 1 + P->M - 1) / P->M, a = warm, b = warm + 2;
+        for (int32_t s = 0; s < P->S; s++) {
+            double v = (P->iter_end[(size_t)s * P->iters + b] -
+                        P->iter_end[(size_t)s * P->iters + a]) / (double)(b - a);
+            if (v > it)
+                it = v;
+        }
     } else {
         it = 0.0;
         for (int32_t s = 0; s < P->S; s++)
@@ -490,8 +498,15 @@ int hpgo_sim_pipeline_run(const hpgo_sim_pipeline_t *cfg, hpgo_sim_result_t **ou
     P.cfg = cfg;
     P.S = cfg->n_stages;
     P.M = cfg->microbatches;
-    P.iters = cfg->schedule == HPGO_SCHED_PIPEDREAM ? HPGO_SIM_PIPEDREAM_ITERATIONS : 1;
+    /* PipeDream: warm-up iterations, a two-iteration window, cool-down iterations */
+    P.iters = 1;
+    if (cfg->schedule == HPGO_SCHED_PIPEDREAM)
+        P.iters = 3 + 2 * ((P.S - 1 + P.M - 1) / P.M);
     P.Mtot = P.M * P.iters;
+    if ((double)P.S * (double)P.Mtot > (double)(1 << 26))
+        return hpgo_err_set(err, HPGO_E_LIMIT, 0,
+                            "%d stages x %d simulated micro-batches exceed the limit of 2^26",
+                            (int)P.S, (int)P.Mtot);
     int32_t n_gpus = 0;
     for (int32_t s = 0; s < P.S; s++)
         n_gpus += cfg->stages[s].n_gpus;
@@ -518,7 +533,7 @@ int hpgo_sim_pipeline_run(const hpgo_sim_pipeline_t *cfg, hpgo_sim_result_t **ou
     P.link_b = calloc(S, sizeof *P.link_b);
     P.inflight = calloc(S, sizeof *P.inflight);
     P.max_inflight = calloc(S, sizeof *P.max_inflight);
-    P.iter_end = calloc((size_t)P.iters, sizeof *P.iter_end);
+    P.iter_end = calloc(S * (size_t)P.iters, sizeof *P.iter_end);
     P.stage_end = calloc(S, sizeof *P.stage_end);
     if (!P.ops || !P.gpus || !P.n_ops || !P.pos || !P.dev_free || !P.act_arr || !P.grad_arr ||
         !P.link_f || !P.link_b || !P.inflight || !P.max_inflight || !P.iter_end ||

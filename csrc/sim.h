@@ -25,7 +25,6 @@
 #define HPGO_SIM_MAX_MICROBATCHES (1 << 20)
 #define HPGO_SIM_MAX_DEVICES 1024           /* device ids are in [0, HPGO_SIM_MAX_DEVICES) */
 #define HPGO_SIM_MAX_EVENTS ((int64_t)1 << 24) /* per timeline (about 0.7 GB) */
-#define HPGO_SIM_PIPEDREAM_ITERATIONS 3     /* iterations simulated back to back for PipeDream */
 
 /* Schedules. */
 enum {
@@ -153,9 +152,10 @@ typedef struct hpgo_sim_pipeline {
  * (duration link_latency + bytes / link_bandwidth) and overlaps compute;
  * after its last backward a stage with n > 1 GPUs runs a blocking ring
  * all-reduce of 2 (n-1)/n param_bytes at allreduce_bandwidth.  PipeDream
- * runs HPGO_SIM_PIPEDREAM_ITERATIONS iterations without flush (an
- * all-reduce after each iteration's last backward) and reports the average
- * of the last ones.
+ * runs 3 + 2 ceil((S-1)/M) iterations back to back without flush (an
+ * all-reduce after each iteration's last backward) and reports the slowest
+ * stage's average iteration over two iterations between warm-up and
+ * cool-down (its steady-state period).
  * Errors: HPGO_E_INVALID (bad numbers, unknown schedule, GPU used twice),
  * HPGO_E_LIMIT (sizes past the limits above), HPGO_E_NOMEM.  *out is NULL
  * on error.  Thread-safe; the caller owns *out. */

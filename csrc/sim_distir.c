@@ -767,15 +767,21 @@ int hpgo_distir_validate(const hpgo_distir_config_t *c, hpgo_err_t *err)
         return bad(err, "dtype_bytes must be between 1 and 16, got %lld",
                    (long long)c->dtype_bytes);
     if (c->width > HPGO_DISTIR_MAX_DIM || c->input_dim > HPGO_DISTIR_MAX_DIM ||
-        c->output_dim > HPGO_DISTIR_MAX_DIM || c->seq_len > HPGO_DISTIR_MAX_DIM)
+        c->output_dim > HPGO_DISTIR_MAX_DIM)
         return hpgo_err_set(err, HPGO_E_LIMIT, 0, "widths above %lld are not supported",
                             (long long)HPGO_DISTIR_MAX_DIM);
+    if (c->seq_len > HPGO_DISTIR_MAX_SEQ)
+        return hpgo_err_set(err, HPGO_E_LIMIT, 0, "seq_len above %lld is not supported",
+                            (long long)HPGO_DISTIR_MAX_SEQ);
     if (c->layers > HPGO_DISTIR_MAX_LAYERS)
         return hpgo_err_set(err, HPGO_E_LIMIT, 0, "%d layers exceed the limit of %d",
                             (int)c->layers, HPGO_DISTIR_MAX_LAYERS);
-    if (c->batch_size > ((int64_t)1 << 40))
-        return hpgo_err_set(err, HPGO_E_LIMIT, 0, "batch_size %lld is too large",
-                            (long long)c->batch_size);
+    if (c->batch_size > HPGO_DISTIR_MAX_TOKENS ||
+        (c->model == HPGO_DISTIR_TRANSFORMER && c->seq_len > 0 &&
+         c->batch_size > HPGO_DISTIR_MAX_TOKENS / c->seq_len))
+        return hpgo_err_set(err, HPGO_E_LIMIT, 0,
+                            "batch_size %lld is too large (at most %lld samples or tokens)",
+                            (long long)c->batch_size, (long long)HPGO_DISTIR_MAX_TOKENS);
     const int64_t W = (int64_t)c->dp * c->tp * c->pp;
     if (W > HPGO_SIM_MAX_DEVICES)
         return hpgo_err_set(err, HPGO_E_LIMIT, 0,

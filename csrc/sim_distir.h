@@ -42,7 +42,9 @@ enum { HPGO_DISTIR_2021 = 0, HPGO_DISTIR_2021_GRID = 1, HPGO_DISTIR_2022 = 2, HP
 enum { HPGO_DISTIR_MLP = 0, HPGO_DISTIR_TRANSFORMER = 1 };
 
 #define HPGO_DISTIR_MAX_LAYERS (1 << 16)
-#define HPGO_DISTIR_MAX_DIM ((int64_t)1 << 24)
+#define HPGO_DISTIR_MAX_DIM ((int64_t)1 << 20)    /* widths */
+#define HPGO_DISTIR_MAX_SEQ ((int64_t)1 << 16)    /* tokens per sequence */
+#define HPGO_DISTIR_MAX_TOKENS ((int64_t)1 << 32) /* batch x sequence length */
 
 typedef struct hpgo_distir_config {
     int32_t model;          /* HPGO_DISTIR_MLP or HPGO_DISTIR_TRANSFORMER */
