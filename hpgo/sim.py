@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from . import _core
 
@@ -63,8 +63,7 @@ def default_threads() -> int:
 # ---------------------------------------------------------------- results
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
     """One operation on one device.  ``-1`` in stage / microbatch / layer /
     peer means "none"; lane 0 is the device's compute stream, lane 1 its
     asynchronous transfers."""
@@ -169,7 +168,8 @@ class SimulationResult:
     @property
     def timeline(self) -> list[Event]:
         if self._timeline is None:
-            self._timeline = [Event(*t) for t in self._raw.events()]
+            make = Event._make
+            self._timeline = [make(t) for t in self._raw.events()]
         return self._timeline
 
     def to_chrome_trace(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
@@ -300,9 +300,11 @@ def simulate_pipeline(stages: Sequence[Stage | Mapping[str, Any]], microbatches:
 
     ``schedule``: "1f1b" (DAPPLE early backward: warm-up of S-s-1 forwards,
     then one forward / one backward, flush), "gpipe" (all forwards, then all
-    backwards) or "pipedream" (1F1B without flush over three iterations; the
-    iteration time is the steady-state average and weights are stashed once
-    per micro-batch in flight).  Transfers use one link per boundary and
+    backwards) or "pipedream" (1F1B without flush: 3 + 2 ceil((S-1)/M)
+    iterations run back to back, the iteration time is the slowest stage's
+    steady-state period between warm-up and cool-down, and weights are
+    stashed once per micro-batch in flight; the timeline shows all of them,
+    micro-batches numbered across iterations).  Transfers use one link per boundary and
     direction (``link_latency`` + bytes / ``link_bandwidth``, bytes/s) and
     overlap compute; a stage on n > 1 GPUs ends with a blocking ring
     all-reduce of 2 (n-1)/n ``param_bytes`` at ``allreduce_bandwidth``
