@@ -8,8 +8,8 @@
  * gradient arrival) is known.  Transfers are FIFO per link and direction and
  * overlap compute.  Every sweep either advances some stage or proves a
  * deadlock (impossible for the three schedules; reported as an internal
- * error).  Cost: O(S * (M + S)) sweeps steps for S stages and M
- * micro-batches, plus the events.  All GPUs of a stage run the same
+ * error).  Cost: O(S (M + S)) steps for S stages and M micro-batches, plus
+ * the events.  All GPUs of a stage run the same
  * timeline; events are written for each of them.  No threads, no globals. */
 #include "sim.h"
 
@@ -420,7 +420,7 @@ static int p_assign_gpus(psim *P, hpgo_err_t *err)
     return HPGO_OK;
 }
 
-static int p_fill_stats(psim *P, hpgo_err_t *err)
+static void p_fill_stats(psim *P)
 {
     const hpgo_sim_pipeline_t *c = P->cfg;
     hpgo_sim_result_t *r = P->res;
@@ -482,8 +482,6 @@ static int p_fill_stats(psim *P, hpgo_err_t *err)
         }
         r->devices[j + 1] = v;
     }
-    (void)err;
-    return HPGO_OK;
 }
 
 int hpgo_sim_pipeline_run(const hpgo_sim_pipeline_t *cfg, hpgo_sim_result_t **out,
@@ -581,7 +579,7 @@ int hpgo_sim_pipeline_run(const hpgo_sim_pipeline_t *cfg, hpgo_sim_result_t **ou
             rc = hpgo_err_set(err, HPGO_E_INTERNAL, 0, "pipeline schedule deadlocked");
     }
     if (rc == HPGO_OK)
-        rc = p_fill_stats(&P, err);
+        p_fill_stats(&P);
     if (rc != HPGO_OK) {
         hpgo_sim_result_free(P.res);
         p_free(&P);

@@ -16,7 +16,7 @@
  * operation order (exact products converted once, then divided), so times
  * are bit-identical to the Python simulator's.  Memory follows DistIR's
  * liveness rule at the same op granularity.
- * Cost: O(D H K (ops + P)) per point plus the schedule O(P K^2); a 32-device
+ * Cost: O(D H K (ops + P)) per point plus the schedule O(P (P + K)); a 32-device
  * point of the 64-layer MLP takes well under a millisecond.  No globals;
  * thread-safe on distinct arguments. */
 #include "sim_distir.h"
@@ -617,24 +617,32 @@ static void emit_handoff(dsim *S, int32_t i, int32_t e0, int32_t e1)
     }
 }
 
-/* Input distribution (DistIR's _partition_inputs_*), before any compute. */
+/* One distribution step from set[0] to set[1..n]: x, z and (when DistIR
+ * ships them) every weight, each a free op that synchronises its devices. */
+static void d_distribute(dsim *S, const int32_t *set, int32_t n, int kind_xz, int kind_w,
+                         int weights)
+{
+    d_collective(S, set, n + 1, set + 1, n, 0.0, kind_xz, -1, -1); /* x */
+    d_collective(S, set, n + 1, set + 1, n, 0.0, kind_xz, -1, -1); /* z */
+    if (weights)
+        for (int32_t o = 0; o < S->nprog; o++)
+            if (S->prog[o].type == T_MM)
+                d_collective(S, set, n + 1, set + 1, n, 0.0, kind_w, -1, S->prog[o].layer);
+}
+
+/* Input distribution (DistIR's _partition_inputs_*), before any compute:
+ * scatter / broadcast to the replicas (or send everything to device 1),
+ * broadcast / scatter to the shards, split x and z into micro-batches. */
 static void emit_inputs(dsim *S)
 {
     const int32_t D = S->D, H = S->H;
-    const int grid = S->flav == HPGO_DISTIR_2021_GRID;
+    const int grid = S->flav == HPGO_DISTIR_2021_GRID; /* weights are shipped, not in place */
     int32_t set[HPGO_SIM_MAX_DEVICES + 1];
     if (D > 1) {
         set[0] = 0;
         for (int32_t i = 0; i < D; i++)
             set[1 + i] = dev_of(S, i, 0, 0);
-        const int n_rounds = 2 + (grid ? S->nprog : 0);
-        for (int r = 0; r < n_rounds; r++) {
-            if (r >= 2 && S->prog[r - 2].type != T_MM)
-                continue;
-            int kind = r < 2 ? HPGO_EV_SCATTER : HPGO_EV_BROADCAST;
-            d_collective(S, set, D + 1, set + 1, D, 0.0, kind, -1,
-                         r < 2 ? -1 : S->prog[r - 2].layer);
-        }
+        d_distribute(S, set, D, HPGO_EV_SCATTER, HPGO_EV_BROADCAST, grid);
     } else {
         const int32_t d1 = dev_of(S, 0, 0, 0);
         d_send(S, 0, d1, c_send(S, S->B * S->x_cols), -1, -1);
@@ -642,11 +650,9 @@ static void emit_inputs(dsim *S)
         if (grid)
             for (int32_t o = 0; o < S->nprog; o++) {
                 const dop *op = &S->prog[o];
-                if (op->type != T_MM)
-                    continue;
-                /* the unsharded weight */
-                int64_t nel = op->k * op->n * (op->split != SPLIT_NONE ? H : 1);
-                d_send(S, 0, d1, c_send(S, nel), -1, op->layer);
+                if (op->type == T_MM) /* the unsharded weight */
+                    d_send(S, 0, d1, c_send(S, op->k * op->n * (op->split ? H : 1)), -1,
+                           op->layer);
             }
     }
     if (H > 1)
@@ -654,14 +660,7 @@ static void emit_inputs(dsim *S)
             set[0] = dev_of(S, i, 0, 0);
             for (int32_t j = 0; j < H; j++)
                 set[1 + j] = dev_of(S, i, j, 0);
-            const int n_rounds = 2 + (grid ? S->nprog : 0);
-            for (int r = 0; r < n_rounds; r++) {
-                if (r >= 2 && S->prog[r - 2].type != T_MM)
-                    continue;
-                int kind = r < 2 ? HPGO_EV_BROADCAST : HPGO_EV_SCATTER;
-                d_collective(S, set, H + 1, set + 1, H, 0.0, kind, -1,
-                             r < 2 ? -1 : S->prog[r - 2].layer);
-            }
+            d_distribute(S, set, H, HPGO_EV_BROADCAST, HPGO_EV_SCATTER, grid);
         }
     if (S->P > 1 || S->K > 1)
         for (int32_t i = 0; i < D; i++)

@@ -347,7 +347,7 @@ def _plan_stages(plan: Any) -> list:
 def simulate_plan(model: Any, plan: Any, rp: int | None = None, schedule: str = "1f1b", *,
                   forward_fraction: float = 0.5, link_bandwidth: float = _NVLINK_BYTES_PER_S,
                   link_latency: float = 0.0, allreduce_bandwidth: float | None = None,
-                  optimizer_factor: float | None = None,
+                  optimizer_factor: float = 2.0,
                   timeline: bool = True) -> SimulationResult:
     """Simulate a planner result on its model.
 
@@ -355,7 +355,7 @@ def simulate_plan(model: Any, plan: Any, rp: int | None = None, schedule: str = 
     global batch on one GPU, row 0 = prefix), ``pa(r, c)`` (parameter
     bytes), ``oa(k)`` (bytes crossing the cut after state k, whole batch),
     ``gbs`` and ``min_micro_batch_size``; ``ac(r, c)`` (activation bytes)
-    and ``optimizer_memory_scaling`` are used when present.  ``plan`` is
+    is used when present.  ``plan`` is
     HPGO's ``(speedup, [(a, b, units, gpus), ...])`` (or the list): stage s
     covers states a..b-1, the last one a..b.  ``rp`` (pipeline replicas)
     defaults to len(gpus) // units of the first stage.  With M = gbs // rp //
@@ -383,8 +383,6 @@ def simulate_plan(model: Any, plan: Any, rp: int | None = None, schedule: str = 
     m = gbs // rp // mbs
     if m == 0:
         raise ValueError(f"gbs // rp // mbs = {gbs} // {rp} // {mbs} = 0 micro-batches")
-    if optimizer_factor is None:
-        optimizer_factor = float(getattr(model, "optimizer_memory_scaling", 2.0))
     has_ac = callable(getattr(model, "ac", None))
     out = []
     n = len(stages)
@@ -460,8 +458,7 @@ def _distir_config(*, model: str, batch_size: Any, width: Any, layers: Any, dp: 
 
 
 def _distir_result(raw: Any, cfg: Mapping[str, Any], names: Mapping[str, Any]) -> SimulationResult:
-    tokens = cfg["batch_size"]
-    return SimulationResult(raw, batch_size=tokens, config={"engine": "distir", **names})
+    return SimulationResult(raw, batch_size=cfg["batch_size"], config={"engine": "distir", **names})
 
 
 def simulate_mlp(batch_size: int, width: int, layers: int, dp: int = 1, tp: int = 1,
