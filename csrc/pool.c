@@ -89,40 +89,25 @@ int hpgo_pool_new(int32_t nthreads, hpgo_pool_t **out, hpgo_err_t *err)
     hpgo_pool_t *p = calloc(1, sizeof *p);
     if (!p)
         return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory creating a thread pool");
+    int have_mu = 0, have_work = 0, have_space = 0, rc;
     p->cap = 4 * nthreads;
     p->queue = malloc((size_t)p->cap * sizeof *p->queue);
     p->threads = calloc((size_t)nthreads, sizeof *p->threads);
     if (!p->queue || !p->threads) {
-        free(p->queue);
-        free(p->threads);
-        free(p);
-        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory creating a thread pool");
+        rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory creating a thread pool");
+        goto error;
     }
-    if (pthread_mutex_init(&p->mu, NULL) != 0) {
-        free(p->queue);
-        free(p->threads);
-        free(p);
-        return hpgo_err_set(err, HPGO_E_INTERNAL, 0, "cannot create a mutex");
-    }
-    if (pthread_cond_init(&p->work, NULL) != 0) {
-        pthread_mutex_destroy(&p->mu);
-        free(p->queue);
-        free(p->threads);
-        free(p);
-        return hpgo_err_set(err, HPGO_E_INTERNAL, 0, "cannot create a condition variable");
-    }
-    if (pthread_cond_init(&p->space, NULL) != 0) {
-        pthread_cond_destroy(&p->work);
-        pthread_mutex_destroy(&p->mu);
-        free(p->queue);
-        free(p->threads);
-        free(p);
-        return hpgo_err_set(err, HPGO_E_INTERNAL, 0, "cannot create a condition variable");
+    have_mu = pthread_mutex_init(&p->mu, NULL) == 0;
+    have_work = have_mu && pthread_cond_init(&p->work, NULL) == 0;
+    have_space = have_work && pthread_cond_init(&p->space, NULL) == 0;
+    if (!have_space) {
+        rc = hpgo_err_set(err, HPGO_E_INTERNAL, 0, "cannot create the pool's mutex / conditions");
+        goto error;
     }
     for (int32_t i = 0; i < nthreads; i++) {
         if (pthread_create(&p->threads[i], NULL, pool_worker, p) != 0) {
             p->n_threads = i;
-            hpgo_pool_free(p);
+            hpgo_pool_free(p); /* joins the i started workers */
             return hpgo_err_set(err, HPGO_E_INTERNAL, 0, "cannot start thread %d of %d", (int)i,
                                 (int)nthreads);
         }
@@ -130,6 +115,15 @@ int hpgo_pool_new(int32_t nthreads, hpgo_pool_t **out, hpgo_err_t *err)
     p->n_threads = nthreads;
     *out = p;
     return HPGO_OK;
+error:
+    if (have_work)
+        pthread_cond_destroy(&p->work);
+    if (have_mu)
+        pthread_mutex_destroy(&p->mu);
+    free(p->queue);
+    free(p->threads);
+    free(p);
+    return rc;
 }
 
 int32_t hpgo_pool_size(const hpgo_pool_t *pool)

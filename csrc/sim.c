@@ -271,6 +271,22 @@ static int p_event(psim *P, int32_t s, int kind, int lane, double start, double 
     return HPGO_OK;
 }
 
+/* Queue a transfer from stage `from` to its neighbour `to` once `ready`:
+ * FIFO on the link whose free time is *link; *arrival gets its end. */
+static int p_transfer(psim *P, int32_t from, int32_t to, double ready, double *link,
+                      double *arrival, int32_t mb, hpgo_err_t *err)
+{
+    const double t = p_transfer_time(P, from < to ? from : to);
+    const double start = ready > *link ? ready : *link;
+    *link = *arrival = start + t;
+    if (!P->cfg->record_events || t <= 0.0)
+        return HPGO_OK;
+    int rc = p_event(P, from, HPGO_EV_SEND, 1, start, t, mb, to, err);
+    if (rc == HPGO_OK)
+        rc = p_event(P, to, HPGO_EV_RECV, 1, start, t, mb, from, err);
+    return rc;
+}
+
 /* Run stage s's next op if its input is known; 1 if it ran, 0 if blocked, <0 error. */
 static int p_step(psim *P, int32_t s, hpgo_err_t *err)
 {
@@ -317,32 +333,18 @@ static int p_step(psim *P, int32_t s, hpgo_err_t *err)
         if (++P->inflight[s] > P->max_inflight[s])
             P->max_inflight[s] = P->inflight[s];
         if (s < S - 1) {
-            double t = p_transfer_time(P, s);
-            double start = end > P->link_f[s] ? end : P->link_f[s];
-            P->link_f[s] = start + t;
-            P->act_arr[(size_t)(s + 1) * T + op.mb] = start + t;
-            if (rec && t > 0.0) {
-                int rc = p_event(P, s, HPGO_EV_SEND, 1, start, t, op.mb, s + 1, err);
-                if (rc == HPGO_OK)
-                    rc = p_event(P, s + 1, HPGO_EV_RECV, 1, start, t, op.mb, s, err);
-                if (rc != HPGO_OK)
-                    return rc;
-            }
+            int rc = p_transfer(P, s, s + 1, end, &P->link_f[s],
+                                &P->act_arr[(size_t)(s + 1) * T + op.mb], op.mb, err);
+            if (rc != HPGO_OK)
+                return rc;
         }
     } else if (op.kind == OP_B) {
         P->inflight[s]--;
         if (s > 0) {
-            double t = p_transfer_time(P, s - 1);
-            double start = end > P->link_b[s - 1] ? end : P->link_b[s - 1];
-            P->link_b[s - 1] = start + t;
-            P->grad_arr[(size_t)(s - 1) * T + op.mb] = start + t;
-            if (rec && t > 0.0) {
-                int rc = p_event(P, s, HPGO_EV_SEND, 1, start, t, op.mb, s - 1, err);
-                if (rc == HPGO_OK)
-                    rc = p_event(P, s - 1, HPGO_EV_RECV, 1, start, t, op.mb, s, err);
-                if (rc != HPGO_OK)
-                    return rc;
-            }
+            int rc = p_transfer(P, s, s - 1, end, &P->link_b[s - 1],
+                                &P->grad_arr[(size_t)(s - 1) * T + op.mb], op.mb, err);
+            if (rc != HPGO_OK)
+                return rc;
         }
         /* a synchronous schedule's iteration ends with the all-reduce; PipeDream's
          * iteration k ends with its last backward (and all-reduce, below) */

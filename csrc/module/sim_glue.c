@@ -214,20 +214,6 @@ static int get_i64(PyObject *o, const char *what, int64_t *out)
     return 0;
 }
 
-/* int32 argument whose range is checked by the core (negative values reach it). */
-static int get_i32(PyObject *o, const char *what, int32_t *out)
-{
-    int64_t v;
-    if (get_i64(o, what, &v) < 0)
-        return -1;
-    if (v < INT32_MIN || v > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s is out of range: %R", what, o);
-        return -1;
-    }
-    *out = (int32_t)v;
-    return 0;
-}
-
 /* ---- sim_pipeline ---------------------------------------------------------- */
 
 PyDoc_STRVAR(sim_pipeline_doc,
@@ -272,7 +258,7 @@ static PyObject *sim_pipeline(PyObject *module, PyObject *args)
         PyObject *g = PyTuple_GET_ITEM(t, 5);
         if (PyLong_Check(g)) {
             int32_t c;
-            if (get_i32(g, "replicas", &c) < 0)
+            if (glue_i32(g, "replicas", &c) < 0)
                 goto error;
             st[i].n_gpus = c;
         } else {
@@ -309,7 +295,7 @@ static PyObject *sim_pipeline(PyObject *module, PyObject *args)
             goto error;
         st[i].gpus = gpus + used;
         for (Py_ssize_t k = 0; k < st[i].n_gpus; k++) {
-            if (get_i32(PySequence_Fast_GET_ITEM(gs, k), "GPU id", &gpus[used + k]) < 0) {
+            if (glue_i32(PySequence_Fast_GET_ITEM(gs, k), "GPU id", &gpus[used + k]) < 0) {
                 Py_DECREF(gs);
                 goto error;
             }
@@ -388,7 +374,7 @@ static int distir_config_from_dict(PyObject *d, hpgo_distir_config_t *c)
                 return -1;
             *(int *)fields[i].dst = t;
         } else if (fields[i].kind == 0) {
-            if (get_i32(v, fields[i].key, (int32_t *)fields[i].dst) < 0)
+            if (glue_i32(v, fields[i].key, (int32_t *)fields[i].dst) < 0)
                 return -1;
         } else if (fields[i].kind == 1) {
             if (get_i64(v, fields[i].key, (int64_t *)fields[i].dst) < 0)
@@ -524,7 +510,7 @@ static int int_list(PyObject *o, const char *what, int32_t **out, int32_t *n_out
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++)
-        if (get_i32(PySequence_Fast_GET_ITEM(seq, i), what, &v[i]) < 0) {
+        if (glue_i32(PySequence_Fast_GET_ITEM(seq, i), what, &v[i]) < 0) {
             Py_DECREF(seq);
             PyMem_Free(v);
             return -1;
