@@ -793,12 +793,12 @@ int hpgo_orchestrate(const hpgo_model_t *m, const hpgo_topo_t *t, const hpgo_pla
         o->cands[n++].kind = HPGO_CAND_BIPARTITION;
     o->n = n;
     orch_job_t J = {m, t, opts, o, rcs, errs};
-    int rc = hpgo_pool_map(opts ? opts->threads : 0, n, orch_run_one, &J);
+    int rc = hpgo_pool_map(opts ? opts->threads : 0, n, orch_run_one, &J, err);
     if (rc != HPGO_OK) {
         free(rcs);
         free(errs);
         hpgo_orch_free(o);
-        return hpgo_err_set(err, rc, 0, "could not start planner threads");
+        return rc;
     }
     for (int32_t a = 0; a < n; a++) {
         if (rcs[a] != HPGO_OK) {

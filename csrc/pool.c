@@ -1,117 +1,152 @@
-/* pool.c - fixed-size pthread pool.
+/* pool.c - fixed-size pthread pool (see pool.h).
  *
- * DESIGN: workers wait on `work` for queued jobs; hpgo_pool_run enqueues the
- * job indices of one batch into a bounded ring (blocking on `room` while it
- * is full) and then waits on `room` until the batch's pending count is zero.
- * One mutex guards the ring and the counters.  hpgo_pool_free sets `stop`,
- * wakes everyone and joins.  The pool itself holds no global state; every
- * call that needs threads may create its own pool. */
+ * DESIGN: a ring buffer of (batch, index) items of capacity 4 x threads,
+ * guarded by one mutex.  `work` wakes workers when an item arrives or the
+ * pool shuts down; `space` wakes producers when an item leaves the queue and
+ * the waiting caller when a job of its batch completes (both wait for "the
+ * queue changed").  A batch lives on its caller's stack; its `done` counter
+ * is protected by the pool mutex.  Workers never touch a batch after the
+ * increment that lets its caller return.  Cost per job: one lock round trip
+ * on each side, which is negligible for the millisecond-scale simulations it
+ * runs. */
 #include "pool.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "err.h"
-
-#define QUEUE_CAP 256
-
-typedef struct qitem {
-    hpgo_job_fn fn;
+typedef struct pool_batch {
+    hpgo_pool_fn fn;
     void *ctx;
+    int64_t n;
+    int64_t done;
+} pool_batch;
+
+typedef struct pool_item {
+    pool_batch *batch;
     int64_t job;
-} qitem_t;
+} pool_item;
 
 struct hpgo_pool {
     pthread_mutex_t mu;
-    pthread_cond_t work; /* signalled when a job is queued or on stop */
-    pthread_cond_t room; /* signalled when a slot frees or a job finishes */
-    qitem_t q[QUEUE_CAP];
-    int head, count;
-    int64_t pending;     /* jobs of the current batch not finished yet */
-    int stop;
-    int nthreads;
+    pthread_cond_t work;
+    pthread_cond_t space;
+    pool_item *queue;
+    int32_t cap, head, count;
+    int shutdown;
+    int32_t n_threads;
     pthread_t *threads;
 };
 
-int hpgo_default_threads(void)
+int32_t hpgo_default_threads(void)
 {
-    const char *s = getenv("HPGO_NUM_THREADS");
-    if (s && *s) {
+    const char *env = getenv("HPGO_NUM_THREADS");
+    if (env && *env) {
         char *end = NULL;
-        long v = strtol(s, &end, 10);
-        if (end && *end == '\0' && v > 0 && v <= 4096)
-            return (int)v;
+        long v = strtol(env, &end, 10);
+        if (end && *end == '\0' && v > 0)
+            return v > HPGO_POOL_MAX_THREADS ? HPGO_POOL_MAX_THREADS : (int32_t)v;
     }
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    if (n < 1)
+        n = 1;
+    return n > HPGO_POOL_MAX_THREADS ? HPGO_POOL_MAX_THREADS : (int32_t)n;
 }
 
-static void *worker(void *arg)
+static void *pool_worker(void *arg)
 {
-    hpgo_pool_t *p = arg;
+    hpgo_pool_t *p = (hpgo_pool_t *)arg;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->count && !p->stop)
+        while (p->count == 0 && !p->shutdown)
             pthread_cond_wait(&p->work, &p->mu);
-        if (!p->count && p->stop)
+        if (p->count == 0) /* shutdown with an empty queue */
             break;
-        qitem_t it = p->q[p->head];
-        p->head = (p->head + 1) % QUEUE_CAP;
+        pool_item it = p->queue[p->head];
+        p->head = (p->head + 1) % p->cap;
         p->count--;
-        pthread_cond_broadcast(&p->room);
+        pthread_cond_broadcast(&p->space);
         pthread_mutex_unlock(&p->mu);
-        it.fn(it.ctx, it.job);
+        it.batch->fn(it.batch->ctx, it.job);
         pthread_mutex_lock(&p->mu);
-        p->pending--;
-        if (p->pending == 0)
-            pthread_cond_broadcast(&p->room);
+        if (++it.batch->done == it.batch->n)
+            pthread_cond_broadcast(&p->space);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
-hpgo_pool_t *hpgo_pool_new(int nthreads)
+int hpgo_pool_new(int32_t nthreads, hpgo_pool_t **out, hpgo_err_t *err)
 {
-    if (nthreads <= 0)
+    *out = NULL;
+    if (nthreads < 0)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "threads must be >= 0 (0 = all cores), got %d", (int)nthreads);
+    if (nthreads == 0)
         nthreads = hpgo_default_threads();
+    if (nthreads > HPGO_POOL_MAX_THREADS)
+        nthreads = HPGO_POOL_MAX_THREADS;
     hpgo_pool_t *p = calloc(1, sizeof *p);
     if (!p)
-        return NULL;
-    p->threads = calloc((size_t)nthreads, sizeof(pthread_t));
-    if (!p->threads) {
-        free(p);
-        return NULL;
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory creating a thread pool");
+    int have_mu = 0, have_work = 0, have_space = 0, rc;
+    p->cap = 4 * nthreads;
+    p->queue = malloc((size_t)p->cap * sizeof *p->queue);
+    p->threads = calloc((size_t)nthreads, sizeof *p->threads);
+    if (!p->queue || !p->threads) {
+        rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory creating a thread pool");
+        goto error;
     }
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->work, NULL);
-    pthread_cond_init(&p->room, NULL);
-    for (int i = 0; i < nthreads; i++) {
-        if (pthread_create(&p->threads[i], NULL, worker, p) != 0) {
-            p->nthreads = i;
-            hpgo_pool_free(p);
-            return NULL;
+    have_mu = pthread_mutex_init(&p->mu, NULL) == 0;
+    have_work = have_mu && pthread_cond_init(&p->work, NULL) == 0;
+    have_space = have_work && pthread_cond_init(&p->space, NULL) == 0;
+    if (!have_space) {
+        rc = hpgo_err_set(err, HPGO_E_INTERNAL, 0, "cannot create the pool's mutex / conditions");
+        goto error;
+    }
+    for (int32_t i = 0; i < nthreads; i++) {
+        if (pthread_create(&p->threads[i], NULL, pool_worker, p) != 0) {
+            p->n_threads = i;
+            hpgo_pool_free(p); /* joins the i started workers */
+            return hpgo_err_set(err, HPGO_E_INTERNAL, 0, "cannot start thread %d of %d", (int)i,
+                                (int)nthreads);
         }
-        p->nthreads = i + 1;
     }
-    return p;
+    p->n_threads = nthreads;
+    *out = p;
+    return HPGO_OK;
+error:
+    if (have_work)
+        pthread_cond_destroy(&p->work);
+    if (have_mu)
+        pthread_mutex_destroy(&p->mu);
+    free(p->queue);
+    free(p->threads);
+    free(p);
+    return rc;
 }
 
-int hpgo_pool_run(hpgo_pool_t *p, int64_t n_jobs, hpgo_job_fn fn, void *ctx)
+int32_t hpgo_pool_size(const hpgo_pool_t *pool)
 {
+    return pool ? pool->n_threads : 0;
+}
+
+void hpgo_pool_run(hpgo_pool_t *p, int64_t n_jobs, hpgo_pool_fn fn, void *ctx)
+{
+    if (n_jobs <= 0)
+        return;
+    pool_batch b = {fn, ctx, n_jobs, 0};
     pthread_mutex_lock(&p->mu);
-    p->pending += n_jobs;
     for (int64_t j = 0; j < n_jobs; j++) {
-        while (p->count == QUEUE_CAP)
-            pthread_cond_wait(&p->room, &p->mu);
-        p->q[(p->head + p->count) % QUEUE_CAP] = (qitem_t){fn, ctx, j};
+        while (p->count == p->cap)
+            pthread_cond_wait(&p->space, &p->mu);
+        p->queue[(p->head + p->count) % p->cap] = (pool_item){&b, j};
         p->count++;
         pthread_cond_signal(&p->work);
     }
-    while (p->pending > 0)
-        pthread_cond_wait(&p->room, &p->mu);
+    while (b.done < b.n)
+        pthread_cond_wait(&p->space, &p->mu);
     pthread_mutex_unlock(&p->mu);
-    return HPGO_OK;
 }
 
 void hpgo_pool_free(hpgo_pool_t *p)
@@ -119,32 +154,34 @@ void hpgo_pool_free(hpgo_pool_t *p)
     if (!p)
         return;
     pthread_mutex_lock(&p->mu);
-    p->stop = 1;
+    p->shutdown = 1;
     pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->mu);
-    for (int i = 0; i < p->nthreads; i++)
+    for (int32_t i = 0; i < p->n_threads; i++)
         pthread_join(p->threads[i], NULL);
-    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->space);
     pthread_cond_destroy(&p->work);
-    pthread_cond_destroy(&p->room);
+    pthread_mutex_destroy(&p->mu);
+    free(p->queue);
     free(p->threads);
     free(p);
 }
 
-int hpgo_pool_map(int nthreads, int64_t n_jobs, hpgo_job_fn fn, void *ctx)
+int hpgo_pool_map(int32_t nthreads, int64_t n_jobs, hpgo_pool_fn fn, void *ctx, hpgo_err_t *err)
 {
     if (nthreads <= 0)
         nthreads = hpgo_default_threads();
     if (nthreads > n_jobs)
-        nthreads = (int)n_jobs;
+        nthreads = (int32_t)(n_jobs > 0 ? n_jobs : 1);
     if (nthreads <= 1) {
         for (int64_t j = 0; j < n_jobs; j++)
             fn(ctx, j);
         return HPGO_OK;
     }
-    hpgo_pool_t *p = hpgo_pool_new(nthreads);
-    if (!p)
-        return HPGO_E_NOMEM;
+    hpgo_pool_t *p = NULL;
+    int rc = hpgo_pool_new(nthreads, &p, err);
+    if (rc != HPGO_OK)
+        return rc;
     hpgo_pool_run(p, n_jobs, fn, ctx);
     hpgo_pool_free(p);
     return HPGO_OK;

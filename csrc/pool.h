@@ -1,36 +1,55 @@
-/* pool.h - a small fixed-size pthread pool (the shape of zstd's POOL): a
- * bounded job queue, one mutex, two condition variables, join on free.
+/* pool.h - a small fixed-size pthread pool for independent jobs.
  *
- * Jobs are (fn, ctx, index) triples; each job must write only its own result
- * slot, and the caller reduces the slots in index order afterwards, so
- * results never depend on the thread count. */
+ * Shape of zstd's POOL: a bounded queue of (batch, job index) items, one
+ * mutex, two condition variables, workers joined on free.  A caller hands a
+ * batch of n jobs to hpgo_pool_run, which blocks until every job of that
+ * batch has run; each job writes only its own result slot and the caller
+ * reduces the slots in index order afterwards, so results do not depend on
+ * the number of threads.  Several threads may call hpgo_pool_run on the same
+ * pool at once; their batches share the workers. */
 #ifndef HPGO_POOL_H
 #define HPGO_POOL_H
 
 #include <stdint.h>
 
-typedef void (*hpgo_job_fn)(void *ctx, int64_t job);
+#include "err.h"
+
+#define HPGO_POOL_MAX_THREADS 256
+
 typedef struct hpgo_pool hpgo_pool_t;
 
-/* Threads to use for nthreads = 0: the HPGO_NUM_THREADS environment
- * variable if it holds a positive integer, else the number of online cores.
- * Always >= 1. */
-int hpgo_default_threads(void);
+/* A job: ctx is the caller's context, job the index in [0, n_jobs). */
+typedef void (*hpgo_pool_fn)(void *ctx, int64_t job);
 
-/* Create a pool of nthreads workers (0 = hpgo_default_threads()).  Returns
- * NULL when threads or memory cannot be had. */
-hpgo_pool_t *hpgo_pool_new(int nthreads);
+/* Number of threads a pool of size 0 gets: the environment variable
+ * HPGO_NUM_THREADS when it holds a positive integer, otherwise the number of
+ * online processors; clamped to [1, HPGO_POOL_MAX_THREADS].  Thread-safe. */
+int32_t hpgo_default_threads(void);
 
-/* Run fn(ctx, j) for j = 0..n_jobs-1 on the pool and wait for all of them.
- * Returns 0 (HPGO_OK).  Not to be called concurrently on one pool. */
-int hpgo_pool_run(hpgo_pool_t *pool, int64_t n_jobs, hpgo_job_fn fn, void *ctx);
+/* Start a pool of nthreads worker threads (0 = hpgo_default_threads(),
+ * larger values are clamped to HPGO_POOL_MAX_THREADS).  HPGO_E_INVALID for a
+ * negative count, HPGO_E_NOMEM / HPGO_E_INTERNAL when memory or threads
+ * cannot be had.  The caller owns *out and frees it with hpgo_pool_free. */
+int hpgo_pool_new(int32_t nthreads, hpgo_pool_t **out, hpgo_err_t *err);
 
-/* Join the workers and free the pool; NULL is a no-op. */
+/* Threads of the pool. */
+int32_t hpgo_pool_size(const hpgo_pool_t *pool);
+
+/* Run fn(ctx, j) for j = 0 .. n_jobs-1 on the workers and return when all
+ * have finished.  Jobs may run in any order and concurrently; fn must not
+ * call hpgo_pool_run on the same pool.  n_jobs <= 0 returns at once.
+ * Thread-safe: several callers may share one pool. */
+void hpgo_pool_run(hpgo_pool_t *pool, int64_t n_jobs, hpgo_pool_fn fn, void *ctx);
+
+/* Stop the workers after the queue drains and join them; NULL is a no-op.
+ * No hpgo_pool_run may be in progress. */
 void hpgo_pool_free(hpgo_pool_t *pool);
 
-/* Convenience: run n_jobs jobs with min(nthreads, n_jobs) workers of a
- * temporary pool; with one worker (or one job) they run on the calling
- * thread.  Returns HPGO_OK or HPGO_E_NOMEM when no pool could be created. */
-int hpgo_pool_map(int nthreads, int64_t n_jobs, hpgo_job_fn fn, void *ctx);
+/* Convenience for one-off parallel loops: run n_jobs jobs on a temporary
+ * pool of min(nthreads, n_jobs) workers (0 = default); with one worker or
+ * one job they run on the calling thread.  HPGO_OK, or the pool's error
+ * (nothing has run then). */
+int hpgo_pool_map(int32_t nthreads, int64_t n_jobs, hpgo_pool_fn fn, void *ctx,
+                  hpgo_err_t *err);
 
 #endif

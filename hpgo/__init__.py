@@ -28,6 +28,17 @@ from ._core import (
     model_from_torch_graph,
     optimal_ga_iter_size,
 )
+from .sim import (
+    SimulationResult,
+    Stage,
+    distir_figure3,
+    grid_search,
+    simulate_mlp,
+    simulate_mlp_batch,
+    simulate_pipeline,
+    simulate_plan,
+    simulate_transformer,
+)
 from . import layerwise as Layerwise
 from . import utils as Utils
 
@@ -52,16 +63,25 @@ __all__ = [
     "Layerwise",
     "Model",
     "PlanningError",
+    "SimulationResult",
+    "Stage",
     "Utils",
     "conductor_from_torch_graph_and_seps",
     "current_ga_iter_size",
     "devices_from_seps",
+    "distir_figure3",
     "dp_cur_ga_inner_overlap_speedup",
     "dp_cur_ga_p3_speedup",
     "dp_opt_ga_p3_speedup",
     "dp_p3_speedup",
     "dp_speedup",
+    "grid_search",
     "model_from_states",
     "model_from_torch_graph",
     "optimal_ga_iter_size",
+    "simulate_mlp",
+    "simulate_mlp_batch",
+    "simulate_pipeline",
+    "simulate_plan",
+    "simulate_transformer",
 ]

@@ -1,0 +1,594 @@
+/* sim.c - simulation results, timelines, and the pipeline-plan event
+ * simulator (see sim.h).
+ *
+ * DESIGN: the plan simulator first writes each stage's op list (forward /
+ * backward per micro-batch, and all-reduce markers) as the schedule
+ * dictates, then resolves start times by repeated sweeps over the stages: a
+ * stage advances while the dependency of its next op (activation or
+ * gradient arrival) is known.  Transfers are FIFO per link and direction and
+ * overlap compute.  Every sweep either advances some stage or proves a
+ * deadlock (impossible for the three schedules; reported as an internal
+ * error).  Cost: O(S (M + S)) steps for S stages and M micro-batches, plus
+ * the events.  All GPUs of a stage run the same
+ * timeline; events are written for each of them.  No threads, no globals. */
+#include "sim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const event_names[HPGO_EV__COUNT] = {
+    [HPGO_EV_FORWARD] = "forward",
+    [HPGO_EV_BACKWARD] = "backward",
+    [HPGO_EV_SEND] = "send",
+    [HPGO_EV_RECV] = "recv",
+    [HPGO_EV_ALLREDUCE] = "all_reduce",
+    [HPGO_EV_ALLGATHER] = "all_gather",
+    [HPGO_EV_SCATTER] = "scatter",
+    [HPGO_EV_BROADCAST] = "broadcast",
+    [HPGO_EV_SPLIT] = "Split",
+    [HPGO_EV_MATMUL] = "MatMul",
+    [HPGO_EV_MATMUL_GRAD] = "MatMulGrad",
+    [HPGO_EV_RELU] = "Relu",
+    [HPGO_EV_RELU_GRAD] = "ReluGrad",
+    [HPGO_EV_LOSS] = "Loss",
+    [HPGO_EV_LOSS_GRAD] = "LossGrad",
+    [HPGO_EV_ADD] = "Add",
+    [HPGO_EV_IDENTITY] = "Identity",
+    [HPGO_EV_CONCAT] = "Concat",
+    [HPGO_EV_LAYERNORM] = "LayerNorm",
+    [HPGO_EV_LAYERNORM_GRAD] = "LayerNormGrad",
+    [HPGO_EV_SOFTMAX] = "Softmax",
+    [HPGO_EV_SOFTMAX_GRAD] = "SoftmaxGrad",
+    [HPGO_EV_GELU] = "Gelu",
+    [HPGO_EV_GELU_GRAD] = "GeluGrad",
+    [HPGO_EV_BATCH_MATMUL] = "BatchMatMul",
+    [HPGO_EV_BATCH_MATMUL_GRAD] = "BatchMatMulGrad",
+    [HPGO_EV_RESIDUAL_ADD] = "ResidualAdd",
+    [HPGO_EV_RESIDUAL_ADD_GRAD] = "ResidualAddGrad",
+};
+
+const char *hpgo_sim_event_name(int kind)
+{
+    if (kind < 0 || kind >= HPGO_EV__COUNT || !event_names[kind])
+        return "?";
+    return event_names[kind];
+}
+
+int hpgo_sim_result_new(int32_t n_stages, int32_t n_devices, hpgo_sim_result_t **out,
+                        hpgo_err_t *err)
+{
+    *out = NULL;
+    hpgo_sim_result_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory for a simulation result");
+    r->stages = calloc((size_t)(n_stages > 0 ? n_stages : 1), sizeof *r->stages);
+    r->devices = calloc((size_t)(n_devices > 0 ? n_devices : 1), sizeof *r->devices);
+    if (!r->stages || !r->devices) {
+        hpgo_sim_result_free(r);
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory for a simulation result");
+    }
+    r->n_stages = n_stages;
+    r->n_devices = n_devices;
+    *out = r;
+    return HPGO_OK;
+}
+
+int hpgo_sim_result_add_event(hpgo_sim_result_t *r, const hpgo_sim_event_t *ev, hpgo_err_t *err)
+{
+    if (r->n_events == r->cap_events) {
+        if (r->cap_events >= HPGO_SIM_MAX_EVENTS)
+            return hpgo_err_set(err, HPGO_E_LIMIT, 0,
+                                "the timeline would exceed %lld events; simulate without a "
+                                "timeline or with fewer micro-batches / devices",
+                                (long long)HPGO_SIM_MAX_EVENTS);
+        int64_t cap = r->cap_events ? 2 * r->cap_events : 1024;
+        if (cap > HPGO_SIM_MAX_EVENTS)
+            cap = HPGO_SIM_MAX_EVENTS;
+        hpgo_sim_event_t *e = realloc(r->events, (size_t)cap * sizeof *e);
+        if (!e)
+            return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory for the timeline");
+        r->events = e;
+        r->cap_events = cap;
+    }
+    r->events[r->n_events++] = *ev;
+    return HPGO_OK;
+}
+
+void hpgo_sim_result_free(hpgo_sim_result_t *r)
+{
+    if (!r)
+        return;
+    free(r->stages);
+    free(r->devices);
+    free(r->events);
+    free(r);
+}
+
+/* ---- pipeline plan simulator ------------------------------------------- */
+
+enum { OP_F = 0, OP_B = 1, OP_AR = 2 };
+
+typedef struct pop {
+    int32_t kind; /* OP_F, OP_B, OP_AR */
+    int32_t mb;   /* micro-batch (global across PipeDream iterations); iteration for OP_AR */
+} pop;
+
+typedef struct psim {
+    const hpgo_sim_pipeline_t *cfg;
+    int32_t S, M, Mtot, iters;
+    pop **ops;          /* per stage */
+    int32_t *n_ops, *pos;
+    double *dev_free;   /* per stage: when its GPUs are free */
+    double *act_arr;    /* [S][Mtot] arrival of the forward input, NAN = unknown */
+    double *grad_arr;   /* [S][Mtot] arrival of the backward input */
+    double *link_f, *link_b; /* per boundary: when the link is free, forward / backward direction */
+    int32_t *inflight, *max_inflight;
+    double *iter_end;   /* [S][iters]: end of each stage's last op of each iteration */
+    double *stage_end;
+    int32_t **gpus;     /* resolved GPU ids per stage */
+    hpgo_sim_result_t *res;
+} psim;
+
+static int is_finite_nonneg(double v)
+{
+    return isfinite(v) && v >= 0.0;
+}
+
+static int p_validate(const hpgo_sim_pipeline_t *c, hpgo_err_t *err)
+{
+    if (!c)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "no pipeline given");
+    if (c->n_stages < 1)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "a plan needs at least one stage, got %d",
+                            (int)c->n_stages);
+    if (c->n_stages > HPGO_SIM_MAX_STAGES)
+        return hpgo_err_set(err, HPGO_E_LIMIT, 0, "%d stages exceed the limit of %d",
+                            (int)c->n_stages, HPGO_SIM_MAX_STAGES);
+    if (!c->stages)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "no stages given");
+    if (c->microbatches < 1)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "microbatches must be >= 1, got %d",
+                            (int)c->microbatches);
+    if (c->microbatches > HPGO_SIM_MAX_MICROBATCHES)
+        return hpgo_err_set(err, HPGO_E_LIMIT, 0, "%d micro-batches exceed the limit of %d",
+                            (int)c->microbatches, HPGO_SIM_MAX_MICROBATCHES);
+    if (c->schedule != HPGO_SCHED_1F1B && c->schedule != HPGO_SCHED_GPIPE &&
+        c->schedule != HPGO_SCHED_PIPEDREAM)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "unknown schedule %d", c->schedule);
+    if (!(isfinite(c->link_bandwidth) && c->link_bandwidth > 0))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "link_bandwidth must be a positive number of bytes/s, got %g",
+                            c->link_bandwidth);
+    if (!(isfinite(c->allreduce_bandwidth) && c->allreduce_bandwidth > 0))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "allreduce_bandwidth must be a positive number of bytes/s, got %g",
+                            c->allreduce_bandwidth);
+    if (!is_finite_nonneg(c->link_latency))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "link_latency must be >= 0 seconds, got %g",
+                            c->link_latency);
+    if (!is_finite_nonneg(c->optimizer_factor))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "optimizer_factor must be >= 0, got %g",
+                            c->optimizer_factor);
+    int64_t total_gpus = 0;
+    for (int32_t s = 0; s < c->n_stages; s++) {
+        const hpgo_sim_stage_t *st = &c->stages[s];
+        if (!is_finite_nonneg(st->forward) || !is_finite_nonneg(st->backward))
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "stage %d: forward and backward must be finite times >= 0, got "
+                                "%g and %g",
+                                (int)s, st->forward, st->backward);
+        if (!is_finite_nonneg(st->send_bytes) || !is_finite_nonneg(st->param_bytes) ||
+            !is_finite_nonneg(st->activation_bytes))
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "stage %d: send_bytes, param_bytes and activation_bytes must be "
+                                "finite and >= 0",
+                                (int)s);
+        if (st->n_gpus < 1)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0, "stage %d: needs at least one GPU, got %d",
+                                (int)s, (int)st->n_gpus);
+        total_gpus += st->n_gpus;
+        if (total_gpus > HPGO_SIM_MAX_DEVICES)
+            return hpgo_err_set(err, HPGO_E_LIMIT, 0,
+                                "the plan uses more than %d GPUs", HPGO_SIM_MAX_DEVICES);
+        if (st->gpus)
+            for (int32_t g = 0; g < st->n_gpus; g++)
+                if (st->gpus[g] < 0 || st->gpus[g] >= HPGO_SIM_MAX_DEVICES)
+                    return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                        "stage %d: GPU id %d is outside [0, %d)", (int)s,
+                                        (int)st->gpus[g], HPGO_SIM_MAX_DEVICES);
+    }
+    return HPGO_OK;
+}
+
+/* Op list of stage s for the schedule (see sim.h). */
+static void p_build_ops(psim *P, int32_t s)
+{
+    const int32_t S = P->S, M = P->M;
+    pop *o = P->ops[s];
+    int32_t n = 0;
+    if (P->cfg->schedule == HPGO_SCHED_GPIPE) {
+        for (int32_t m = 0; m < M; m++)
+            o[n++] = (pop){OP_F, m};
+        for (int32_t m = 0; m < M; m++)
+            o[n++] = (pop){OP_B, m};
+        o[n++] = (pop){OP_AR, 0};
+    } else {
+        const int32_t T = P->Mtot;
+        int32_t w = S - s - 1;
+        if (w > T)
+            w = T;
+        for (int32_t m = 0; m < w; m++)
+            o[n++] = (pop){OP_F, m};
+        for (int32_t i = 0; i < T - w; i++) {
+            o[n++] = (pop){OP_F, w + i};
+            o[n++] = (pop){OP_B, i};
+            if (P->cfg->schedule == HPGO_SCHED_PIPEDREAM && i % M == M - 1)
+                o[n++] = (pop){OP_AR, i / M};
+        }
+        for (int32_t i = T - w; i < T; i++) {
+            o[n++] = (pop){OP_B, i};
+            if (P->cfg->schedule == HPGO_SCHED_PIPEDREAM && i % M == M - 1)
+                o[n++] = (pop){OP_AR, i / M};
+        }
+        if (P->cfg->schedule == HPGO_SCHED_1F1B)
+            o[n++] = (pop){OP_AR, 0};
+    }
+    P->n_ops[s] = n;
+}
+
+static double p_allreduce_time(const psim *P, int32_t s)
+{
+    const hpgo_sim_stage_t *st = &P->cfg->stages[s];
+    if (st->n_gpus < 2 || st->param_bytes == 0.0)
+        return 0.0;
+    double n = (double)st->n_gpus;
+    return 2.0 * (n - 1.0) / n * st->param_bytes / P->cfg->allreduce_bandwidth;
+}
+
+static double p_transfer_time(const psim *P, int32_t s)
+{
+    const hpgo_sim_stage_t *st = &P->cfg->stages[s];
+    return P->cfg->link_latency + st->send_bytes / P->cfg->link_bandwidth;
+}
+
+static int p_event(psim *P, int32_t s, int kind, int lane, double start, double dur, int32_t mb,
+                   int32_t peer_stage, hpgo_err_t *err)
+{
+    const hpgo_sim_stage_t *st = &P->cfg->stages[s];
+    for (int32_t g = 0; g < st->n_gpus; g++) {
+        int32_t peer = -1;
+        if (peer_stage >= 0) {
+            int32_t pn = P->cfg->stages[peer_stage].n_gpus;
+            peer = P->gpus[peer_stage][g % pn];
+        }
+        hpgo_sim_event_t ev = {start, dur, P->gpus[s][g], (int16_t)kind, (int16_t)lane, s, mb,
+                               -1, peer};
+        int rc = hpgo_sim_result_add_event(P->res, &ev, err);
+        if (rc != HPGO_OK)
+            return rc;
+    }
+    return HPGO_OK;
+}
+
+/* Queue a transfer from stage `from` to its neighbour `to` once `ready`:
+ * FIFO on the link whose free time is *link; *arrival gets its end. */
+static int p_transfer(psim *P, int32_t from, int32_t to, double ready, double *link,
+                      double *arrival, int32_t mb, hpgo_err_t *err)
+{
+    const double t = p_transfer_time(P, from < to ? from : to);
+    const double start = ready > *link ? ready : *link;
+    *link = *arrival = start + t;
+    if (!P->cfg->record_events || t <= 0.0)
+        return HPGO_OK;
+    int rc = p_event(P, from, HPGO_EV_SEND, 1, start, t, mb, to, err);
+    if (rc == HPGO_OK)
+        rc = p_event(P, to, HPGO_EV_RECV, 1, start, t, mb, from, err);
+    return rc;
+}
+
+/* Run stage s's next op if its input is known; 1 if it ran, 0 if blocked, <0 error. */
+static int p_step(psim *P, int32_t s, hpgo_err_t *err)
+{
+    const hpgo_sim_stage_t *st = &P->cfg->stages[s];
+    const int32_t S = P->S, T = P->Mtot, M = P->M;
+    const int rec = P->cfg->record_events;
+    pop op = P->ops[s][P->pos[s]];
+    double ready = P->dev_free[s], dur = 0.0;
+    int kind = HPGO_EV_ALLREDUCE;
+    if (op.kind == OP_F) {
+        if (s > 0) {
+            double a = P->act_arr[(size_t)s * T + op.mb];
+            if (isnan(a))
+                return 0;
+            if (a > ready)
+                ready = a;
+        }
+        dur = st->forward;
+        kind = HPGO_EV_FORWARD;
+    } else if (op.kind == OP_B) {
+        if (s < S - 1) {
+            double g = P->grad_arr[(size_t)s * T + op.mb];
+            if (isnan(g))
+                return 0;
+            if (g > ready)
+                ready = g;
+        }
+        dur = st->backward;
+        kind = HPGO_EV_BACKWARD;
+    } else {
+        dur = p_allreduce_time(P, s);
+    }
+    const double end = ready + dur;
+    P->dev_free[s] = end;
+    P->pos[s]++;
+    if (end > P->stage_end[s])
+        P->stage_end[s] = end;
+    if (rec && (op.kind != OP_AR || dur > 0.0)) {
+        int rc = p_event(P, s, kind, 0, ready, dur, op.kind == OP_AR ? -1 : op.mb, -1, err);
+        if (rc != HPGO_OK)
+            return rc;
+    }
+    if (op.kind == OP_F) {
+        if (++P->inflight[s] > P->max_inflight[s])
+            P->max_inflight[s] = P->inflight[s];
+        if (s < S - 1) {
+            int rc = p_transfer(P, s, s + 1, end, &P->link_f[s],
+                                &P->act_arr[(size_t)(s + 1) * T + op.mb], op.mb, err);
+            if (rc != HPGO_OK)
+                return rc;
+        }
+    } else if (op.kind == OP_B) {
+        P->inflight[s]--;
+        if (s > 0) {
+            int rc = p_transfer(P, s, s - 1, end, &P->link_b[s - 1],
+                                &P->grad_arr[(size_t)(s - 1) * T + op.mb], op.mb, err);
+            if (rc != HPGO_OK)
+                return rc;
+        }
+        /* a synchronous schedule's iteration ends with the all-reduce; PipeDream's
+         * iteration k ends with its last backward (and all-reduce, below) */
+        if (P->cfg->schedule == HPGO_SCHED_PIPEDREAM && op.mb % M == M - 1)
+            P->iter_end[(size_t)s * P->iters + op.mb / M] = end;
+    } else if (P->cfg->schedule == HPGO_SCHED_PIPEDREAM) {
+        P->iter_end[(size_t)s * P->iters + op.mb] = end;
+    }
+    return 1;
+}
+
+static void p_free(psim *P)
+{
+    if (P->ops)
+        for (int32_t s = 0; s < P->S; s++)
+            free(P->ops[s]);
+    if (P->gpus)
+        for (int32_t s = 0; s < P->S; s++)
+            free(P->gpus[s]);
+    free(P->ops);
+    free(P->gpus);
+    free(P->n_ops);
+    free(P->pos);
+    free(P->dev_free);
+    free(P->act_arr);
+    free(P->grad_arr);
+    free(P->link_f);
+    free(P->link_b);
+    free(P->inflight);
+    free(P->max_inflight);
+    free(P->iter_end);
+    free(P->stage_end);
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Resolve GPU ids (consecutive numbering when a stage gives none) and check
+ * that no GPU serves two stages. */
+static int p_assign_gpus(psim *P, hpgo_err_t *err)
+{
+    const hpgo_sim_pipeline_t *c = P->cfg;
+    int32_t next = 0, total = 0;
+    for (int32_t s = 0; s < P->S; s++) {
+        const hpgo_sim_stage_t *st = &c->stages[s];
+        P->gpus[s] = malloc((size_t)st->n_gpus * sizeof(int32_t));
+        if (!P->gpus[s])
+            return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+        for (int32_t g = 0; g < st->n_gpus; g++)
+            P->gpus[s][g] = st->gpus ? st->gpus[g] : next + g;
+        next += st->n_gpus;
+        total += st->n_gpus;
+    }
+    int32_t *all = malloc((size_t)total * sizeof *all);
+    if (!all)
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+    int32_t k = 0;
+    for (int32_t s = 0; s < P->S; s++)
+        for (int32_t g = 0; g < c->stages[s].n_gpus; g++)
+            all[k++] = P->gpus[s][g];
+    qsort(all, (size_t)total, sizeof *all, cmp_i32);
+    for (int32_t i = 1; i < total; i++)
+        if (all[i] == all[i - 1]) {
+            int32_t dup = all[i];
+            free(all);
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "GPU %d appears more than once in the plan (or collides with "
+                                "the consecutive numbering of a stage given without GPU ids)",
+                                (int)dup);
+        }
+    free(all);
+    return HPGO_OK;
+}
+
+static void p_fill_stats(psim *P)
+{
+    const hpgo_sim_pipeline_t *c = P->cfg;
+    hpgo_sim_result_t *r = P->res;
+    double it = 0.0;
+    if (c->schedule == HPGO_SCHED_PIPEDREAM) {
+        /* steady state: each stage's average iteration over a window after the
+         * warm-up and before the cool-down; every stage runs M forwards and M
+         * backwards (and its all-reduce) per iteration there, so the slowest
+         * stage's period is the pipeline's */
+        const int32_t warm = (P->S - 1 + P->M - 1) / P->M, a = warm, b = warm + 2;
+        for (int32_t s = 0; s < P->S; s++) {
+            double v = (P->iter_end[(size_t)s * P->iters + b] -
+                        P->iter_end[(size_t)s * P->iters + a]) / (double)(b - a);
+            if (v > it)
+                it = v;
+        }
+    } else {
+        it = 0.0;
+        for (int32_t s = 0; s < P->S; s++)
+            if (P->stage_end[s] > it)
+                it = P->stage_end[s];
+    }
+    r->iteration_time = it;
+    for (int32_t s = 0; s < P->S; s++) {
+        const hpgo_sim_stage_t *st = &c->stages[s];
+        hpgo_sim_stage_stats_t *ss = &r->stages[s];
+        ss->busy = (double)P->M * (st->forward + st->backward);
+        ss->bubble = it > 0.0 ? 1.0 - ss->busy / it : 0.0;
+        if (ss->bubble < 0.0)
+            ss->bubble = 0.0;
+        ss->max_in_flight = P->max_inflight[s];
+        double versions = 1.0;
+        if (c->schedule == HPGO_SCHED_PIPEDREAM && P->max_inflight[s] > 1)
+            versions = (double)P->max_inflight[s];
+        ss->weight_bytes = st->param_bytes * versions;
+        ss->gradient_bytes = st->param_bytes;
+        ss->optimizer_bytes = st->param_bytes * c->optimizer_factor;
+        ss->activation_bytes = st->activation_bytes * (double)P->max_inflight[s];
+        ss->peak_bytes =
+            ss->weight_bytes + ss->gradient_bytes + ss->optimizer_bytes + ss->activation_bytes;
+    }
+    int32_t k = 0;
+    for (int32_t s = 0; s < P->S; s++)
+        for (int32_t g = 0; g < c->stages[s].n_gpus; g++) {
+            hpgo_sim_device_stats_t *d = &r->devices[k++];
+            d->device = P->gpus[s][g];
+            d->stage = s;
+            d->end = P->stage_end[s];
+            d->busy = r->stages[s].busy;
+            d->peak_bytes = r->stages[s].peak_bytes;
+        }
+    /* ascending device id (ids are distinct, so the order is total) */
+    for (int32_t i = 1; i < r->n_devices; i++) {
+        hpgo_sim_device_stats_t v = r->devices[i];
+        int32_t j = i - 1;
+        while (j >= 0 && r->devices[j].device > v.device) {
+            r->devices[j + 1] = r->devices[j];
+            j--;
+        }
+        r->devices[j + 1] = v;
+    }
+}
+
+int hpgo_sim_pipeline_run(const hpgo_sim_pipeline_t *cfg, hpgo_sim_result_t **out,
+                          hpgo_err_t *err)
+{
+    *out = NULL;
+    int rc = p_validate(cfg, err);
+    if (rc != HPGO_OK)
+        return rc;
+    psim P;
+    memset(&P, 0, sizeof P);
+    P.cfg = cfg;
+    P.S = cfg->n_stages;
+    P.M = cfg->microbatches;
+    /* PipeDream: warm-up iterations, a two-iteration window, cool-down iterations */
+    P.iters = 1;
+    if (cfg->schedule == HPGO_SCHED_PIPEDREAM)
+        P.iters = 3 + 2 * ((P.S - 1 + P.M - 1) / P.M);
+    P.Mtot = P.M * P.iters;
+    if ((double)P.S * (double)P.Mtot > (double)(1 << 26))
+        return hpgo_err_set(err, HPGO_E_LIMIT, 0,
+                            "%d stages x %d simulated micro-batches exceed the limit of 2^26",
+                            (int)P.S, (int)P.Mtot);
+    int32_t n_gpus = 0;
+    for (int32_t s = 0; s < P.S; s++)
+        n_gpus += cfg->stages[s].n_gpus;
+    if (cfg->record_events) {
+        /* compute events, transfers on both ends, all-reduces, per GPU */
+        double est = 0.0;
+        for (int32_t s = 0; s < P.S; s++)
+            est += (double)cfg->stages[s].n_gpus * (6.0 * P.Mtot + P.iters);
+        if (est > (double)HPGO_SIM_MAX_EVENTS)
+            return hpgo_err_set(err, HPGO_E_LIMIT, 0,
+                                "the timeline would have about %.0f events (limit %lld); "
+                                "simulate without a timeline",
+                                est, (long long)HPGO_SIM_MAX_EVENTS);
+    }
+    size_t S = (size_t)P.S, T = (size_t)P.Mtot;
+    P.ops = calloc(S, sizeof *P.ops);
+    P.gpus = calloc(S, sizeof *P.gpus);
+    P.n_ops = calloc(S, sizeof *P.n_ops);
+    P.pos = calloc(S, sizeof *P.pos);
+    P.dev_free = calloc(S, sizeof *P.dev_free);
+    P.act_arr = malloc(S * T * sizeof *P.act_arr);
+    P.grad_arr = malloc(S * T * sizeof *P.grad_arr);
+    P.link_f = calloc(S, sizeof *P.link_f);
+    P.link_b = calloc(S, sizeof *P.link_b);
+    P.inflight = calloc(S, sizeof *P.inflight);
+    P.max_inflight = calloc(S, sizeof *P.max_inflight);
+    P.iter_end = calloc(S * (size_t)P.iters, sizeof *P.iter_end);
+    P.stage_end = calloc(S, sizeof *P.stage_end);
+    if (!P.ops || !P.gpus || !P.n_ops || !P.pos || !P.dev_free || !P.act_arr || !P.grad_arr ||
+        !P.link_f || !P.link_b || !P.inflight || !P.max_inflight || !P.iter_end ||
+        !P.stage_end) {
+        p_free(&P);
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory simulating %d stages x %d "
+                            "micro-batches", (int)P.S, (int)P.Mtot);
+    }
+    for (size_t i = 0; i < S * T; i++)
+        P.act_arr[i] = P.grad_arr[i] = NAN;
+    for (int32_t s = 0; s < P.S; s++) {
+        P.ops[s] = malloc((2 * T + (size_t)P.iters + 1) * sizeof(pop));
+        if (!P.ops[s]) {
+            p_free(&P);
+            return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+        }
+        p_build_ops(&P, s);
+    }
+    rc = p_assign_gpus(&P, err);
+    if (rc == HPGO_OK)
+        rc = hpgo_sim_result_new(P.S, n_gpus, &P.res, err);
+    if (rc != HPGO_OK) {
+        p_free(&P);
+        return rc;
+    }
+    int32_t left = 0;
+    for (int32_t s = 0; s < P.S; s++)
+        left += P.n_ops[s];
+    while (left > 0 && rc == HPGO_OK) {
+        int progress = 0;
+        for (int32_t s = 0; s < P.S && rc == HPGO_OK; s++) {
+            while (P.pos[s] < P.n_ops[s]) {
+                int r = p_step(&P, s, err);
+                if (r < 0) {
+                    rc = r;
+                    break;
+                }
+                if (r == 0)
+                    break;
+                progress = 1;
+                left--;
+            }
+        }
+        if (rc == HPGO_OK && !progress)
+            rc = hpgo_err_set(err, HPGO_E_INTERNAL, 0, "pipeline schedule deadlocked");
+    }
+    if (rc == HPGO_OK)
+        p_fill_stats(&P);
+    if (rc != HPGO_OK) {
+        hpgo_sim_result_free(P.res);
+        p_free(&P);
+        return rc;
+    }
+    *out = P.res;
+    P.res = NULL;
+    p_free(&P);
+    return HPGO_OK;
+}

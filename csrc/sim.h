@@ -1,0 +1,165 @@
+/* sim.h - simulated timelines of one training iteration, and the event
+ * simulator of a pipelined, replicated plan (GPipe, DAPPLE 1F1B, PipeDream).
+ *
+ * A simulation fills an hpgo_sim_result_t: the iteration time, per-stage
+ * statistics (busy time, bubble fraction, activations in flight, peak memory
+ * split into weights / gradients / optimizer state / activations), per-device
+ * statistics and, when asked for, the timeline: one event per operation and
+ * device (forward, backward, send, receive, all-reduce, ...).  Two engines
+ * fill it: hpgo_sim_pipeline_run below (a generic plan: stages with per
+ * micro-batch times) and hpgo_distir_simulate in sim_distir.h (DistIR's
+ * op-level MLP / transformer study).
+ *
+ * Units: seconds (double), bytes (double), bandwidth in bytes/s.  Results
+ * are owned by the caller and freed with hpgo_sim_result_free; they are
+ * immutable after the run and may be read from any thread.  The engines
+ * keep no global state and are thread-safe on distinct arguments. */
+#ifndef HPGO_SIM_H
+#define HPGO_SIM_H
+
+#include <stdint.h>
+
+#include "err.h"
+
+#define HPGO_SIM_MAX_STAGES 4096
+#define HPGO_SIM_MAX_MICROBATCHES (1 << 20)
+#define HPGO_SIM_MAX_DEVICES 1024           /* device ids are in [0, HPGO_SIM_MAX_DEVICES) */
+#define HPGO_SIM_MAX_EVENTS ((int64_t)1 << 24) /* per timeline (about 0.7 GB) */
+
+/* Schedules. */
+enum {
+    HPGO_SCHED_1F1B = 0,      /* DAPPLE early backward: warm-up, one forward one backward, flush */
+    HPGO_SCHED_GPIPE = 1,     /* all forwards, then all backwards, flush */
+    HPGO_SCHED_PIPEDREAM = 2  /* 1F1B without flush, weight stashing (asynchronous) */
+};
+
+/* Event kinds; hpgo_sim_event_name gives their printable names. */
+enum {
+    HPGO_EV_FORWARD = 0,
+    HPGO_EV_BACKWARD,
+    HPGO_EV_SEND,
+    HPGO_EV_RECV,
+    HPGO_EV_ALLREDUCE,
+    HPGO_EV_ALLGATHER,
+    HPGO_EV_SCATTER,
+    HPGO_EV_BROADCAST,
+    HPGO_EV_SPLIT,
+    HPGO_EV_MATMUL,
+    HPGO_EV_MATMUL_GRAD,
+    HPGO_EV_RELU,
+    HPGO_EV_RELU_GRAD,
+    HPGO_EV_LOSS,
+    HPGO_EV_LOSS_GRAD,
+    HPGO_EV_ADD,
+    HPGO_EV_IDENTITY,
+    HPGO_EV_CONCAT,
+    HPGO_EV_LAYERNORM,
+    HPGO_EV_LAYERNORM_GRAD,
+    HPGO_EV_SOFTMAX,
+    HPGO_EV_SOFTMAX_GRAD,
+    HPGO_EV_GELU,
+    HPGO_EV_GELU_GRAD,
+    HPGO_EV_BATCH_MATMUL,
+    HPGO_EV_BATCH_MATMUL_GRAD,
+    HPGO_EV_RESIDUAL_ADD,
+    HPGO_EV_RESIDUAL_ADD_GRAD,
+    HPGO_EV__COUNT
+};
+
+/* Static printable name of an event kind ("forward", "MatMul", ...); "?" when unknown. */
+const char *hpgo_sim_event_name(int kind);
+
+typedef struct hpgo_sim_event {
+    double start;       /* seconds from the start of the iteration */
+    double duration;    /* seconds */
+    int32_t device;     /* device id */
+    int16_t kind;       /* HPGO_EV_* */
+    int16_t lane;       /* 0: the device's compute stream (blocking ops); 1: asynchronous transfers */
+    int32_t stage;      /* pipeline stage, -1 when none */
+    int32_t microbatch; /* micro-batch, -1 when none (PipeDream numbers across iterations) */
+    int32_t layer;      /* layer / block index, -1 when none */
+    int32_t peer;       /* other device of a send / receive, -1 otherwise */
+} hpgo_sim_event_t;
+
+typedef struct hpgo_sim_stage_stats {
+    double busy;            /* compute seconds of the stage's busiest device in one iteration */
+    double bubble;          /* 1 - busy / iteration_time (0 when the iteration time is 0) */
+    int32_t max_in_flight;  /* most micro-batches whose forward started and backward has not ended */
+    double weight_bytes;    /* parameters held per device (times the stashed versions for PipeDream) */
+    double gradient_bytes;  /* gradient buffers per device */
+    double optimizer_bytes; /* optimizer state per device */
+    double activation_bytes;/* peak of everything else per device (stashed activations, buffers) */
+    double peak_bytes;      /* peak memory of the stage's fullest device */
+} hpgo_sim_stage_stats_t;
+
+typedef struct hpgo_sim_device_stats {
+    int32_t device;     /* device id */
+    int32_t stage;      /* stage it runs, -1 for a host that only sends inputs */
+    double end;         /* seconds: when its last operation ends */
+    double busy;        /* compute seconds */
+    double peak_bytes;  /* peak memory */
+} hpgo_sim_device_stats_t;
+
+typedef struct hpgo_sim_result {
+    double iteration_time;          /* seconds */
+    int32_t n_stages;
+    hpgo_sim_stage_stats_t *stages;
+    int32_t n_devices;
+    hpgo_sim_device_stats_t *devices; /* ascending device id */
+    int64_t n_events;
+    int64_t cap_events;
+    hpgo_sim_event_t *events;       /* in generation order; NULL when no timeline was asked for */
+} hpgo_sim_result_t;
+
+/* Allocate a zeroed result with n_stages stage and n_devices device records
+ * (used by the engines).  HPGO_E_NOMEM. */
+int hpgo_sim_result_new(int32_t n_stages, int32_t n_devices, hpgo_sim_result_t **out,
+                        hpgo_err_t *err);
+/* Append an event, growing the array; HPGO_E_LIMIT past HPGO_SIM_MAX_EVENTS,
+ * HPGO_E_NOMEM.  Not thread-safe on one result. */
+int hpgo_sim_result_add_event(hpgo_sim_result_t *r, const hpgo_sim_event_t *ev, hpgo_err_t *err);
+void hpgo_sim_result_free(hpgo_sim_result_t *r);
+
+/* ---- generic pipeline plan ------------------------------------------------ */
+
+typedef struct hpgo_sim_stage {
+    double forward;          /* seconds per micro-batch on each GPU of the stage */
+    double backward;         /* seconds per micro-batch */
+    double send_bytes;       /* bytes each GPU sends to the next stage per micro-batch; the
+                                gradient coming back has the same size (ignored for the last stage) */
+    double param_bytes;      /* parameter bytes held by each GPU */
+    double activation_bytes; /* bytes each GPU stashes per micro-batch in flight */
+    int32_t n_gpus;          /* data-parallel replicas of the stage (>= 1) */
+    const int32_t *gpus;     /* n_gpus distinct device ids, or NULL: numbered consecutively */
+} hpgo_sim_stage_t;
+
+typedef struct hpgo_sim_pipeline {
+    int32_t n_stages;
+    const hpgo_sim_stage_t *stages;
+    int32_t microbatches;       /* per iteration, >= 1 */
+    int schedule;               /* HPGO_SCHED_* */
+    double link_bandwidth;      /* bytes/s of a stage-to-stage transfer, > 0 */
+    double link_latency;        /* seconds added to every transfer, >= 0 */
+    double allreduce_bandwidth; /* bytes/s of the ring all-reduce among a stage's GPUs, > 0 */
+    double optimizer_factor;    /* optimizer-state bytes per parameter byte, >= 0 */
+    int record_events;          /* non-zero: fill the timeline */
+} hpgo_sim_pipeline_t;
+
+/* Simulate one iteration of the plan.
+ * Semantics: every GPU of a stage runs the stage's op list (schedule above);
+ * a forward waits for its activation, a backward for its gradient; each
+ * boundary has one link per direction that carries the transfers in order
+ * (duration link_latency + bytes / link_bandwidth) and overlaps compute;
+ * after its last backward a stage with n > 1 GPUs runs a blocking ring
+ * all-reduce of 2 (n-1)/n param_bytes at allreduce_bandwidth.  PipeDream
+ * runs 3 + 2 ceil((S-1)/M) iterations back to back without flush (an
+ * all-reduce after each iteration's last backward) and reports the slowest
+ * stage's average iteration over two iterations between warm-up and
+ * cool-down (its steady-state period).
+ * Errors: HPGO_E_INVALID (bad numbers, unknown schedule, GPU used twice),
+ * HPGO_E_LIMIT (sizes past the limits above), HPGO_E_NOMEM.  *out is NULL
+ * on error.  Thread-safe; the caller owns *out. */
+int hpgo_sim_pipeline_run(const hpgo_sim_pipeline_t *cfg, hpgo_sim_result_t **out,
+                          hpgo_err_t *err);
+
+#endif
