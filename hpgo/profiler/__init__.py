@@ -544,7 +544,18 @@ def profile_module(model, inputs, *, layers: Iterable[str] | None = None, batch_
                 trace_error = f"{type(e).__name__}: {e}"
             else:
                 used = "fx"
-                layers_out = _profile_fx(model, inputs, graph, warmup, repeat, loss_fn, torch, clock)
+                try:
+                    layers_out = _profile_fx(model, inputs, graph, warmup, repeat, loss_fn, torch, clock)
+                except ProfilerError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - e.g. an op that rejects detached inputs
+                    if method == "fx":
+                        raise ProfilerError(f"layer-by-layer run failed: {type(e).__name__}: {e}") from e
+                    trace_error = f"layer-by-layer run failed: {type(e).__name__}: {e}"
+                    with torch.no_grad():
+                        bufs = dict(model.named_buffers())
+                        for k, v in saved.items():
+                            bufs[k].copy_(v)
         if layers_out is None:
             used = "hooks"
             with warnings.catch_warnings():
