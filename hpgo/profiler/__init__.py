@@ -105,6 +105,17 @@ def _nbytes(ts) -> float:
     return float(sum(t.numel() * t.element_size() for t in ts))
 
 
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name") and ":" in line:
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 class _Clock:
     def __init__(self, torch, device):
         self.torch = torch
@@ -598,7 +609,7 @@ def profile_module(model, inputs, *, layers: Iterable[str] | None = None, batch_
     if device.type == "cuda":
         dev_name = torch.cuda.get_device_name(device)
     else:
-        dev_name = f"CPU {platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)"
+        dev_name = f"CPU {_cpu_name()} ({torch.get_num_threads()} threads)"
     meta = {
         "model": name or type(model).__name__,
         "device": dev_name,
