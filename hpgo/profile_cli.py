@@ -125,6 +125,7 @@ def _run_zoo(args) -> int:
 
 
 def _run_torch(args) -> int:
+    fn = _load_factory(args.factory)
     try:
         import torch
     except ImportError:
@@ -136,7 +137,6 @@ def _run_torch(args) -> int:
         if args.threads < 1:
             raise _UsageError("--threads must be >= 1")
         torch.set_num_threads(args.threads)
-    fn = _load_factory(args.factory)
     made = fn(**_kv(args.arg))
     if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module):
         model, inputs = made

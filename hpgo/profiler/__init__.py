@@ -32,7 +32,6 @@ run and restored.
 """
 from __future__ import annotations
 
-import math
 import operator
 import platform
 import statistics
