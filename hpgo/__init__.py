@@ -39,6 +39,7 @@ from .sim import (
     simulate_plan,
     simulate_transformer,
 )
+from .sweep import SweepResult, SweepRow, sweep
 from . import layerwise as Layerwise
 from . import utils as Utils
 
@@ -64,6 +65,8 @@ __all__ = [
     "Model",
     "PlanningError",
     "SimulationResult",
+    "SweepResult",
+    "SweepRow",
     "Stage",
     "Utils",
     "conductor_from_torch_graph_and_seps",
@@ -84,4 +87,5 @@ __all__ = [
     "simulate_pipeline",
     "simulate_plan",
     "simulate_transformer",
+    "sweep",
 ]

@@ -18,6 +18,7 @@
 #include "../model.h"
 #include "../plan_hpgo.h"
 #include "../profile.h"
+#include "../sweep.h"
 #include "../topo.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -923,6 +924,141 @@ static PyType_Spec orch_spec = {
     .slots = orch_slots,
 };
 
+
+/* ---------------------------------------------------------------- sweep */
+
+static PyObject *orch_lists(PyObject *module, const hpgo_orch_t *res, PyObject **best_out)
+{
+    PyObject *lres = PyList_New(0), *lskip = PyList_New(0);
+    *best_out = Py_NewRef(Py_None);
+    if (!lres || !lskip)
+        goto error;
+    for (int32_t a = 0; a < res->n; a++) {
+        const hpgo_candidate_t *c = &res->cands[a];
+        PyObject *item;
+        if (c->status == HPGO_OK) {
+            item = cand_object(module, c);
+            if (item && a == res->best)
+                Py_SETREF(*best_out, Py_NewRef(item));
+        } else {
+            PyObject *lab = cand_label(c);
+            item = lab ? Py_BuildValue("(Ns)", lab, c->reason) : NULL;
+        }
+        if (!item || PyList_Append(c->status == HPGO_OK ? lres : lskip, item) < 0) {
+            Py_XDECREF(item);
+            goto error;
+        }
+        Py_DECREF(item);
+    }
+    return Py_BuildValue("(NN)", lres, lskip);
+error:
+    Py_XDECREF(lres);
+    Py_XDECREF(lskip);
+    Py_CLEAR(*best_out);
+    return NULL;
+}
+
+PyDoc_STRVAR(sweep_doc,
+             "_sweep(model, layouts, gbs, threads=0, exhaustive=False)\n--\n\n"
+             "Backend of hpgo.sweep: one row per (gbs, layout), gbs-major, as tuples\n"
+             "(gbs, layout_index, dp, dp_p3, dp_overlap, ga_error, best, res, skipped).");
+
+static PyObject *f_sweep(PyObject *module, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"model", "layouts", "gbs", "threads", "exhaustive", NULL};
+    PyObject *model_o, *layouts_o, *gbs_o;
+    int threads = 0, exhaustive = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|ip:_sweep", kwlist, &model_o, &layouts_o,
+                                     &gbs_o, &threads, &exhaustive))
+        return NULL;
+    if (threads < 0)
+        return PyErr_Format(PyExc_ValueError, "threads must be >= 0, got %d", threads);
+    PyObject *lay = PySequence_Fast(layouts_o, "layouts must be a sequence of Devices");
+    if (!lay)
+        return NULL;
+    PyObject *gseq = PySequence_Fast(gbs_o, "gbs must be a sequence of ints");
+    if (!gseq) {
+        Py_DECREF(lay);
+        return NULL;
+    }
+    Py_ssize_t nl = PySequence_Fast_GET_SIZE(lay), ng = PySequence_Fast_GET_SIZE(gseq);
+    PyObject *result = NULL;
+    hpgo_model_t *m = NULL;
+    const hpgo_topo_t **topos = NULL;
+    uint32_t *gv = NULL;
+    if (nl < 1 || ng < 1) {
+        PyErr_SetString(PyExc_ValueError, "a sweep needs at least one gbs and one layout");
+        goto done;
+    }
+    if (nl > 100000 || ng > 1000000 || nl * ng > 10000000) {
+        PyErr_SetString(PyExc_ValueError, "too many sweep cases (limit: 10 million)");
+        goto done;
+    }
+    topos = PyMem_Malloc((size_t)nl * sizeof *topos);
+    gv = PyMem_Malloc((size_t)ng * sizeof *gv);
+    if (!topos || !gv) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < nl; k++)
+        if (!(topos[k] = get_topo(module, PySequence_Fast_GET_ITEM(lay, k))))
+            goto done;
+    for (Py_ssize_t k = 0; k < ng; k++) {
+        if (glue_u32(PySequence_Fast_GET_ITEM(gseq, k), "gbs", &gv[k]) < 0)
+            goto done;
+        if (gv[k] == 0) {
+            PyErr_SetString(PyExc_ValueError, "global batch sizes must be >= 1, got 0");
+            goto done;
+        }
+    }
+    if (!(m = model_snapshot(module, model_o)))
+        goto done;
+    {
+        hpgo_plan_opts_t opts = {exhaustive, threads};
+        hpgo_sweep_t *sw = NULL;
+        hpgo_err_t err;
+        hpgo_err_clear(&err);
+        int rc;
+        /* `lay` holds references to every Devices, so topos stay valid */
+        Py_BEGIN_ALLOW_THREADS
+        rc = hpgo_sweep_run(m, topos, (int32_t)nl, gv, (int32_t)ng, &opts, &sw, &err);
+        Py_END_ALLOW_THREADS
+        if (rc != HPGO_OK) {
+            glue_raise(module, rc, &err);
+            goto done;
+        }
+        PyObject *rows = PyList_New(sw->n);
+        for (int32_t k = 0; rows && k < sw->n; k++) {
+            const hpgo_sweep_row_t *r = &sw->rows[k];
+            PyObject *best = NULL, *lists = orch_lists(module, r->orch, &best);
+            PyObject *row = NULL;
+            if (lists) {
+                int ok = r->ga_status == HPGO_OK;
+                row = Py_BuildValue("(kidNNNNOO)", (unsigned long)r->gbs, (int)r->layout, r->dp,
+                                    ok ? PyFloat_FromDouble(r->dp_p3) : Py_NewRef(Py_None),
+                                    ok ? PyFloat_FromDouble(r->dp_overlap) : Py_NewRef(Py_None),
+                                    ok ? Py_NewRef(Py_None) : PyUnicode_FromString(r->ga_reason),
+                                    best, PyTuple_GET_ITEM(lists, 0), PyTuple_GET_ITEM(lists, 1));
+                Py_DECREF(lists);
+            }
+            if (!row) {
+                Py_CLEAR(rows);
+                break;
+            }
+            PyList_SET_ITEM(rows, k, row);
+        }
+        hpgo_sweep_free(sw);
+        result = rows;
+    }
+done:
+    hpgo_model_free(m);
+    PyMem_Free(topos);
+    PyMem_Free(gv);
+    Py_DECREF(lay);
+    Py_DECREF(gseq);
+    return result;
+}
+
 /* ------------------------------------------------------ module functions */
 
 PyDoc_STRVAR(mftg_doc, "model_from_torch_graph(path, pbs, gbs)\n--\n\n"
@@ -1202,6 +1338,7 @@ static PyMethodDef plan_functions[] = {
     {"model_from_torch_graph", (PyCFunction)(void (*)(void))f_model_from_torch_graph,
      METH_VARARGS | METH_KEYWORDS, mftg_doc},
     {"devices_from_seps", f_devices_from_seps, METH_O, dfs_doc},
+    {"_sweep", (PyCFunction)(void (*)(void))f_sweep, METH_VARARGS | METH_KEYWORDS, sweep_doc},
     {"model_from_states", (PyCFunction)(void (*)(void))f_model_from_states,
      METH_VARARGS | METH_KEYWORDS, mfs_doc},
     {"conductor_from_torch_graph_and_seps", (PyCFunction)(void (*)(void))f_conductor,

@@ -1,0 +1,160 @@
+"""DAPPLE's batch-size study in one call: :func:`sweep`.
+
+For every global batch size and device layout it computes HPGO's three
+data-parallel estimates and the best hybrid plan, spreading the cases over
+C threads with the GIL released (``threads=0``: the ``HPGO_NUM_THREADS``
+environment variable, else all cores).  Every row equals what the single-case
+calls return.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
+
+from . import _core
+
+__all__ = ["SweepRow", "SweepResult", "sweep"]
+
+Stage = Tuple[int, int, int, List[int]]
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One (gbs, layout) case: the columns of DAPPLE's planner example."""
+
+    gbs: int
+    seps: Tuple[int, ...]
+    dp: float                        #: DP, no overlap (dp_speedup)
+    dp_p3: Optional[float]           #: DP + P3 (dp_cur_ga_p3_speedup); None if it does not fit
+    dp_overlap: Optional[float]      #: DP + normal overlap (dp_cur_ga_inner_overlap_speedup)
+    hybrid: Optional[float]          #: best hybrid speedup (py_orchestrate); None: no plan
+    stages: Optional[List[Stage]]    #: its stages, HPGO's tuples
+    label: Optional[str]             #: which candidate won ("straight i=2", ...)
+    rp: Optional[int]                #: its pipeline replicas
+    error: Optional[str] = None      #: why dp_p3/dp_overlap or hybrid are missing
+    candidates: List[Any] = field(default_factory=list, repr=False, compare=False)
+    skipped: List[Tuple[str, str]] = field(default_factory=list, repr=False, compare=False)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["seps"] = list(self.seps)
+        d.pop("candidates")
+        d.pop("skipped")
+        return d
+
+
+class SweepResult(list):
+    """A list of :class:`SweepRow` (gbs-major) with table conversions."""
+
+    def to_dicts(self) -> List[dict]:
+        return [r.to_dict() for r in self]
+
+    def to_csv(self, path: Union[str, os.PathLike, None] = None) -> str:
+        """Write (or return) the rows as CSV; seps and stages as Python literals."""
+        buf = io.StringIO()
+        cols = ["gbs", "seps", "dp", "dp_p3", "dp_overlap", "hybrid", "label", "rp", "stages", "error"]
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(cols)
+        for r in self:
+            d = r.to_dict()
+            w.writerow(["" if d[c] is None else d[c] for c in cols])
+        text = buf.getvalue()
+        if path is not None:
+            with open(path, "w", newline="") as f:
+                f.write(text)
+        return text
+
+    def to_pandas(self):
+        """The rows as a pandas DataFrame (needs pandas, an optional extra)."""
+        try:
+            import pandas as pd
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise ImportError("to_pandas() needs pandas: pip install 'hpgo[pandas]'") from e
+        return pd.DataFrame(self.to_dicts())
+
+
+def _layouts(seps) -> List[_core.Devices]:
+    if isinstance(seps, _core.Devices):
+        return [seps]
+    if isinstance(seps, (str, bytes)) or not isinstance(seps, Iterable):
+        raise TypeError("seps must be a list of ints, a list of such lists, or Devices")
+    seps = list(seps)
+    if not seps:
+        raise ValueError("seps must not be empty")
+    if all(isinstance(s, int) and not isinstance(s, bool) for s in seps):
+        return [_core.devices_from_seps(seps)]
+    out = []
+    for s in seps:
+        if isinstance(s, _core.Devices):
+            out.append(s)
+        else:
+            out.append(_core.devices_from_seps(s))
+    return out
+
+
+def sweep(
+    profile: Union[str, os.PathLike, "_core.Model"],
+    pbs: int,
+    gbs: Union[int, Sequence[int]],
+    seps,
+    *,
+    optimizer_memory_scaling: Optional[int] = None,
+    min_micro_batch_size: Optional[int] = None,
+    peak_activation_per_batch: Optional[float] = None,
+    threads: int = 0,
+    exhaustive: bool = False,
+) -> SweepResult:
+    """sweep(profile, pbs, gbs, seps, *, optimizer_memory_scaling=None, min_micro_batch_size=None, peak_activation_per_batch=None, threads=0, exhaustive=False)
+
+    profile: a graph.txt path, or a Model (its settings are used unless given
+    here).  gbs: one global batch size or a list.  seps: one layout ([8, 16]),
+    a list of layouts, or Devices.  Returns a SweepResult with one SweepRow
+    per (gbs, layout), gbs-major.
+    """
+    if isinstance(profile, _core.Model):
+        model = profile
+        if model.gbs != pbs:
+            model = model.normalized_copy(pbs) if isinstance(pbs, int) and pbs > 0 else model
+    else:
+        model = _core.model_from_torch_graph(profile, pbs, pbs)
+    if optimizer_memory_scaling is not None or min_micro_batch_size is not None or (
+        peak_activation_per_batch is not None
+    ):
+        model = model.normalized_copy(model.gbs)  # never modify the caller's model
+        if optimizer_memory_scaling is not None:
+            model.optimizer_memory_scaling = optimizer_memory_scaling
+        if min_micro_batch_size is not None:
+            model.min_micro_batch_size = min_micro_batch_size
+        if peak_activation_per_batch is not None:
+            model.peak_activation_per_batch = peak_activation_per_batch
+    gbs_list = [gbs] if isinstance(gbs, int) and not isinstance(gbs, bool) else list(gbs)
+    layouts = _layouts(seps)
+    if isinstance(threads, bool) or not isinstance(threads, int):
+        raise TypeError("threads must be an int")
+    raw = _core._sweep(model, layouts, gbs_list, threads, bool(exhaustive))
+    out = SweepResult()
+    for g, li, dp, p3, ov, gerr, best, res, skipped in raw:
+        err = gerr
+        if best is None:
+            why = "no candidate plan" + (": " + "; ".join(r for _, r in skipped) if skipped else "")
+            err = why if err is None else err + "; " + why
+        out.append(
+            SweepRow(
+                gbs=g,
+                seps=tuple(layouts[li].seps),
+                dp=dp,
+                dp_p3=p3,
+                dp_overlap=ov,
+                hybrid=None if best is None else best.speedup,
+                stages=None if best is None else best.stages,
+                label=None if best is None else best.label,
+                rp=None if best is None else best.rp,
+                error=err,
+                candidates=res,
+                skipped=skipped,
+            )
+        )
+    return out
