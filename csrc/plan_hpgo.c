@@ -241,6 +241,8 @@ typedef struct dp {
     int prune;
     double bound;
     cmap_t *A;          /* L * i */
+    uint8_t *alive;     /* L * i: A[k][m] can still be a transition source */
+    int32_t *n_alive;   /* L: alive rows of state k */
     cc_slot_t *cc;      /* candidate cache, open addressing */
     size_t cc_cap, cc_n;
     /* scratch for the replica enumeration */
@@ -432,13 +434,11 @@ static cc_slot_t *candidates(dp_t *d, const hpgo_gpuset_t *key, int32_t mp)
     return s;
 }
 
+static void dp_reset(dp_t *d);
+
 static void dp_free(dp_t *d)
 {
-    if (d->A) {
-        for (size_t a = 0; a < (size_t)d->L * (size_t)d->i; a++)
-            free(d->A[a].e);
-        free(d->A);
-    }
+    dp_reset(d);
     for (size_t a = 0; a < d->cc_cap; a++)
         if (d->cc[a].mp)
             free(d->cc[a].list);
@@ -450,43 +450,118 @@ static void dp_free(dp_t *d)
 
 /* --------------------------------------------------------------- DP 7.3 */
 
+/* Can cell (j, m) lie on a plan that ends in A[L-1][i-1] with a value of at
+ * most the bound?  Every remaining stage needs at least one state (straight:
+ * one unit each), and by the mediant inequality the slowest remaining stage
+ * takes at least the remaining compute over the remaining GPUs; the relative
+ * margin of 1e-9 covers the rounding of the differences of prefix sums many
+ * times over.  Rows that cannot influence the final cell are never built. */
+static int row_useful(const dp_t *d, int32_t j, int32_t m)
+{
+    int32_t L = d->L, i = d->i;
+    if (!d->prune)
+        return 1; /* exhaustive: HPGO's literal programme */
+    if (m == i - 1)
+        return j == L - 1;
+    if (j == L - 1)
+        return 0;
+    if (d->straight && L - 1 - j < i - 1 - m)
+        return 0;
+    double rem = hpgo_model_ct(d->m, j + 1, L - 1) / (double)((i - 1 - m) * d->rp);
+    return !(rem > d->bound + 1e-9 * (d->bound > 0 ? d->bound : 1.0));
+}
+
+/* split_concat_all2all_time specialised for the DP (same arithmetic as
+ * hpgo_topo_split_concat_time): machine masks make "GPUs of F outside T's
+ * machine" two popcounts. */
+static double dp_transfer(const dp_t *d, const hpgo_gpuset_t *from, const hpgo_gpuset_t *to,
+                          double bytes)
+{
+    const hpgo_topo_t *t = d->t;
+    int32_t lo = hpgo_gpuset_min(to);
+    int32_t mt = t->machine_of[lo];
+    int32_t hi = -1;
+    for (int w = d->nw - 1; w >= 0; w--)
+        if (to->w[w]) {
+            hi = w * 64 + 63 - __builtin_clzll(to->w[w]);
+            break;
+        }
+    if (t->machine_of[hi] != mt)
+        return bytes / HPGO_ETHERNET_NCCL_BW;
+    int32_t mlo = mt ? t->seps[mt - 1] : 0, mhi = t->seps[mt];
+    int32_t nf = 0, nin = 0;
+    for (int w = 0; w < d->nw; w++) {
+        uint64_t f = from->w[w];
+        if (!f)
+            continue;
+        nf += __builtin_popcountll(f);
+        int32_t b0 = w * 64, b1 = b0 + 64;
+        int32_t a = mlo > b0 ? mlo : b0, b = mhi < b1 ? mhi : b1;
+        if (a < b) {
+            uint64_t mask = (b - a == 64) ? ~0ull : (((1ull << (b - a)) - 1) << (a - b0));
+            nin += __builtin_popcountll(f & mask);
+        }
+    }
+    int32_t nc = nf - nin;
+    if (nc > 0)
+        return bytes / (double)nf * (double)nc / HPGO_ETHERNET_BW;
+    return bytes / HPGO_NVLINK_BW;
+}
+
+static int dp_init_cell(dp_t *d, int32_t j, int32_t mm)
+{
+    cell_t c;
+    memset(&c, 0, sizeof c);
+    double v = hpgo_model_ct(d->m, 0, j) / (double)(mm + 1) / (double)d->rp;
+    c.value = v > 0.0 ? v : 0.0;
+    c.split_k = -1;
+    c.split_m = -1;
+    c.units = mm + 1;
+    c.from = -1;
+    for (int32_t g = 0; g < (mm + 1) * d->rp; g++)
+        hpgo_gpuset_add(&c.gpus, g);
+    c.key = c.gpus;
+    cmap_t *mp = AT(d, j, mm);
+    mp->has_ph = 1;
+    mp->ph = c;
+    return cmap_put(mp, &c, d->nw);
+}
+
 static int dp_run(dp_t *d, hpgo_err_t *err)
 {
     const hpgo_model_t *m = d->m;
     int32_t L = d->L, i = d->i, rp = d->rp, nw = d->nw;
     d->A = calloc((size_t)L * (size_t)i, sizeof(cmap_t));
-    if (!d->A)
+    d->alive = calloc((size_t)L * (size_t)i, 1);
+    d->n_alive = calloc((size_t)L, sizeof(int32_t));
+    if (!d->A || !d->alive || !d->n_alive)
         return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
-    /* initial data-parallel blocks */
+    /* initial data-parallel blocks (only rows that can matter) */
     int32_t minit = d->straight ? 1 : i;
-    for (int32_t j = 0; j < L; j++) {
-        for (int32_t mm = 0; mm < minit; mm++) {
-            cell_t c;
-            memset(&c, 0, sizeof c);
-            double v = hpgo_model_ct(m, 0, j) / (double)(mm + 1) / (double)rp;
-            c.value = v > 0.0 ? v : 0.0;
-            c.split_k = -1;
-            c.split_m = -1;
-            c.units = mm + 1;
-            c.from = -1;
-            for (int32_t g = 0; g < (mm + 1) * rp; g++)
-                hpgo_gpuset_add(&c.gpus, g);
-            c.key = c.gpus;
-            cmap_t *mp = AT(d, j, mm);
-            mp->has_ph = 1;
-            mp->ph = c;
-            if (cmap_put(mp, &c, nw) < 0)
+    for (int32_t j = 0; j < L; j++)
+        for (int32_t mm = 0; mm < minit; mm++)
+            if (row_useful(d, j, mm) && dp_init_cell(d, j, mm) < 0)
                 return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
-        }
-    }
-    d->prune = d->prune && !d->straight;
-    if (d->prune)
-        d->bound = AT(d, L - 1, i - 1)->ph.value;
     /* keys are occupancy vectors of length N; HPGO skips keys longer than
      * i * rp, i.e. every key when i does not divide N (quirk 2) */
     int transitions = (d->N <= i * rp);
     for (int32_t mm = 1; mm < i && transitions; mm++) {
+        /* row mm - 1 is final now: note which of its maps can be sources
+         * (the PH test of 7.3, and with pruning a cell within the bound) */
+        for (int32_t k = 0; k < L; k++) {
+            const cmap_t *src = AT(d, k, mm - 1);
+            int ok = src->n > 0 && src->has_ph && !src->ph_none && !(src->ph.value < -0.5);
+            if (ok && d->prune) {
+                ok = 0;
+                for (int32_t e = 0; e < src->n && !ok; e++)
+                    ok = !(src->e[e].value > d->bound);
+            }
+            d->alive[(size_t)k * i + (size_t)(mm - 1)] = (uint8_t)ok;
+            d->n_alive[k] += ok;
+        }
         for (int32_t j = 1; j < L; j++) {
+            if (!row_useful(d, j, mm))
+                continue;
             cmap_t *dst = AT(d, j, mm);
             cell_t best;
             int best_none = 1;
@@ -498,18 +573,20 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
             const int32_t *preds = hpgo_model_preds(m, j, &np);
             for (int32_t pi = 0; pi < np; pi++) {
                 int32_t k = preds[pi];
+                if (!d->n_alive[k])
+                    continue;
                 int32_t mpmax = d->straight ? 1 : mm;
                 double oa2 = 2.0 * hpgo_model_oa(m, k);
                 double ct = hpgo_model_ct(m, k + 1, j);
                 if (ct < -0.5)
                     continue;
                 for (int32_t mp = 1; mp <= mpmax; mp++) {
+                    if (!d->alive[(size_t)k * i + (size_t)(mm - mp)])
+                        continue;
                     double t_st = ct / (double)(mp * rp);
                     if (d->prune && t_st > d->bound)
                         continue;
                     cmap_t *src = AT(d, k, mm - mp);
-                    if (!src->has_ph || src->ph_none || src->ph.value < -0.5)
-                        continue;
                     for (int32_t e = 0; e < src->n; e++) {
                         const cell_t *cell = &src->e[e];
                         if (d->prune && cell->value > d->bound)
@@ -520,14 +597,20 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
                                                 "out of memory in the planner");
                         for (int32_t c = 0; c < cs->n; c++) {
                             const cand_t *cd = &cs->list[c];
-                            double t_in =
-                                hpgo_topo_split_concat_time(d->t, &cell->gpus, &cd->gpus, oa2);
                             double tv = cell->value;
                             if (t_st > tv)
                                 tv = t_st;
+                            if (d->prune && tv > d->bound)
+                                continue;
+                            double t_in = dp_transfer(d, &cell->gpus, &cd->gpus, oa2);
                             if (t_in > tv)
                                 tv = t_in;
                             if (d->prune && tv > d->bound)
+                                continue;
+                            int32_t pos;
+                            cell_t *ex = cmap_find(dst, &cd->occ, nw, &pos);
+                            int better = best_none || tv < best.value;
+                            if (!better && ex && !(tv < ex->value))
                                 continue;
                             cell_t nc;
                             nc.value = tv;
@@ -537,12 +620,10 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
                             nc.from = e;
                             nc.key = cd->occ;
                             nc.gpus = cd->gpus;
-                            if (best_none || tv < best.value) {
+                            if (better) {
                                 best = nc;
                                 best_none = 0;
                             }
-                            int32_t pos;
-                            cell_t *ex = cmap_find(dst, &cd->occ, nw, &pos);
                             if (!ex || tv < ex->value) {
                                 if (cmap_put(dst, &nc, nw) < 0)
                                     return hpgo_err_set(err, HPGO_E_NOMEM, 0,
@@ -559,6 +640,20 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
         }
     }
     return HPGO_OK;
+}
+
+static void dp_reset(dp_t *d)
+{
+    free(d->alive);
+    free(d->n_alive);
+    d->alive = NULL;
+    d->n_alive = NULL;
+    if (d->A) {
+        for (size_t a = 0; a < (size_t)d->L * (size_t)d->i; a++)
+            free(d->A[a].e);
+        free(d->A);
+        d->A = NULL;
+    }
 }
 
 void hpgo_candidate_clear(hpgo_candidate_t *c)
@@ -598,7 +693,66 @@ int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int st
     d.straight = straight;
     d.prune = !(opts && opts->exhaustive);
     out->rp = d.rp;
-    int rc = dp_run(&d, err);
+    double t1 = hpgo_model_total_time(m);
+    double lb = t1 / (double)i / (double)d.rp;
+    if (lb < 0.0)
+        lb = 0.0;
+    int rc;
+    if (d.N > i * d.rp) {
+        /* i does not divide N: HPGO's key-length test discards every
+         * transition (quirk 2), so the final cell is its initial value */
+        if (straight) {
+            cand_fail(out, "no plan: %d does not divide the %d GPUs (HPGO panics here)", i,
+                      d.N);
+            return HPGO_OK;
+        }
+        double T = lb;
+        out->block_time = T;
+        if (T < 0.001) {
+            out->status = HPGO_E_NOPLAN;
+            snprintf(out->reason, sizeof out->reason,
+                     "slowest pipeline block takes %.3g s, under HPGO's 1 ms resolution "
+                     "(HPGO panics with \"ppl time error\"); use a larger batch or model",
+                     T);
+            return HPGO_OK;
+        }
+        out->stages = malloc(sizeof *out->stages);
+        if (!out->stages)
+            return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
+        memset(out->stages, 0, sizeof *out->stages);
+        out->stages[0].a = 0;
+        out->stages[0].b = d.L - 1;
+        out->stages[0].units = i;
+        for (int32_t g = 0; g < i * d.rp; g++)
+            hpgo_gpuset_add(&out->stages[0].gpus, g);
+        out->n_stages = 1;
+        out->status = HPGO_OK;
+        out->speedup = hpgo_analytical_speedup(m, t, d.rp, T, out->stages, 1);
+        return HPGO_OK;
+    }
+    if (!straight) {
+        /* the initial data-parallel value of the final cell bounds the result */
+        d.bound = lb;
+        rc = dp_run(&d, err);
+    } else {
+        /* no initial value: bound the search with growing guesses; a run
+         * that finds a final cell within its bound found exactly HPGO's
+         * (every cell it kept is the original's, see the DESIGN note), and
+         * the last try is unbounded */
+        double guess = lb > 0.0 ? lb * 1.25 : 1e-3;
+        for (int attempt = 0;; attempt++) {
+            d.prune = d.prune && attempt < 8;
+            d.bound = guess;
+            rc = dp_run(&d, err);
+            if (rc != HPGO_OK || !d.prune)
+                break;
+            const cmap_t *fin = AT(&d, d.L - 1, i - 1);
+            if (fin->has_ph && !fin->ph_none)
+                break;
+            dp_reset(&d);
+            guess *= 2.0;
+        }
+    }
     if (rc != HPGO_OK) {
         dp_free(&d);
         return rc;
@@ -747,11 +901,24 @@ typedef struct orch_job {
     hpgo_orch_t *o;
     int *rcs;
     hpgo_err_t *errs;
+    const int32_t *order; /* expensive candidates first */
 } orch_job_t;
+
+/* Rough cost rank of a candidate: DPs whose width divides N do real work,
+ * growing with the width; the others are closed formulas. */
+static int64_t cand_cost(const hpgo_candidate_t *c, int32_t N)
+{
+    if (c->kind == HPGO_CAND_BIPARTITION)
+        return (int64_t)N;
+    if (N % c->i != 0)
+        return 0;
+    return (int64_t)c->i * c->i * (c->kind == HPGO_CAND_STRAIGHT ? 4 : 1) + N;
+}
 
 static void orch_run_one(void *ctx, int64_t job)
 {
     orch_job_t *J = ctx;
+    job = J->order[job];
     hpgo_candidate_t *c = &J->o->cands[job];
     if (c->kind == HPGO_CAND_BIPARTITION)
         J->rcs[job] = hpgo_bipartition(J->m, J->t, c, &J->errs[job]);
@@ -792,8 +959,22 @@ int hpgo_orchestrate(const hpgo_model_t *m, const hpgo_topo_t *t, const hpgo_pla
     if (N > 1)
         o->cands[n++].kind = HPGO_CAND_BIPARTITION;
     o->n = n;
-    orch_job_t J = {m, t, opts, o, rcs, errs};
-    int rc = hpgo_pool_map(opts ? opts->threads : 0, n, orch_run_one, &J, err);
+    int32_t order[n > 0 ? n : 1];
+    for (int32_t a = 0; a < n; a++)
+        order[a] = a;
+    for (int32_t a = 1; a < n; a++) { /* stable insertion sort, cost descending */
+        int32_t x = order[a], b = a;
+        while (b > 0 && cand_cost(&o->cands[order[b - 1]], N) < cand_cost(&o->cands[x], N)) {
+            order[b] = order[b - 1];
+            b--;
+        }
+        order[b] = x;
+    }
+    int threads = opts ? opts->threads : 0;
+    if (threads == 0 && (int64_t)m->L * N * N < 20000)
+        threads = 1; /* small case: starting threads costs more than it saves */
+    orch_job_t J = {m, t, opts, o, rcs, errs, order};
+    int rc = hpgo_pool_map(threads, n, orch_run_one, &J, err);
     if (rc != HPGO_OK) {
         free(rcs);
         free(errs);
