@@ -227,6 +227,11 @@ const char *hpgo_model_label(const hpgo_model_t *m, int32_t j)
     return m->data->label[j];
 }
 
+const double *hpgo_model_ct_prefix(const hpgo_model_t *m)
+{
+    return m->data->ct;
+}
+
 double hpgo_model_total_time(const hpgo_model_t *m)
 {
     return hpgo_model_ct(m, 0, m->L - 1);

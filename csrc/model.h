@@ -58,6 +58,11 @@ const int32_t *hpgo_model_preds(const hpgo_model_t *m, int32_t j, int32_t *n);
 /* label (DESC) of state j. */
 const char *hpgo_model_label(const hpgo_model_t *m, int32_t j);
 
+/* The unscaled per-state prefix sums behind CT (seconds per pbs batch, L
+ * entries) for hot loops that rebuild CT entries themselves: an entry is
+ * (row 0 ? ct[c] : ct[c] - ct[r-1]) times each of m->factors in turn. */
+const double *hpgo_model_ct_prefix(const hpgo_model_t *m);
+
 /* T1 = CT[0][L-1]: one gbs iteration on one GPU, seconds. */
 double hpgo_model_total_time(const hpgo_model_t *m);
 /* P = PA[0][L-1], bytes. */

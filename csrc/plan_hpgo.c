@@ -37,24 +37,24 @@
 
 /* ---------------------------------------------------------------- bitsets */
 
-static inline int set_cmp(const hpgo_gpuset_t *a, const hpgo_gpuset_t *b, int nw)
+static inline int set_cmp(const uint64_t *a, const uint64_t *b, int nw)
 {
     /* HPGO key order: boolean vectors compared lexicographically from GPU 0,
      * false < true. */
     for (int w = 0; w < nw; w++) {
-        uint64_t x = a->w[w] ^ b->w[w];
+        uint64_t x = a[w] ^ b[w];
         if (x) {
             int bit = __builtin_ctzll(x);
-            return ((a->w[w] >> bit) & 1u) ? 1 : -1;
+            return ((a[w] >> bit) & 1u) ? 1 : -1;
         }
     }
     return 0;
 }
 
-static inline int set_eq(const hpgo_gpuset_t *a, const hpgo_gpuset_t *b, int nw)
+static inline int set_eq(const uint64_t *a, const uint64_t *b, int nw)
 {
     for (int w = 0; w < nw; w++)
-        if (a->w[w] != b->w[w])
+        if (a[w] != b[w])
             return 0;
     return 1;
 }
@@ -66,11 +66,11 @@ static inline void set_or(hpgo_gpuset_t *d, const hpgo_gpuset_t *a, const hpgo_g
         d->w[w] = a->w[w] | b->w[w];
 }
 
-static inline uint64_t set_hash(const hpgo_gpuset_t *a, int nw, uint64_t seed)
+static inline uint64_t set_hash(const uint64_t *a, int nw, uint64_t seed)
 {
     uint64_t h = 1469598103934665603ull ^ seed;
     for (int w = 0; w < nw; w++) {
-        h ^= a->w[w];
+        h ^= a[w];
         h *= 1099511628211ull;
         h ^= h >> 29;
     }
@@ -166,7 +166,7 @@ int hpgo_next_cards(const hpgo_topo_t *t, const hpgo_gpuset_t *occ, int32_t need
     for (int a = 0; a < count; a++) {
         int dup = 0;
         for (int b = 0; b < n; b++)
-            if (set_eq(&out[a], &out[b], HPGO_GPUSET_WORDS))
+            if (set_eq(out[a].w, out[b].w, HPGO_GPUSET_WORDS))
                 dup = 1;
         if (!dup)
             out[n++] = out[a];
@@ -202,22 +202,26 @@ double hpgo_analytical_speedup(const hpgo_model_t *m, const hpgo_topo_t *t, int3
 
 /* ------------------------------------------------------------- DP tables */
 
+/* A cell is this header followed by two bitsets of nw words each: its key
+ * (occupancy after the stage) and its stage's GPUs.  Variable width keeps a
+ * 16-GPU cell at 40 bytes while allowing up to HPGO_MAX_GPUS. */
 typedef struct cell {
     double value;
     int32_t split_k;  /* previous stage ends at state split_k; -1: no split */
     int32_t split_m;
     int32_t units;
     int32_t from;     /* index of the predecessor entry in A[split_k][split_m] */
-    hpgo_gpuset_t key;
-    hpgo_gpuset_t gpus;
 } cell_t;
 
+#define CKEY(c) ((uint64_t *)((cell_t *)(c) + 1))
+#define CGPUS(c, nw) (CKEY(c) + (nw))
+
 typedef struct cmap {
-    cell_t *e;
+    unsigned char *buf; /* n cells of `stride` bytes, sorted by key */
     int32_t n, cap;
-    int has_ph;       /* PH cell present */
-    int ph_none;      /* PH value is "none" */
-    cell_t ph;
+    int8_t has_ph;      /* PH cell present */
+    int8_t ph_none;     /* PH value is "none" */
+    int32_t ph;         /* index of the PH cell (always the entry at its key) */
 } cmap_t;
 
 typedef struct cand {
@@ -237,12 +241,15 @@ typedef struct dp {
     const hpgo_model_t *m;
     const hpgo_topo_t *t;
     int32_t L, N, i, rp, nw;
+    size_t stride;      /* bytes per cell */
     int straight;
     int prune;
     double bound;
     cmap_t *A;          /* L * i */
-    uint8_t *alive;     /* L * i: A[k][m] can still be a transition source */
-    int32_t *n_alive;   /* L: alive rows of state k */
+    int32_t *n_alive;   /* L: rows of state k that can still be transition sources */
+    int32_t *alive_m;   /* L * i: which rows (ascending), alive_m[k * i + a] */
+    double *oa2;        /* L: 2 * OA[k], forward + backward transfer bytes */
+    const double *ctp;  /* unscaled prefix sums of CT */
     cc_slot_t *cc;      /* candidate cache, open addressing */
     size_t cc_cap, cc_n;
     /* scratch for the replica enumeration */
@@ -255,17 +262,24 @@ typedef struct dp {
 
 #define AT(d, j, m) (&(d)->A[(size_t)(j) * (size_t)(d)->i + (size_t)(m)])
 
-static cell_t *cmap_find(const cmap_t *mp, const hpgo_gpuset_t *key, int nw, int32_t *pos)
+static inline cell_t *cmap_at(const cmap_t *mp, size_t stride, int32_t idx)
+{
+    return (cell_t *)(mp->buf + (size_t)idx * stride);
+}
+
+static cell_t *cmap_find(const cmap_t *mp, size_t stride, const uint64_t *key, int nw,
+                         int32_t *pos)
 {
     int32_t lo = 0, hi = mp->n;
     while (lo < hi) {
         int32_t mid = (lo + hi) / 2;
-        int c = set_cmp(&mp->e[mid].key, key, nw);
-        if (c == 0) {
+        cell_t *c = cmap_at(mp, stride, mid);
+        int r = set_cmp(CKEY(c), key, nw);
+        if (r == 0) {
             *pos = mid;
-            return &mp->e[mid];
+            return c;
         }
-        if (c < 0)
+        if (r < 0)
             lo = mid + 1;
         else
             hi = mid;
@@ -274,24 +288,26 @@ static cell_t *cmap_find(const cmap_t *mp, const hpgo_gpuset_t *key, int nw, int
     return NULL;
 }
 
-static int cmap_put(cmap_t *mp, const cell_t *c, int nw)
+/* Store c (stride bytes) at its key, replacing an entry with the same key. */
+static int cmap_put(cmap_t *mp, size_t stride, const cell_t *c, int nw)
 {
     int32_t pos;
-    cell_t *e = cmap_find(mp, &c->key, nw, &pos);
+    cell_t *e = cmap_find(mp, stride, CKEY(c), nw, &pos);
     if (e) {
-        *e = *c;
+        memcpy(e, c, stride);
         return 0;
     }
     if (mp->n == mp->cap) {
-        int32_t nc = mp->cap ? mp->cap * 2 : 4;
-        cell_t *ne = realloc(mp->e, (size_t)nc * sizeof(cell_t));
-        if (!ne)
+        int32_t nc = mp->cap ? mp->cap * 2 : 2;
+        unsigned char *nb = realloc(mp->buf, (size_t)nc * stride);
+        if (!nb)
             return -1;
-        mp->e = ne;
+        mp->buf = nb;
         mp->cap = nc;
     }
-    memmove(&mp->e[pos + 1], &mp->e[pos], (size_t)(mp->n - pos) * sizeof(cell_t));
-    mp->e[pos] = *c;
+    memmove(mp->buf + (size_t)(pos + 1) * stride, mp->buf + (size_t)pos * stride,
+            (size_t)(mp->n - pos) * stride);
+    memcpy(mp->buf + (size_t)pos * stride, c, stride);
     mp->n++;
     return 0;
 }
@@ -316,7 +332,7 @@ static int seen_add(dp_t *d, const hpgo_gpuset_t *occ, int32_t round)
         for (size_t a = 0; a < d->seen_cap; a++) {
             if (d->seen_round[a] < 0)
                 continue;
-            size_t h = set_hash(&d->seen[a], d->nw, (uint64_t)d->seen_round[a]) & (nc - 1);
+            size_t h = set_hash(d->seen[a].w, d->nw, (uint64_t)d->seen_round[a]) & (nc - 1);
             while (nr[h] >= 0)
                 h = (h + 1) & (nc - 1);
             ns[h] = d->seen[a];
@@ -328,9 +344,9 @@ static int seen_add(dp_t *d, const hpgo_gpuset_t *occ, int32_t round)
         d->seen_round = nr;
         d->seen_cap = nc;
     }
-    size_t h = set_hash(occ, d->nw, (uint64_t)round) & (d->seen_cap - 1);
+    size_t h = set_hash(occ->w, d->nw, (uint64_t)round) & (d->seen_cap - 1);
     while (d->seen_round[h] >= 0) {
-        if (d->seen_round[h] == round && set_eq(&d->seen[h], occ, d->nw))
+        if (d->seen_round[h] == round && set_eq(d->seen[h].w, occ->w, d->nw))
             return 0;
         h = (h + 1) & (d->seen_cap - 1);
     }
@@ -390,7 +406,7 @@ static int replica_dfs(dp_t *d, const hpgo_gpuset_t *base, const hpgo_gpuset_t *
     return 0;
 }
 
-static cc_slot_t *candidates(dp_t *d, const hpgo_gpuset_t *key, int32_t mp)
+static cc_slot_t *candidates(dp_t *d, const uint64_t *keyw, int32_t mp)
 {
     if ((d->cc_n + 1) * 2 > d->cc_cap) {
         size_t nc = d->cc_cap ? d->cc_cap * 2 : 256;
@@ -409,13 +425,16 @@ static cc_slot_t *candidates(dp_t *d, const hpgo_gpuset_t *key, int32_t mp)
         d->cc = ns;
         d->cc_cap = nc;
     }
-    uint64_t hv = set_hash(key, d->nw, (uint64_t)mp);
+    uint64_t hv = set_hash(keyw, d->nw, (uint64_t)mp);
     size_t h = hv & (d->cc_cap - 1);
     while (d->cc[h].mp) {
-        if (d->cc[h].hash == hv && d->cc[h].mp == mp && set_eq(&d->cc[h].key, key, d->nw))
+        if (d->cc[h].hash == hv && d->cc[h].mp == mp && set_eq(d->cc[h].key.w, keyw, d->nw))
             return &d->cc[h];
         h = (h + 1) & (d->cc_cap - 1);
     }
+    hpgo_gpuset_t keyset = {{0}};
+    memcpy(keyset.w, keyw, (size_t)d->nw * sizeof(uint64_t));
+    const hpgo_gpuset_t *key = &keyset;
     d->tmp_n = 0;
     seen_reset(d);
     if (replica_dfs(d, key, key, 0, mp) < 0)
@@ -474,8 +493,26 @@ static int row_useful(const dp_t *d, int32_t j, int32_t m)
 /* split_concat_all2all_time specialised for the DP (same arithmetic as
  * hpgo_topo_split_concat_time): machine masks make "GPUs of F outside T's
  * machine" two popcounts. */
-static double dp_transfer(const dp_t *d, const hpgo_gpuset_t *from, const hpgo_gpuset_t *to,
-                          double bytes)
+static inline int32_t popcount64(uint64_t x)
+{
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (int32_t)((x * 0x0101010101010101ull) >> 56);
+}
+
+/* CT[r][c] as hpgo_model_ct computes it, inlined for the DP's hot loop. */
+static inline double ct_entry(const dp_t *d, int32_t r, int32_t c)
+{
+    double v = r == 0 ? d->ctp[c] : (c >= r ? d->ctp[c] - d->ctp[r - 1] : -1.0);
+    for (int32_t f = 0; f < d->m->n_factors; f++)
+        v *= d->m->factors[f];
+    return v;
+}
+
+/* nf = |from|: a DP cell's stage has units * rp GPUs. */
+static double dp_transfer(const dp_t *d, const uint64_t *from, int32_t nf,
+                          const hpgo_gpuset_t *to, double bytes)
 {
     const hpgo_topo_t *t = d->t;
     int32_t lo = hpgo_gpuset_min(to);
@@ -489,17 +526,16 @@ static double dp_transfer(const dp_t *d, const hpgo_gpuset_t *from, const hpgo_g
     if (t->machine_of[hi] != mt)
         return bytes / HPGO_ETHERNET_NCCL_BW;
     int32_t mlo = mt ? t->seps[mt - 1] : 0, mhi = t->seps[mt];
-    int32_t nf = 0, nin = 0;
+    int32_t nin = 0;
     for (int w = 0; w < d->nw; w++) {
-        uint64_t f = from->w[w];
+        uint64_t f = from[w];
         if (!f)
             continue;
-        nf += __builtin_popcountll(f);
         int32_t b0 = w * 64, b1 = b0 + 64;
         int32_t a = mlo > b0 ? mlo : b0, b = mhi < b1 ? mhi : b1;
         if (a < b) {
             uint64_t mask = (b - a == 64) ? ~0ull : (((1ull << (b - a)) - 1) << (a - b0));
-            nin += __builtin_popcountll(f & mask);
+            nin += popcount64(f & mask);
         }
     }
     int32_t nc = nf - nin;
@@ -508,40 +544,54 @@ static double dp_transfer(const dp_t *d, const hpgo_gpuset_t *from, const hpgo_g
     return bytes / HPGO_NVLINK_BW;
 }
 
-static int dp_init_cell(dp_t *d, int32_t j, int32_t mm)
+static int dp_init_cell(dp_t *d, int32_t j, int32_t mm, cell_t *c)
 {
-    cell_t c;
-    memset(&c, 0, sizeof c);
+    memset(c, 0, d->stride);
     double v = hpgo_model_ct(d->m, 0, j) / (double)(mm + 1) / (double)d->rp;
-    c.value = v > 0.0 ? v : 0.0;
-    c.split_k = -1;
-    c.split_m = -1;
-    c.units = mm + 1;
-    c.from = -1;
+    c->value = v > 0.0 ? v : 0.0;
+    c->split_k = -1;
+    c->split_m = -1;
+    c->units = mm + 1;
+    c->from = -1;
+    uint64_t *key = CKEY(c), *gpus = CGPUS(c, d->nw);
     for (int32_t g = 0; g < (mm + 1) * d->rp; g++)
-        hpgo_gpuset_add(&c.gpus, g);
-    c.key = c.gpus;
+        gpus[g >> 6] |= (uint64_t)1 << (g & 63);
+    memcpy(key, gpus, (size_t)d->nw * sizeof(uint64_t));
     cmap_t *mp = AT(d, j, mm);
+    if (cmap_put(mp, d->stride, c, d->nw) < 0)
+        return -1;
+    int32_t pos;
+    cmap_find(mp, d->stride, key, d->nw, &pos);
     mp->has_ph = 1;
-    mp->ph = c;
-    return cmap_put(mp, &c, d->nw);
+    mp->ph = pos;
+    return 0;
 }
 
 static int dp_run(dp_t *d, hpgo_err_t *err)
 {
     const hpgo_model_t *m = d->m;
     int32_t L = d->L, i = d->i, rp = d->rp, nw = d->nw;
+    size_t stride = d->stride;
     d->A = calloc((size_t)L * (size_t)i, sizeof(cmap_t));
-    d->alive = calloc((size_t)L * (size_t)i, 1);
     d->n_alive = calloc((size_t)L, sizeof(int32_t));
-    if (!d->A || !d->alive || !d->n_alive)
+    d->alive_m = malloc((size_t)L * (size_t)i * sizeof(int32_t));
+    d->oa2 = malloc((size_t)L * sizeof(double));
+    /* two scratch cells: the row's best and the candidate being built */
+    unsigned char *scratch = malloc(2 * stride);
+    if (!d->A || !d->n_alive || !d->alive_m || !d->oa2 || !scratch) {
+        free(scratch);
         return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
+    }
+    cell_t *best = (cell_t *)scratch, *nc = (cell_t *)(scratch + stride);
+    for (int32_t k = 0; k < L; k++)
+        d->oa2[k] = 2.0 * hpgo_model_oa(m, k);
+    d->ctp = hpgo_model_ct_prefix(m);
     /* initial data-parallel blocks (only rows that can matter) */
     int32_t minit = d->straight ? 1 : i;
     for (int32_t j = 0; j < L; j++)
         for (int32_t mm = 0; mm < minit; mm++)
-            if (row_useful(d, j, mm) && dp_init_cell(d, j, mm) < 0)
-                return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
+            if (row_useful(d, j, mm) && dp_init_cell(d, j, mm, nc) < 0)
+                goto nomem;
     /* keys are occupancy vectors of length N; HPGO skips keys longer than
      * i * rp, i.e. every key when i does not divide N (quirk 2) */
     int transitions = (d->N <= i * rp);
@@ -550,51 +600,54 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
          * (the PH test of 7.3, and with pruning a cell within the bound) */
         for (int32_t k = 0; k < L; k++) {
             const cmap_t *src = AT(d, k, mm - 1);
-            int ok = src->n > 0 && src->has_ph && !src->ph_none && !(src->ph.value < -0.5);
+            int ok = src->n > 0 && src->has_ph && !src->ph_none &&
+                     !(cmap_at(src, stride, src->ph)->value < -0.5);
             if (ok && d->prune) {
                 ok = 0;
                 for (int32_t e = 0; e < src->n && !ok; e++)
-                    ok = !(src->e[e].value > d->bound);
+                    ok = !(cmap_at(src, stride, e)->value > d->bound);
             }
-            d->alive[(size_t)k * i + (size_t)(mm - 1)] = (uint8_t)ok;
-            d->n_alive[k] += ok;
+            if (ok)
+                d->alive_m[(size_t)k * i + (size_t)d->n_alive[k]++] = mm - 1;
         }
         for (int32_t j = 1; j < L; j++) {
             if (!row_useful(d, j, mm))
                 continue;
             cmap_t *dst = AT(d, j, mm);
-            cell_t best;
             int best_none = 1;
             if (dst->has_ph && !dst->ph_none) {
-                best = dst->ph;
+                memcpy(best, cmap_at(dst, stride, dst->ph), stride);
                 best_none = 0;
             }
             int32_t np;
             const int32_t *preds = hpgo_model_preds(m, j, &np);
             for (int32_t pi = 0; pi < np; pi++) {
                 int32_t k = preds[pi];
-                if (!d->n_alive[k])
+                int32_t na = d->n_alive[k];
+                if (!na)
                     continue;
-                int32_t mpmax = d->straight ? 1 : mm;
-                double oa2 = 2.0 * hpgo_model_oa(m, k);
-                double ct = hpgo_model_ct(m, k + 1, j);
+                double oa2 = d->oa2[k];
+                double ct = ct_entry(d, k + 1, j);
                 if (ct < -0.5)
                     continue;
-                for (int32_t mp = 1; mp <= mpmax; mp++) {
-                    if (!d->alive[(size_t)k * i + (size_t)(mm - mp)])
-                        continue;
+                /* alive source rows m' of state k, mp = mm - m' ascending;
+                 * straight plans only take mp = 1 */
+                const int32_t *am = &d->alive_m[(size_t)k * i];
+                for (int32_t a = na - 1; a >= 0; a--) {
+                    int32_t mp = mm - am[a];
+                    if (d->straight && mp != 1)
+                        break;
                     double t_st = ct / (double)(mp * rp);
                     if (d->prune && t_st > d->bound)
                         continue;
-                    cmap_t *src = AT(d, k, mm - mp);
+                    const cmap_t *src = AT(d, k, mm - mp);
                     for (int32_t e = 0; e < src->n; e++) {
-                        const cell_t *cell = &src->e[e];
+                        const cell_t *cell = cmap_at(src, stride, e);
                         if (d->prune && cell->value > d->bound)
                             continue;
-                        cc_slot_t *cs = candidates(d, &cell->key, mp);
+                        cc_slot_t *cs = candidates(d, CKEY(cell), mp);
                         if (!cs)
-                            return hpgo_err_set(err, HPGO_E_NOMEM, 0,
-                                                "out of memory in the planner");
+                            goto nomem;
                         for (int32_t c = 0; c < cs->n; c++) {
                             const cand_t *cd = &cs->list[c];
                             double tv = cell->value;
@@ -602,55 +655,64 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
                                 tv = t_st;
                             if (d->prune && tv > d->bound)
                                 continue;
-                            double t_in = dp_transfer(d, &cell->gpus, &cd->gpus, oa2);
+                            double t_in =
+                                dp_transfer(d, CGPUS(cell, nw), cell->units * rp, &cd->gpus, oa2);
                             if (t_in > tv)
                                 tv = t_in;
                             if (d->prune && tv > d->bound)
                                 continue;
                             int32_t pos;
-                            cell_t *ex = cmap_find(dst, &cd->occ, nw, &pos);
-                            int better = best_none || tv < best.value;
+                            cell_t *ex = cmap_find(dst, stride, cd->occ.w, nw, &pos);
+                            int better = best_none || tv < best->value;
                             if (!better && ex && !(tv < ex->value))
                                 continue;
-                            cell_t nc;
-                            nc.value = tv;
-                            nc.split_k = k;
-                            nc.split_m = mm - mp;
-                            nc.units = mp;
-                            nc.from = e;
-                            nc.key = cd->occ;
-                            nc.gpus = cd->gpus;
+                            nc->value = tv;
+                            nc->split_k = k;
+                            nc->split_m = mm - mp;
+                            nc->units = mp;
+                            nc->from = e;
+                            memcpy(CKEY(nc), cd->occ.w, (size_t)nw * sizeof(uint64_t));
+                            memcpy(CGPUS(nc, nw), cd->gpus.w, (size_t)nw * sizeof(uint64_t));
                             if (better) {
-                                best = nc;
+                                memcpy(best, nc, stride);
                                 best_none = 0;
                             }
                             if (!ex || tv < ex->value) {
-                                if (cmap_put(dst, &nc, nw) < 0)
-                                    return hpgo_err_set(err, HPGO_E_NOMEM, 0,
-                                                        "out of memory in the planner");
+                                if (cmap_put(dst, stride, nc, nw) < 0)
+                                    goto nomem;
                             }
                         }
                     }
                 }
             }
             dst->has_ph = 1;
-            dst->ph_none = best_none;
-            if (!best_none)
-                dst->ph = best;
+            dst->ph_none = (int8_t)best_none;
+            if (!best_none) {
+                /* the best cell is always the entry stored at its key */
+                int32_t pos;
+                cmap_find(dst, stride, CKEY(best), nw, &pos);
+                dst->ph = pos;
+            }
         }
     }
+    free(scratch);
     return HPGO_OK;
+nomem:
+    free(scratch);
+    return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
 }
 
 static void dp_reset(dp_t *d)
 {
-    free(d->alive);
     free(d->n_alive);
-    d->alive = NULL;
+    free(d->alive_m);
+    free(d->oa2);
     d->n_alive = NULL;
+    d->alive_m = NULL;
+    d->oa2 = NULL;
     if (d->A) {
         for (size_t a = 0; a < (size_t)d->L * (size_t)d->i; a++)
-            free(d->A[a].e);
+            free(d->A[a].buf);
         free(d->A);
         d->A = NULL;
     }
@@ -690,6 +752,7 @@ int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int st
     d.i = i;
     d.rp = t->n / i;
     d.nw = (t->n + 63) / 64;
+    d.stride = sizeof(cell_t) + 2 * (size_t)d.nw * sizeof(uint64_t);
     d.straight = straight;
     d.prune = !(opts && opts->exhaustive);
     out->rp = d.rp;
@@ -730,6 +793,14 @@ int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int st
         out->speedup = hpgo_analytical_speedup(m, t, d.rp, T, out->stages, 1);
         return HPGO_OK;
     }
+    if (straight && d.L < i) {
+        /* i one-state-or-more stages cannot fit in fewer states */
+        cand_fail(out,
+                  "no plan with %d one-unit stages over %d layer states (HPGO panics here: "
+                  "a straight pipeline needs at least as many states as stages)",
+                  i, d.L);
+        return HPGO_OK;
+    }
     if (!straight) {
         /* the initial data-parallel value of the final cell bounds the result */
         d.bound = lb;
@@ -766,7 +837,7 @@ int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int st
         dp_free(&d);
         return HPGO_OK;
     }
-    double T = last->ph.value;
+    double T = cmap_at(last, d.stride, last->ph)->value;
     out->block_time = T;
     if (T < 0.001) {
         out->status = HPGO_E_NOPLAN;
@@ -784,7 +855,7 @@ int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int st
         dp_free(&d);
         return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
     }
-    const cell_t *c = &last->ph;
+    const cell_t *c = cmap_at(last, d.stride, last->ph);
     int32_t prev = d.L - 1;
     for (;;) {
         if (n == cap) {
@@ -797,13 +868,18 @@ int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int st
             }
             st = ns;
         }
+        hpgo_stage_t *so = &st[n++];
+        memset(so, 0, sizeof *so);
+        memcpy(so->gpus.w, CGPUS(c, d.nw), (size_t)d.nw * sizeof(uint64_t));
+        so->units = c->units;
+        so->b = prev;
         if (c->split_k < 0) {
-            st[n++] = (hpgo_stage_t){0, prev, c->units, c->gpus};
+            so->a = 0;
             break;
         }
-        st[n++] = (hpgo_stage_t){c->split_k + 1, prev, c->units, c->gpus};
+        so->a = c->split_k + 1;
         prev = c->split_k + 1;
-        c = &AT(&d, c->split_k, c->split_m)->e[c->from];
+        c = cmap_at(AT(&d, c->split_k, c->split_m), d.stride, c->from);
     }
     for (int32_t a = 0, b = n - 1; a < b; a++, b--) {
         hpgo_stage_t tmp = st[a];
