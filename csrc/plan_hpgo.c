@@ -242,6 +242,7 @@ typedef struct dp {
     const hpgo_topo_t *t;
     int32_t L, N, i, rp, nw;
     size_t stride;      /* bytes per cell */
+    size_t bytes;       /* memory held by cell maps and candidate lists */
     int straight;
     int prune;
     double bound;
@@ -288,8 +289,9 @@ static cell_t *cmap_find(const cmap_t *mp, size_t stride, const uint64_t *key, i
     return NULL;
 }
 
-/* Store c (stride bytes) at its key, replacing an entry with the same key. */
-static int cmap_put(cmap_t *mp, size_t stride, const cell_t *c, int nw)
+/* Store c (stride bytes) at its key, replacing an entry with the same key.
+ * -1: out of memory; -2: the DP's memory budget would be exceeded. */
+static int cmap_put(cmap_t *mp, size_t stride, const cell_t *c, int nw, size_t *bytes)
 {
     int32_t pos;
     cell_t *e = cmap_find(mp, stride, CKEY(c), nw, &pos);
@@ -299,9 +301,12 @@ static int cmap_put(cmap_t *mp, size_t stride, const cell_t *c, int nw)
     }
     if (mp->n == mp->cap) {
         int32_t nc = mp->cap ? mp->cap * 2 : 2;
+        if (*bytes + (size_t)(nc - mp->cap) * stride > HPGO_PLAN_MAX_BYTES)
+            return -2;
         unsigned char *nb = realloc(mp->buf, (size_t)nc * stride);
         if (!nb)
             return -1;
+        *bytes += (size_t)(nc - mp->cap) * stride;
         mp->buf = nb;
         mp->cap = nc;
     }
@@ -439,6 +444,9 @@ static cc_slot_t *candidates(dp_t *d, const uint64_t *keyw, int32_t mp)
     seen_reset(d);
     if (replica_dfs(d, key, key, 0, mp) < 0)
         return NULL;
+    d->bytes += (d->tmp_n ? d->tmp_n : 1) * sizeof(cand_t);
+    if (d->bytes > HPGO_PLAN_MAX_BYTES)
+        return NULL;
     cand_t *list = malloc((d->tmp_n ? d->tmp_n : 1) * sizeof *list);
     if (!list)
         return NULL;
@@ -549,6 +557,8 @@ static int dp_init_cell(dp_t *d, int32_t j, int32_t mm, cell_t *c)
     memset(c, 0, d->stride);
     double v = hpgo_model_ct(d->m, 0, j) / (double)(mm + 1) / (double)d->rp;
     c->value = v > 0.0 ? v : 0.0;
+    if (d->prune && c->value > d->bound)
+        return 0; /* can never be part of a plan within the bound */
     c->split_k = -1;
     c->split_m = -1;
     c->units = mm + 1;
@@ -558,8 +568,9 @@ static int dp_init_cell(dp_t *d, int32_t j, int32_t mm, cell_t *c)
         gpus[g >> 6] |= (uint64_t)1 << (g & 63);
     memcpy(key, gpus, (size_t)d->nw * sizeof(uint64_t));
     cmap_t *mp = AT(d, j, mm);
-    if (cmap_put(mp, d->stride, c, d->nw) < 0)
-        return -1;
+    int rc = cmap_put(mp, d->stride, c, d->nw, &d->bytes);
+    if (rc < 0)
+        return rc;
     int32_t pos;
     cmap_find(mp, d->stride, key, d->nw, &pos);
     mp->has_ph = 1;
@@ -583,6 +594,7 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
         return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
     }
     cell_t *best = (cell_t *)scratch, *nc = (cell_t *)(scratch + stride);
+    int put = -1;
     for (int32_t k = 0; k < L; k++)
         d->oa2[k] = 2.0 * hpgo_model_oa(m, k);
     d->ctp = hpgo_model_ct_prefix(m);
@@ -590,8 +602,8 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
     int32_t minit = d->straight ? 1 : i;
     for (int32_t j = 0; j < L; j++)
         for (int32_t mm = 0; mm < minit; mm++)
-            if (row_useful(d, j, mm) && dp_init_cell(d, j, mm, nc) < 0)
-                goto nomem;
+            if (row_useful(d, j, mm) && (put = dp_init_cell(d, j, mm, nc)) < 0)
+                goto fail;
     /* keys are occupancy vectors of length N; HPGO skips keys longer than
      * i * rp, i.e. every key when i does not divide N (quirk 2) */
     int transitions = (d->N <= i * rp);
@@ -647,7 +659,7 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
                             continue;
                         cc_slot_t *cs = candidates(d, CKEY(cell), mp);
                         if (!cs)
-                            goto nomem;
+                            goto fail;
                         for (int32_t c = 0; c < cs->n; c++) {
                             const cand_t *cd = &cs->list[c];
                             double tv = cell->value;
@@ -678,8 +690,8 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
                                 best_none = 0;
                             }
                             if (!ex || tv < ex->value) {
-                                if (cmap_put(dst, stride, nc, nw) < 0)
-                                    goto nomem;
+                                if ((put = cmap_put(dst, stride, nc, nw, &d->bytes)) < 0)
+                                    goto fail;
                             }
                         }
                     }
@@ -697,13 +709,21 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
     }
     free(scratch);
     return HPGO_OK;
-nomem:
+fail:
     free(scratch);
+    if (put == -2 || d->bytes > HPGO_PLAN_MAX_BYTES)
+        return hpgo_err_set(err, HPGO_E_LIMIT, 0,
+                            "the search for this candidate needs more than %d MiB "
+                            "(the planner's limit per candidate)",
+                            (int)(HPGO_PLAN_MAX_BYTES >> 20));
     return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
 }
 
 static void dp_reset(dp_t *d)
 {
+    if (d->A)
+        for (size_t a = 0; a < (size_t)d->L * (size_t)d->i; a++)
+            d->bytes -= (size_t)d->A[a].cap * d->stride;
     free(d->n_alive);
     free(d->alive_m);
     free(d->oa2);
@@ -756,6 +776,8 @@ int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int st
     d.straight = straight;
     d.prune = !(opts && opts->exhaustive);
     out->rp = d.rp;
+    hpgo_err_t lerr;
+    hpgo_err_clear(&lerr);
     double t1 = hpgo_model_total_time(m);
     double lb = t1 / (double)i / (double)d.rp;
     if (lb < 0.0)
@@ -804,7 +826,7 @@ int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int st
     if (!straight) {
         /* the initial data-parallel value of the final cell bounds the result */
         d.bound = lb;
-        rc = dp_run(&d, err);
+        rc = dp_run(&d, &lerr);
     } else {
         /* no initial value: bound the search with growing guesses; a run
          * that finds a final cell within its bound found exactly HPGO's
@@ -814,7 +836,7 @@ int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int st
         for (int attempt = 0;; attempt++) {
             d.prune = d.prune && attempt < 8;
             d.bound = guess;
-            rc = dp_run(&d, err);
+            rc = dp_run(&d, &lerr);
             if (rc != HPGO_OK || !d.prune)
                 break;
             const cmap_t *fin = AT(&d, d.L - 1, i - 1);
@@ -824,7 +846,15 @@ int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int st
             guess *= 2.0;
         }
     }
+    if (rc == HPGO_E_LIMIT) {
+        out->status = HPGO_E_LIMIT;
+        snprintf(out->reason, sizeof out->reason, "%s", lerr.msg);
+        dp_free(&d);
+        return HPGO_OK;
+    }
     if (rc != HPGO_OK) {
+        if (err)
+            *err = lerr;
         dp_free(&d);
         return rc;
     }

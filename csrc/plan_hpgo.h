@@ -15,6 +15,11 @@
 #include "model.h"
 #include "topo.h"
 
+/* Memory one DP candidate may use for its tables (bytes).  Past it the
+ * candidate is reported as not planned (status HPGO_E_LIMIT) instead of
+ * growing without bound; HPGO itself would run for hours on such cases. */
+#define HPGO_PLAN_MAX_BYTES ((size_t)512 << 20)
+
 typedef struct hpgo_stage {
     int32_t a;          /* first state of the stage */
     int32_t b;          /* first state of the next stage; last stage: its last state (L-1) */
@@ -28,12 +33,13 @@ typedef struct hpgo_candidate {
     int kind;           /* HPGO_CAND_* */
     int32_t i;          /* pipeline width of the DP (N for the bipartition) */
     int32_t rp;         /* pipeline replicas */
-    int status;         /* HPGO_OK, or HPGO_E_NOPLAN where HPGO panics (reason says why) */
+    int status;         /* HPGO_OK; HPGO_E_NOPLAN where HPGO panics, HPGO_E_LIMIT past
+                           HPGO_PLAN_MAX_BYTES (reason says why) */
     double speedup;     /* analytical score (single-GPU time / estimated time) */
     double block_time;  /* T: slowest pipeline element for the global batch, seconds */
     int32_t n_stages;
     hpgo_stage_t *stages; /* owned by the orchestration result */
-    char reason[200];
+    char reason[HPGO_ERRMSG_LEN];
 } hpgo_candidate_t;
 
 typedef struct hpgo_orch {
