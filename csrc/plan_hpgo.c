@@ -1065,7 +1065,13 @@ int hpgo_orchestrate(const hpgo_model_t *m, const hpgo_topo_t *t, const hpgo_pla
     if (N > 1)
         o->cands[n++].kind = HPGO_CAND_BIPARTITION;
     o->n = n;
-    int32_t order[n > 0 ? n : 1];
+    int32_t *order = malloc((size_t)(n > 0 ? n : 1) * sizeof *order);
+    if (!order) {
+        free(rcs);
+        free(errs);
+        hpgo_orch_free(o);
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
+    }
     for (int32_t a = 0; a < n; a++)
         order[a] = a;
     for (int32_t a = 1; a < n; a++) { /* stable insertion sort, cost descending */
@@ -1081,6 +1087,7 @@ int hpgo_orchestrate(const hpgo_model_t *m, const hpgo_topo_t *t, const hpgo_pla
         threads = 1; /* small case: starting threads costs more than it saves */
     orch_job_t J = {m, t, opts, o, rcs, errs, order};
     int rc = hpgo_pool_map(threads, n, orch_run_one, &J, err);
+    free(order);
     if (rc != HPGO_OK) {
         free(rcs);
         free(errs);
