@@ -16,12 +16,25 @@
  *    they are computed once per DP and cached; their depth-first enumeration
  *    skips a (round, occupancy) already expanded, whose subtree can only
  *    repeat GPU sets already emitted (first occurrence kept, as canonical);
- *  - bound pruning: U = an upper bound of the final value A[L-1][i-1][PH]
- *    (the initial data-parallel value when it exists).  Values only grow
- *    along a plan (t = max(prev, stage, transfer)), so a transition whose
- *    t > U can neither win nor be stored usefully: skipping it leaves the
- *    final value, its tie-breaking and its backtracked stages unchanged.
- *    hpgo_plan_opts_t.exhaustive = 1 turns pruning off (tests compare both).
+ *  - bound pruning with a bound U: a plan's value only grows along its
+ *    stages (t = max(prev, stage, transfer)), so with pruning every kept cell
+ *    is exactly the original's cell at that key if its value is <= U, and
+ *    absent otherwise.  If the final cell's value is <= U the result, its
+ *    tie-breaking and its backtracked stages are therefore unchanged.
+ *    Non-straight DPs use U = the final cell's initial data-parallel value;
+ *    straight DPs try growing guesses, the last try unbounded;
+ *  - rows (j, m) that cannot reach A[L-1][i-1] within U are never built:
+ *    each remaining stage needs a state, and by the mediant inequality the
+ *    slowest remaining stage takes at least the remaining compute over the
+ *    remaining GPUs (a 1e-9 relative margin covers rounding);
+ *  - widths that do not divide N make no transition in HPGO (quirk 2): their
+ *    result is the closed-form initial value;
+ *  - cells are variable-width bitsets in sorted arrays; each map remembers
+ *    its PH cell by index (the PH cell is always the entry at its own key).
+ * hpgo_plan_opts_t.exhaustive = 1 runs the literal programme (tests compare).
+ * A DP whose tables would exceed HPGO_PLAN_MAX_BYTES stops and reports its
+ * candidate as not planned (status HPGO_E_LIMIT): deterministic, unlike a
+ * time limit.
  *
  * Complexity: sum over m, j, k in preds(j), mp <= m of |A[k][m-mp]| times the
  * candidates per key; memory O(L * i * keys).  Each DP is sequential; the
