@@ -32,7 +32,8 @@
  *  - cells are variable-width bitsets in sorted arrays; each map remembers
  *    its PH cell by index (the PH cell is always the entry at its own key).
  * hpgo_plan_opts_t.exhaustive = 1 runs the literal programme (tests compare).
- * A DP whose tables would exceed HPGO_PLAN_MAX_BYTES stops and reports its
+ * A DP whose tables would exceed its memory limit (HPGO_PLAN_MAX_BYTES)
+ * stops and reports its
  * candidate as not planned (status HPGO_E_LIMIT): deterministic, unlike a
  * time limit.
  *
@@ -256,6 +257,7 @@ typedef struct dp {
     int32_t L, N, i, rp, nw;
     size_t stride;      /* bytes per cell */
     size_t bytes;       /* memory held by cell maps and candidate lists */
+    size_t max_bytes;   /* limit on bytes */
     int straight;
     int prune;
     double bound;
@@ -304,7 +306,8 @@ static cell_t *cmap_find(const cmap_t *mp, size_t stride, const uint64_t *key, i
 
 /* Store c (stride bytes) at its key, replacing an entry with the same key.
  * -1: out of memory; -2: the DP's memory budget would be exceeded. */
-static int cmap_put(cmap_t *mp, size_t stride, const cell_t *c, int nw, size_t *bytes)
+static int cmap_put(cmap_t *mp, size_t stride, const cell_t *c, int nw, size_t *bytes,
+                    size_t max_bytes)
 {
     int32_t pos;
     cell_t *e = cmap_find(mp, stride, CKEY(c), nw, &pos);
@@ -314,7 +317,7 @@ static int cmap_put(cmap_t *mp, size_t stride, const cell_t *c, int nw, size_t *
     }
     if (mp->n == mp->cap) {
         int32_t nc = mp->cap ? mp->cap * 2 : 2;
-        if (*bytes + (size_t)(nc - mp->cap) * stride > HPGO_PLAN_MAX_BYTES)
+        if (*bytes + (size_t)(nc - mp->cap) * stride > max_bytes)
             return -2;
         unsigned char *nb = realloc(mp->buf, (size_t)nc * stride);
         if (!nb)
@@ -458,7 +461,7 @@ static cc_slot_t *candidates(dp_t *d, const uint64_t *keyw, int32_t mp)
     if (replica_dfs(d, key, key, 0, mp) < 0)
         return NULL;
     d->bytes += (d->tmp_n ? d->tmp_n : 1) * sizeof(cand_t);
-    if (d->bytes > HPGO_PLAN_MAX_BYTES)
+    if (d->bytes > d->max_bytes)
         return NULL;
     cand_t *list = malloc((d->tmp_n ? d->tmp_n : 1) * sizeof *list);
     if (!list)
@@ -581,7 +584,7 @@ static int dp_init_cell(dp_t *d, int32_t j, int32_t mm, cell_t *c)
         gpus[g >> 6] |= (uint64_t)1 << (g & 63);
     memcpy(key, gpus, (size_t)d->nw * sizeof(uint64_t));
     cmap_t *mp = AT(d, j, mm);
-    int rc = cmap_put(mp, d->stride, c, d->nw, &d->bytes);
+    int rc = cmap_put(mp, d->stride, c, d->nw, &d->bytes, d->max_bytes);
     if (rc < 0)
         return rc;
     int32_t pos;
@@ -703,7 +706,7 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
                                 best_none = 0;
                             }
                             if (!ex || tv < ex->value) {
-                                if ((put = cmap_put(dst, stride, nc, nw, &d->bytes)) < 0)
+                                if ((put = cmap_put(dst, stride, nc, nw, &d->bytes, d->max_bytes)) < 0)
                                     goto fail;
                             }
                         }
@@ -724,11 +727,11 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
     return HPGO_OK;
 fail:
     free(scratch);
-    if (put == -2 || d->bytes > HPGO_PLAN_MAX_BYTES)
+    if (put == -2 || d->bytes > d->max_bytes)
         return hpgo_err_set(err, HPGO_E_LIMIT, 0,
-                            "the search for this candidate needs more than %d MiB "
-                            "(the planner's limit per candidate)",
-                            (int)(HPGO_PLAN_MAX_BYTES >> 20));
+                            "the search for this candidate needs more than %.6g MiB "
+                            "(the planner's memory limit per candidate, max_memory)",
+                            (double)d->max_bytes / 1048576.0);
     return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
 }
 
@@ -788,6 +791,7 @@ int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int st
     d.stride = sizeof(cell_t) + 2 * (size_t)d.nw * sizeof(uint64_t);
     d.straight = straight;
     d.prune = !(opts && opts->exhaustive);
+    d.max_bytes = opts && opts->max_bytes ? opts->max_bytes : HPGO_PLAN_MAX_BYTES;
     out->rp = d.rp;
     hpgo_err_t lerr;
     hpgo_err_clear(&lerr);

@@ -15,8 +15,8 @@
 #include "model.h"
 #include "topo.h"
 
-/* Memory one DP candidate may use for its tables (bytes).  Past it the
- * candidate is reported as not planned (status HPGO_E_LIMIT) instead of
+/* Default memory one DP candidate may use for its tables (bytes).  Past it
+ * the candidate is reported as not planned (status HPGO_E_LIMIT) instead of
  * growing without bound; HPGO itself would run for hours on such cases. */
 #define HPGO_PLAN_MAX_BYTES ((size_t)512 << 20)
 
@@ -34,7 +34,7 @@ typedef struct hpgo_candidate {
     int32_t i;          /* pipeline width of the DP (N for the bipartition) */
     int32_t rp;         /* pipeline replicas */
     int status;         /* HPGO_OK; HPGO_E_NOPLAN where HPGO panics, HPGO_E_LIMIT past
-                           HPGO_PLAN_MAX_BYTES (reason says why) */
+                           its memory limit (reason says why) */
     double speedup;     /* analytical score (single-GPU time / estimated time) */
     double block_time;  /* T: slowest pipeline element for the global batch, seconds */
     int32_t n_stages;
@@ -49,10 +49,12 @@ typedef struct hpgo_orch {
 } hpgo_orch_t;
 
 /* Options beyond HPGO's behaviour.  exhaustive = 1 disables the exact
- * pruning of the DP (for verification); threads: 0 = default. */
+ * pruning of the DP (for verification); threads: 0 = default; max_bytes:
+ * see HPGO_PLAN_MAX_BYTES. */
 typedef struct hpgo_plan_opts {
     int exhaustive;
     int threads;
+    size_t max_bytes; /* per-candidate table memory; 0 = HPGO_PLAN_MAX_BYTES */
 } hpgo_plan_opts_t;
 
 /* One DP candidate (7.2).  Returns HPGO_OK (out->status tells whether HPGO

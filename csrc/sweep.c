@@ -89,9 +89,11 @@ int hpgo_sweep_run(const hpgo_model_t *base, const hpgo_topo_t *const *layouts, 
         s->rows[k].layout = (int32_t)(k % n_layouts);
     }
     int threads = opts && opts->threads > 0 ? opts->threads : hpgo_default_threads();
-    sweep_ctx_t C = {base, layouts, n_layouts, gbs, {0, 1}, s, rcs, errs};
-    if (opts)
+    sweep_ctx_t C = {base, layouts, n_layouts, gbs, {0, 1, 0}, s, rcs, errs};
+    if (opts) {
         C.inner.exhaustive = opts->exhaustive;
+        C.inner.max_bytes = opts->max_bytes;
+    }
     /* few cases: parallelise inside each case instead */
     if (n < threads)
         C.inner.threads = threads;

@@ -337,3 +337,24 @@ def test_pipeline_length_recursive():
         pipeline_length_recursive([1.0], [2.0, 1.0], [0.0], 3)
     with pytest.raises(ValueError):
         pipeline_length_recursive([1.0], [2.0], [0.0], 0)
+
+
+def test_memory_limit_skips_a_candidate_deterministically():
+    m = chain_model(120, gbs=4096)
+    d = hpgo.devices_from_seps([8, 16])
+    full = hpgo.AsyncOrchestrate(m, d)
+    full.orchestrate()
+    small = hpgo.AsyncOrchestrate(m, d, max_memory=4096)
+    small.orchestrate()
+    limited = [lab for lab, why in small.skipped if "max_memory" in why]
+    assert limited, small.skipped
+    # every candidate that fits is identical to the unlimited search
+    kept = {c.label: c for c in small.res}
+    for c in full.res:
+        if c.label not in limited:
+            assert kept[c.label] == c
+    again = hpgo.AsyncOrchestrate(m, d, max_memory=4096)
+    again.orchestrate()
+    assert again.skipped == small.skipped and again.res == small.res
+    with pytest.raises(ValueError):
+        hpgo.AsyncOrchestrate(m, d, max_memory=-1)

@@ -697,24 +697,31 @@ typedef struct {
     PyObject *skipped; /* list of (label, reason) */
     int exhaustive;
     int threads;
+    size_t max_bytes;
 } OrchObject;
 
 PyDoc_STRVAR(orch_doc,
-             "AsyncOrchestrate(model, devices, *, threads=0, exhaustive=False)\n--\n\n"
+             "AsyncOrchestrate(model, devices, *, threads=0, exhaustive=False, max_memory=0)\n--\n\n"
              "HPGO's hybrid planner for a model on a cluster.  orchestrate() fills `res`\n"
              "with every candidate plan in HPGO's order; py_orchestrate() returns the best\n"
              "as (speedup, [(first_state, end_state, units, [gpu ids]), ...]).\n"
              "threads: worker threads (0 = HPGO_NUM_THREADS or all cores).  exhaustive:\n"
-             "disable the exact pruning of the search (same results, slower).");
+             "disable the exact pruning of the search (same results, slower).  max_memory:\n"
+             "bytes one candidate's search may use (0 = 512 MiB); a candidate that needs\n"
+             "more is listed in `skipped`.");
 
 static PyObject *orch_tp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"model", "devices", "threads", "exhaustive", NULL};
+    static char *kwlist[] = {"model", "devices", "threads", "exhaustive", "max_memory", NULL};
     PyObject *model, *devices;
     int threads = 0, exhaustive = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$ip:AsyncOrchestrate", kwlist, &model,
-                                     &devices, &threads, &exhaustive))
+    long long max_memory = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$ipL:AsyncOrchestrate", kwlist, &model,
+                                     &devices, &threads, &exhaustive, &max_memory))
         return NULL;
+    if (max_memory < 0)
+        return PyErr_Format(PyExc_ValueError, "max_memory must be >= 0 bytes, got %lld",
+                            max_memory);
     PyObject *module = PyType_GetModule(type);
     if (!module)
         return NULL;
@@ -737,6 +744,7 @@ static PyObject *orch_tp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     o->skipped = PyList_New(0);
     o->exhaustive = exhaustive;
     o->threads = threads;
+    o->max_bytes = (size_t)max_memory;
     PyObject_GC_Track(o);
     if (!o->res || !o->skipped) {
         Py_DECREF(o);
@@ -786,7 +794,7 @@ static int orch_run(OrchObject *o, Py_ssize_t *best_out)
     const hpgo_topo_t *t = ((DevicesObject *)o->devices)->t;
     Py_INCREF(o->devices); /* keep the topology alive while unlocked */
     PyObject *devices = o->devices;
-    hpgo_plan_opts_t opts = {o->exhaustive, o->threads};
+    hpgo_plan_opts_t opts = {o->exhaustive, o->threads, o->max_bytes};
     hpgo_orch_t *res = NULL;
     hpgo_err_t err;
     hpgo_err_clear(&err);
@@ -1014,7 +1022,7 @@ static PyObject *f_sweep(PyObject *module, PyObject *args, PyObject *kw)
     if (!(m = model_snapshot(module, model_o)))
         goto done;
     {
-        hpgo_plan_opts_t opts = {exhaustive, threads};
+        hpgo_plan_opts_t opts = {exhaustive, threads, 0};
         hpgo_sweep_t *sw = NULL;
         hpgo_err_t err;
         hpgo_err_clear(&err);
