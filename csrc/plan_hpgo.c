@@ -860,7 +860,7 @@ int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int st
             if (fin->has_ph && !fin->ph_none)
                 break;
             dp_reset(&d);
-            guess *= 2.0;
+            guess *= 3.0;
         }
     }
     if (rc == HPGO_E_LIMIT) {
