@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 from . import _core
 from .plan import STAGE_COLORS, Plan, _ranges
@@ -38,8 +38,10 @@ def _as_plan(plan: Any) -> Plan:
 def node_stages(profile: Union[PathLike, Dict[str, Any]], plan: Any) -> List[Optional[int]]:
     """Stage of every node of the profile (file order), None for nodes the
     planner dropped.  ``profile`` is a path or ``_core.read_profile``'s dict."""
-    prof = _core.read_profile(os.fspath(profile)) if not isinstance(profile, dict) else profile
+    prof: Any = profile if isinstance(profile, dict) else _core.read_profile(os.fspath(profile))
     p = _as_plan(plan)
+    if prof.get("states") is None:
+        raise ValueError("the profile was read without states")
     sets = prof["states"]["sets"]
     n_states = len(sets)
     last = p.stages[-1].last_state
@@ -79,10 +81,10 @@ def profile_dot(profile: PathLike, plan: Any = None, *, name: Optional[str] = No
     """
     if rankdir not in ("TB", "LR", "BT", "RL"):
         raise ValueError(f"rankdir must be TB, LR, BT or RL, got {rankdir!r}")
-    prof = _core.read_profile(os.fspath(profile))
+    prof: Any = _core.read_profile(os.fspath(profile))
     nodes = prof["nodes"]
     stages = node_stages(prof, plan) if plan is not None else [None] * len(nodes)
-    planned = set()
+    planned: Set[int] = set()
     for members in prof["states"]["sets"]:
         planned.update(members)
     p = _as_plan(plan) if plan is not None else None

@@ -18,9 +18,12 @@ import json
 import math
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _core
+
+if TYPE_CHECKING:
+    from .sim import SimulationResult
 
 __all__ = [
     "PLAN_FORMAT",
@@ -422,7 +425,7 @@ class Plan:
             ])
         return "\n".join(head + [""] + _format_table(cols, body))
 
-    def simulate(self, model: Any, schedule: str = "1f1b", **kwargs: Any):
+    def simulate(self, model: Any, schedule: str = "1f1b", **kwargs: Any) -> "SimulationResult":
         """Simulate this plan on ``model`` (:func:`hpgo.simulate_plan` with
         this plan's ``rp``); keyword arguments go to simulate_plan."""
         from .sim import simulate_plan

@@ -228,7 +228,7 @@ def speedup_vs_devices(data: Any, devices: Optional[Sequence[int]] = None, *,
         devs = list(data.devices)
         dp = {f"batch {b}": (devs, list(v)) for b, v in data.dp.items()}
         pp = {f"K = {k}": (devs, list(v)) for k, v in data.pp.items()}
-        panels = []
+        panels: List[Tuple[Dict[str, Tuple[List[int], List[float]]], str, Optional[str]]] = []
         if part in ("dp", "both"):
             panels.append((dp, "data parallelism", None))
         if part in ("pp", "both"):
@@ -298,7 +298,7 @@ def grid_search_scatter(rows: Iterable[Any], *, ax: Any = None, baseline: Option
         shift = 2 ** ((j - (len(order) - 1) / 2) * 0.06)
         ax.scatter([r.devices * shift for r in kinds[k]], [scale(r.throughput) for r in kinds[k]],
                    s=18, color=_KIND_COLORS[k], alpha=0.75, label=k, linewidths=0)
-    best = {}
+    best: Dict[int, Any] = {}
     for r in rows:
         if r.devices not in best or r.throughput > best[r.devices].throughput:
             best[r.devices] = r
@@ -386,9 +386,10 @@ def gantt(result: Any, *, ax: Any = None, devices: Optional[Sequence[int]] = Non
     if unit is None:
         unit, k = _time_unit(end)
     else:
-        k = {"s": 1.0, "ms": 1e3, "µs": 1e6, "us": 1e6}.get(unit)
-        if k is None:
+        factors = {"s": 1.0, "ms": 1e3, "µs": 1e6, "us": 1e6}
+        if unit not in factors:
             raise ValueError(f"unit must be 's', 'ms' or 'µs', got {unit!r}")
+        k = factors[unit]
     has_lane1 = any(e.lane == 1 for e in events)
     fig, ax = _axes(ax, (10.0, max(2.5, 0.38 * len(rows) + 1.4)))
     ypos = {d: i for i, d in enumerate(rows)}
@@ -431,8 +432,8 @@ def gantt(result: Any, *, ax: Any = None, devices: Optional[Sequence[int]] = Non
     from matplotlib.patches import Patch
 
     handles = [Patch(color=CATEGORY_COLORS[c], label=c) for c in CATEGORY_COLORS if c in used]
-    ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12 if len(rows) > 6 else -0.22),
-              ncol=len(handles), frameon=False)
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0),
+              frameon=False)
     if title is None:
         cfg = getattr(result, "config", {}) or {}
         bits = [f"iteration {result.iteration_time * k:.4g} {unit}"]
@@ -472,7 +473,7 @@ def plan_diagram(plan: Any, *, seps: Optional[Sequence[int]] = None, ax: Any = N
         n = seps[-1]
     if num_gpus is not None:
         n = max(n, int(num_gpus))
-    n_states = p.stages[-1].last_state + 1
+    n_states = n_states_total = p.stages[-1].last_state + 1
     fig, ax = _axes(ax, (9.0, max(2.6, 0.3 * n + 1.6)))
     from matplotlib.patches import Patch
 
@@ -484,16 +485,17 @@ def plan_diagram(plan: Any, *, seps: Optional[Sequence[int]] = None, ax: Any = N
             ax.broken_barh([(x0, w)], (g - 0.4, 0.8), facecolors=color, edgecolor="#555555",
                            linewidth=0.5)
         # one label per run of consecutive GPUs
-        run: List[int] = []
-        for g in list(s.gpus) + [None]:  # type: ignore[list-item]
-            if g is not None and (not run or g == run[-1] + 1):
-                run.append(g)
-                continue
-            if run:
-                ax.text(x0 + w / 2, (run[0] + run[-1]) / 2, f"stage {s.index}", ha="center",
-                        va="center", fontsize=8,
-                        bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.8))
-            run = [g] if g is not None else []
+        runs: List[List[int]] = []
+        for g in s.gpus:
+            if runs and g == runs[-1][-1] + 1:
+                runs[-1].append(g)
+            else:
+                runs.append([g])
+        # narrow stages are named in the legend only
+        for run in (runs if w >= 0.06 * n_states_total else []):
+            ax.text(x0 + w / 2, (run[0] + run[-1]) / 2, f"stage {s.index}", ha="center",
+                    va="center", fontsize=8,
+                    bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.8))
         name = f"stage {s.index}: states {s.first_state}-{s.last_state}"
         if s.first_layer:
             name += f" ({s.first_layer}" + (f" .. {s.last_layer})" if s.last_layer != s.first_layer
@@ -521,7 +523,13 @@ def plan_diagram(plan: Any, *, seps: Optional[Sequence[int]] = None, ax: Any = N
     ax.set_ylim(n - 0.5, -0.5)
     ax.set_xlim(0, n_states)
     cuts = sorted({0, n_states} | {s.first_state for s in p.stages})
-    ax.set_xticks(cuts)
+    shown: List[int] = []
+    for c in reversed(cuts):  # drop ticks closer than 4 % to the one on their right
+        if not shown or shown[-1] - c >= 0.04 * n_states or c == 0:
+            shown.append(c)
+    if len(shown) > 1 and shown[-1] == 0 and shown[-2] < 0.04 * n_states:
+        shown.pop(-2)
+    ax.set_xticks(sorted(shown))
     ax.set_xlabel("layer states (planner's units, in order)")
     ax.legend(handles=handles[:12], fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14 if n > 6 else -0.25),
               ncol=2 if len(handles) > 1 else 1, frameon=False)
