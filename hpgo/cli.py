@@ -190,7 +190,8 @@ def add_plan_subcommand(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
-def run_plan(args: Any, out: TextIO = sys.stdout) -> int:
+def run_plan(args: Any, out: Optional[TextIO] = None) -> int:
+    out = out or sys.stdout
     from .plan import candidate_plans
 
     path = _profile(args.profile)
@@ -314,7 +315,9 @@ def sweep_table(rows: Sequence[Any]) -> str:
     return "\n".join(_format_table(cols, body))
 
 
-def run_sweep(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run_sweep(args: Any, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
     path = _profile(args.profile)
     kw = _model_kwargs(args)
     gbs = parse_gbs(args.gbs)
@@ -419,7 +422,8 @@ def _sim_table(r: Any, head: str) -> str:
     return "\n".join(lines)
 
 
-def run_simulate(args: Any, out: TextIO = sys.stdout) -> int:
+def run_simulate(args: Any, out: Optional[TextIO] = None) -> int:
+    out = out or sys.stdout
     from . import sim
 
     if args.threads < 0:
