@@ -40,6 +40,7 @@ from .sim import (
     simulate_transformer,
 )
 from .sweep import SweepResult, SweepRow, sweep
+from .plan import Plan, PlanList, PlanStage, best_plan, candidate_plans
 from . import layerwise as Layerwise
 from . import utils as Utils
 
@@ -63,12 +64,17 @@ __all__ = [
     "Layer",
     "Layerwise",
     "Model",
+    "Plan",
+    "PlanList",
+    "PlanStage",
     "PlanningError",
     "SimulationResult",
     "SweepResult",
     "SweepRow",
     "Stage",
     "Utils",
+    "best_plan",
+    "candidate_plans",
     "conductor_from_torch_graph_and_seps",
     "current_ga_iter_size",
     "devices_from_seps",

@@ -1,30 +1,525 @@
 """The ``hpgo`` command line.
 
-Each subcommand lives in its own module and registers itself here through an
-``add_<name>_subcommand(subparsers)`` function whose parser sets
-``func=run(args) -> int``.
+    hpgo plan PROFILE --pbs 1 --gbs 128 --seps 8,16 [--json] [--candidates] [-o plan.json]
+    hpgo sweep PROFILE --pbs 1 --gbs 32:1024 --seps 8,16 [--csv out.csv] [--plot out.png]
+    hpgo simulate PROFILE --pbs 1 --gbs 128 --seps 8,16 [--schedule 1f1b] [--trace out.json]
+    hpgo simulate --mlp --batch-size 4096 --width 4096 --layers 64 --pp 8 --microbatches 16
+    hpgo profile zoo|torch ...
+
+Each subcommand registers itself through an ``add_<name>_subcommand``
+function whose parser sets ``func=run(args) -> int``.  Bad arguments and
+failures print one line on stderr and exit with status 2, never a
+traceback.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
 import sys
+from typing import Any, Callable, List, Optional, Sequence, TextIO
 
 from .profile_cli import add_profile_subcommand
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "parse_ints", "parse_gbs"]
+
+
+class CliError(Exception):
+    """A user error reported as one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage dump)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+# ---------------------------------------------------------------- argument types
+
+
+def parse_ints(text: str, what: str = "value") -> List[int]:
+    """"8,16" -> [8, 16]; every item a positive int."""
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            raise CliError(f"empty item in {what} {text!r}")
+        try:
+            v = int(item)
+        except ValueError:
+            raise CliError(f"{what} {text!r}: {item!r} is not an integer") from None
+        if v < 1:
+            raise CliError(f"{what} {text!r}: {v} must be >= 1")
+        out.append(v)
+    return out
+
+
+def parse_gbs(text: str) -> List[int]:
+    """Global batch sizes: a comma list whose items are N, A:B (A, 2A, 4A, ...
+    up to B) or A:B:S (A, A+S, ... up to B).  Duplicates are dropped, the
+    order kept."""
+    out: List[int] = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            raise CliError(f"empty item in --gbs {text!r}")
+        parts = item.split(":")
+        try:
+            nums = [int(p) for p in parts]
+        except ValueError:
+            raise CliError(f"--gbs item {item!r}: expected N, A:B or A:B:STEP with integers") from None
+        if len(nums) > 3:
+            raise CliError(f"--gbs item {item!r}: expected N, A:B or A:B:STEP")
+        if any(n < 1 for n in nums):
+            raise CliError(f"--gbs item {item!r}: values must be >= 1")
+        if len(nums) == 1:
+            vals = nums
+        else:
+            a, b = nums[0], nums[1]
+            if b < a:
+                raise CliError(f"--gbs item {item!r}: end {b} is below start {a}")
+            vals = []
+            v = a
+            while v <= b:
+                vals.append(v)
+                v = v * 2 if len(nums) == 2 else v + nums[2]
+                if len(vals) > 100000:
+                    raise CliError(f"--gbs item {item!r} gives more than 100000 values")
+        for v in vals:
+            if v not in out:
+                out.append(v)
+    return out
+
+
+def _seps(text: str) -> List[int]:
+    s = parse_ints(text, "--seps")
+    if any(b <= a for a, b in zip(s, s[1:])):
+        raise CliError(f"--seps {text!r} must increase (cumulative GPU counts per machine, e.g. 8,16)")
+    return s
+
+
+def _profile(path: str) -> str:
+    if not os.path.exists(path):
+        raise CliError(f"no such profile {path!r}")
+    if os.path.isdir(path):
+        g = os.path.join(path, "graph.txt")
+        if not os.path.isfile(g):
+            raise CliError(f"{path!r} is a folder without graph.txt")
+        return g
+    return path
+
+
+def _positive(name: str, v: Optional[int]) -> None:
+    if v is not None and v < 1:
+        raise CliError(f"{name} must be >= 1, got {v}")
+
+
+def _add_model_args(p: argparse.ArgumentParser, *, gbs_help: str) -> None:
+    p.add_argument("--pbs", type=int, required=True, help="batch size the profile was measured with")
+    p.add_argument("--gbs", required=True, help=gbs_help)
+    p.add_argument("--mbs", type=int, default=None, metavar="N",
+                   help="smallest micro-batch size (HPGO's min_micro_batch_size, default 1)")
+    p.add_argument("--optimizer-memory-scaling", type=int, default=None, metavar="N",
+                   help="optimizer state as a multiple of the weights (default 1)")
+    p.add_argument("--peak-activation-per-batch", type=float, default=None, metavar="BYTES",
+                   help="peak activation bytes per sample (default: from the profile)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="planner threads (0 = HPGO_NUM_THREADS or all cores)")
+
+
+def _model_kwargs(args: Any) -> dict:
+    _positive("--pbs", args.pbs)
+    _positive("--mbs", args.mbs)
+    _positive("--optimizer-memory-scaling", args.optimizer_memory_scaling)
+    if args.threads < 0:
+        raise CliError(f"--threads must be >= 0, got {args.threads}")
+    pab = args.peak_activation_per_batch
+    if pab is not None and not (math.isfinite(pab) and pab >= 0):
+        raise CliError(f"--peak-activation-per-batch must be a finite number >= 0, got {pab}")
+    return dict(min_micro_batch_size=args.mbs, optimizer_memory_scaling=args.optimizer_memory_scaling,
+                peak_activation_per_batch=pab)
+
+
+def _one_gbs(text: str) -> int:
+    vals = parse_gbs(text)
+    if len(vals) != 1:
+        raise CliError(f"--gbs must be one global batch size here, got {text!r}")
+    return vals[0]
+
+
+def _agg_plt():
+    try:
+        import matplotlib
+    except ImportError:
+        raise CliError("plots need matplotlib: pip install 'hpgo[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save_fig(fig: Any, path: str) -> None:
+    plt = _agg_plt()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- plan
+
+
+def add_plan_subcommand(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "plan", help="plan a profile (HPGO's best hybrid plan) and print it as a table",
+        description="Plan hybrid data/pipeline parallel training of a profile on a GPU layout "
+                    "and print the best plan (the one HPGO's py_orchestrate returns).",
+        epilog="example: hpgo plan profiles/transformer36-v100/graph.txt --pbs 1 --gbs 128 --seps 8,16")
+    p.add_argument("profile", help="graph.txt profile (or a folder holding one)")
+    _add_model_args(p, gbs_help="global batch size")
+    p.add_argument("--seps", required=True,
+                   help="GPU layout: cumulative GPU counts per machine, e.g. 8,16 = two machines of 8")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
+    p.add_argument("--hpgo", action="store_true", help="print HPGO's tuple (py_orchestrate's result)")
+    p.add_argument("--candidates", action="store_true", help="also list every candidate plan")
+    p.add_argument("-o", "--output", metavar="FILE", help="save the plan as JSON (hpgo.plan.Plan.load reads it)")
+    p.add_argument("--plot", metavar="PNG", help="draw the plan diagram (needs matplotlib)")
+    p.add_argument("--dot", metavar="FILE", help="layer graph coloured by stage: .dot text, or "
+                                                  ".svg/.png/.pdf when graphviz is installed")
+    p.set_defaults(func=run_plan)
+    return p
+
+
+def run_plan(args: Any, out: Optional[TextIO] = None) -> int:
+    out = out or sys.stdout
+    from .plan import candidate_plans
+
+    path = _profile(args.profile)
+    kw = _model_kwargs(args)
+    gbs = _one_gbs(args.gbs)
+    seps = _seps(args.seps)
+    plans = candidate_plans(path, args.pbs, gbs, seps, threads=args.threads, **kw)
+    if not plans:
+        raise CliError(f"no candidate plan for gbs {gbs} on seps {args.seps}")
+    best = plans.best()
+    if args.json:
+        out.write(best.to_json() + "\n")
+    elif args.hpgo:
+        out.write(repr(best.to_hpgo()) + "\n")
+    else:
+        out.write(best.table() + "\n")
+        if args.candidates:
+            out.write("\ncandidates (HPGO's order; the best is the highest speedup, the last on ties):\n")
+            out.write(plans.table() + "\n")
+    if args.output:
+        best.save(args.output)
+        print(f"wrote {args.output}", file=sys.stderr)
+    if args.plot:
+        from . import plot
+
+        _agg_plt()
+        _save_fig(plot.plan_diagram(best), args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    if args.dot:
+        from . import dot
+
+        written, rendered = dot.render(path, args.dot, best)
+        print(f"wrote {written}" + ("" if rendered or str(written) == args.dot
+                                    else " (DOT text: graphviz is not installed)"), file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------- sweep
+
+
+def add_sweep_subcommand(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "sweep", help="DAPPLE's batch-size study: DP, DP+P3, DP+overlap and best hybrid per gbs",
+        description="Sweep global batch sizes (and GPU layouts): HPGO's three data-parallel "
+                    "estimates and the best hybrid plan for each case.",
+        epilog="--gbs takes a comma list of N, A:B (A, 2A, 4A, ... <= B) or A:B:STEP items, "
+               "e.g. 32:1024 or 16,24,32:256:32.  "
+               "example: hpgo sweep profiles/xlnet-36-v100/graph.txt --pbs 1 --gbs 32:1024 "
+               "--seps 8,16 --csv xlnet.csv")
+    p.add_argument("profile", help="graph.txt profile (or a folder holding one)")
+    _add_model_args(p, gbs_help="global batch sizes: 32,64,128 or 32:1024 (doubling) or 32:256:32")
+    p.add_argument("--seps", required=True, action="append",
+                   help="GPU layout, e.g. 8,16; repeat for several layouts")
+    p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    p.add_argument("--plot", metavar="PNG", help="draw speedup against gbs (needs matplotlib)")
+    p.add_argument("--progress", dest="progress", action="store_true", default=None,
+                   help="show a progress bar (default: only when stderr is a terminal)")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.set_defaults(func=run_sweep)
+    return p
+
+
+class _Progress:
+    """A one-line progress bar on a terminal stream."""
+
+    def __init__(self, total: int, stream: TextIO, width: int = 30) -> None:
+        self.total, self.stream, self.width = total, stream, width
+        self.done = 0
+
+    def update(self, done: int, note: str = "") -> None:
+        self.done = done
+        frac = done / self.total if self.total else 1.0
+        fill = int(round(frac * self.width))
+        bar = "#" * fill + "." * (self.width - fill)
+        self.stream.write(f"\r[{bar}] {done}/{self.total} {note}\x1b[K")
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.write("\r\x1b[K")
+        self.stream.flush()
+
+
+def run_sweep_chunked(profile: Any, pbs: int, gbs: Sequence[int], layouts: Sequence[Sequence[int]],
+                      *, chunk: int = 1, callback: Optional[Callable[[int, int], None]] = None,
+                      **kw: Any):
+    """:func:`hpgo.sweep` in chunks of ``chunk`` batch sizes, calling
+    ``callback(done, total)`` after each; the rows equal one big sweep."""
+    from . import _core
+    from .sweep import SweepResult, sweep
+
+    if isinstance(profile, _core.Model):
+        model = profile
+    else:
+        model = _core.model_from_torch_graph(os.fspath(profile), pbs, pbs)
+    res = SweepResult()
+    total = len(gbs)
+    for i in range(0, total, chunk):
+        part = list(gbs[i:i + chunk])
+        res.extend(sweep(model, pbs, part, [list(s) for s in layouts], **kw))
+        if callback is not None:
+            callback(min(total, i + chunk), total)
+    return res
+
+
+def _fmt(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def sweep_table(rows: Sequence[Any]) -> str:
+    """The sweep rows as a readable text table."""
+    from .plan import _format_table
+
+    cols = ["gbs", "seps", "DP", "DP+overlap", "DP+P3", "hybrid", "stages", "rp", "label", "note"]
+    body = []
+    for r in rows:
+        body.append([str(r.gbs), ",".join(map(str, r.seps)), _fmt(r.dp), _fmt(r.dp_overlap),
+                     _fmt(r.dp_p3), _fmt(r.hybrid), "-" if r.stages is None else str(len(r.stages)),
+                     "-" if r.rp is None else str(r.rp), r.label or "-",
+                     (r.error or "")[:60]])
+    return "\n".join(_format_table(cols, body))
+
+
+def run_sweep(args: Any, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    path = _profile(args.profile)
+    kw = _model_kwargs(args)
+    gbs = parse_gbs(args.gbs)
+    layouts = [_seps(s) for s in args.seps]
+    show = args.progress if args.progress is not None else err.isatty()
+    kw = {k: v for k, v in kw.items() if v is not None}
+    if show:
+        bar = _Progress(len(gbs), err)
+        bar.update(0, "global batch sizes")
+        # chunks of about 1/20 of the work, at least one gbs each
+        chunk = max(1, math.ceil(len(gbs) / 20))
+        try:
+            res = run_sweep_chunked(path, args.pbs, gbs, layouts, chunk=chunk, threads=args.threads,
+                                    callback=lambda d, t: bar.update(d, "global batch sizes"), **kw)
+        finally:
+            bar.close()
+    else:
+        res = run_sweep_chunked(path, args.pbs, gbs, layouts, chunk=max(1, len(gbs)),
+                                threads=args.threads, **kw)
+    if args.json:
+        out.write(json.dumps(res.to_dicts(), indent=2) + "\n")
+    else:
+        out.write(sweep_table(res) + "\n")
+    if args.csv:
+        res.to_csv(args.csv)
+        print(f"wrote {args.csv}", file=err)
+    if args.plot:
+        from . import plot
+
+        _agg_plt()
+        _save_fig(plot.speedup_vs_gbs(res), args.plot)
+        print(f"wrote {args.plot}", file=err)
+    return 0
+
+
+# ---------------------------------------------------------------- simulate
+
+
+def add_simulate_subcommand(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "simulate", help="simulate one training iteration of a plan (or of DistIR's MLP)",
+        description="Simulate one iteration of the best plan of a profile (or of a saved plan) "
+                    "under a pipeline schedule, or DistIR's D/H/P-parallel MLP with --mlp; "
+                    "print per-stage times, bubbles and memory.",
+        epilog="examples: hpgo simulate profiles/transformer36-v100/graph.txt --pbs 1 --gbs 128 "
+               "--seps 8,16 --trace trace.json;  hpgo simulate --mlp --batch-size 4096 --width 4096 "
+               "--layers 64 --pp 8 --microbatches 16 --trace mlp.json")
+    p.add_argument("profile", nargs="?", help="graph.txt profile (or a folder holding one)")
+    p.add_argument("--pbs", type=int, help="batch size the profile was measured with")
+    p.add_argument("--gbs", help="global batch size")
+    p.add_argument("--seps", help="GPU layout, e.g. 8,16 (needed unless --plan is given)")
+    p.add_argument("--plan", metavar="JSON", help="simulate this saved plan (hpgo plan -o) instead of planning")
+    p.add_argument("--mbs", type=int, default=None, metavar="N", help="smallest micro-batch size")
+    p.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe", "pipedream"],
+                   help="pipeline schedule (default 1f1b, DAPPLE's early backward)")
+    p.add_argument("--link-bandwidth", type=float, default=None, metavar="BYTES_PER_S",
+                   help="point-to-point bandwidth (default 25e9, HPGO's NVLink figure)")
+    p.add_argument("--threads", type=int, default=0, help="planner threads (0 = all cores)")
+    m = p.add_argument_group("DistIR MLP (--mlp)")
+    m.add_argument("--mlp", action="store_true", help="simulate DistIR's MLP instead of a profile")
+    m.add_argument("--batch-size", type=int, default=4096)
+    m.add_argument("--width", type=int, default=4096)
+    m.add_argument("--layers", type=int, default=64)
+    m.add_argument("--dp", type=int, default=1, help="data-parallel replicas (D)")
+    m.add_argument("--tp", type=int, default=1, help="Megatron shards (H)")
+    m.add_argument("--pp", type=int, default=1, help="pipeline stages (P)")
+    m.add_argument("--microbatches", type=int, default=1, help="micro-batches (K)")
+    m.add_argument("--cost-model", default="distir-2021",
+                   choices=["distir-2021", "distir-2021-grid", "distir-2022"])
+    o = p.add_argument_group("output")
+    o.add_argument("--trace", metavar="JSON", help="write the timeline as Chrome trace / Perfetto JSON")
+    o.add_argument("--gantt", metavar="PNG", help="draw the schedule as a Gantt chart (needs matplotlib)")
+    o.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=run_simulate)
+    return p
+
+
+def _sim_summary(r: Any) -> dict:
+    return {
+        "iteration_time": r.iteration_time,
+        "throughput": r.throughput,
+        "peak_memory": r.peak_memory,
+        "config": {k: v for k, v in r.config.items() if isinstance(v, (int, float, str))},
+        "stages": [{"stage": s.stage, "busy": s.busy, "bubble": s.bubble,
+                    "max_in_flight": s.max_in_flight, "peak_bytes": s.peak_bytes,
+                    "weight_bytes": s.weight_bytes, "activation_bytes": s.activation_bytes}
+                   for s in r.stages],
+    }
+
+
+def _sim_table(r: Any, head: str) -> str:
+    from .plan import _format_table
+
+    lines = [head, f"iteration {r.iteration_time * 1e3:.3f} ms"
+             + (f", throughput {r.throughput:.2f} samples/s" if r.throughput else "")
+             + f", peak memory {r.peak_memory / 2**30:.2f} GiB", ""]
+    body = [[str(s.stage), f"{s.busy * 1e3:.3f}", f"{s.bubble * 100:.1f}%", str(s.max_in_flight),
+             f"{s.weight_bytes / 2**20:.1f}", f"{s.activation_bytes / 2**20:.1f}",
+             f"{s.peak_bytes / 2**30:.3f}"] for s in r.stages]
+    lines += _format_table(["stage", "busy ms", "bubble", "in flight", "weights MiB",
+                            "activations MiB", "peak GiB"], body)
+    return "\n".join(lines)
+
+
+def run_simulate(args: Any, out: Optional[TextIO] = None) -> int:
+    out = out or sys.stdout
+    from . import sim
+
+    if args.threads < 0:
+        raise CliError(f"--threads must be >= 0, got {args.threads}")
+    if args.mlp:
+        if args.profile or args.plan:
+            raise CliError("--mlp simulates DistIR's MLP: give no profile or --plan with it")
+        r = sim.simulate_mlp(batch_size=args.batch_size, width=args.width, layers=args.layers,
+                             dp=args.dp, tp=args.tp, pp=args.pp, microbatches=args.microbatches,
+                             cost_model=args.cost_model)
+        head = (f"DistIR MLP: batch {args.batch_size}, width {args.width}, {args.layers} layers, "
+                f"D={args.dp} H={args.tp} P={args.pp} K={args.microbatches}, {args.cost_model}")
+    else:
+        if not args.profile:
+            raise CliError("give a profile (or --mlp)")
+        path = _profile(args.profile)
+        from . import _core
+        from .plan import Plan, best_plan
+
+        plan: Any
+        if args.plan:
+            plan = Plan.load(args.plan)
+            pbs = args.pbs if args.pbs is not None else plan.pbs
+            gbs = _one_gbs(args.gbs) if args.gbs else plan.gbs
+            if pbs is None or gbs is None:
+                raise CliError("the plan file has no pbs/gbs: give --pbs and --gbs")
+        else:
+            if args.pbs is None or args.gbs is None or args.seps is None:
+                raise CliError("--pbs, --gbs and --seps are needed (or --plan FILE)")
+            pbs, gbs = args.pbs, _one_gbs(args.gbs)
+        _positive("--pbs", pbs)
+        _positive("--mbs", args.mbs)
+        model = _core.model_from_torch_graph(path, pbs, gbs)
+        if args.mbs is not None:
+            model.min_micro_batch_size = args.mbs
+        if not args.plan:
+            plan = best_plan(model, pbs, gbs, _seps(args.seps), threads=args.threads)
+        kw = {}
+        if args.link_bandwidth is not None:
+            kw["link_bandwidth"] = args.link_bandwidth
+        r = plan.simulate(model, schedule=args.schedule, **kw)
+        head = (f"plan of {path}: {plan.num_stages} stages x {plan.rp} replicas "
+                f"(planner speedup {plan.speedup:.3f}), gbs {gbs}, {args.schedule} schedule, "
+                f"{r.config.get('microbatches')} micro-batches")
+    if args.json:
+        out.write(json.dumps(_sim_summary(r), indent=2) + "\n")
+    else:
+        out.write(_sim_table(r, head) + "\n")
+    if args.trace:
+        r.to_chrome_trace(args.trace)
+        print(f"wrote {args.trace}", file=sys.stderr)
+    if args.gantt:
+        from . import plot
+
+        _agg_plt()
+        _save_fig(plot.gantt(r), args.gantt)
+        print(f"wrote {args.gantt}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------- main
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="hpgo", description="Plan and simulate hybrid parallel DNN training.")
+    ap = _Parser(prog="hpgo", description="Plan and simulate hybrid parallel DNN training.",
+                 epilog="'hpgo COMMAND --help' describes each command.")
+    from . import __version__
+
+    ap.add_argument("--version", action="version", version=f"hpgo {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    add_plan_subcommand(sub)
+    add_sweep_subcommand(sub)
+    add_simulate_subcommand(sub)
     add_profile_subcommand(sub)
     return ap
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    name = f"hpgo {args.command}"
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
+    except (CliError, ValueError, TypeError, OSError, ImportError, MemoryError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if isinstance(e, OSError) and e.filename is not None and str(e.filename) not in msg:
+            msg += f": {e.filename}"
+        print(f"{name}: error: {msg}", file=sys.stderr)
+        return 2
+    except Exception as e:  # hpgo.HpgoError and anything unexpected: still one line
+        msg = str(e).splitlines()[0] if str(e) else ""
+        print(f"{name}: error: {type(e).__name__}: {msg}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

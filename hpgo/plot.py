@@ -1,0 +1,542 @@
+"""Figures of plans, sweeps and simulations (matplotlib, an optional extra).
+
+Every function returns the matplotlib ``Figure`` it drew on and draws into
+``ax`` when one is given (a new figure otherwise):
+
+* :func:`speedup_vs_gbs`: DAPPLE's batch-size study from a
+  :class:`hpgo.SweepResult`: DP, DP + P3, DP + overlap and the best hybrid
+  plan against the global batch size.
+* :func:`speedup_vs_devices`: DistIR's Figure 3 layout, speedup against the
+  number of devices, one line per batch size / micro-batch count.
+* :func:`grid_search_scatter`: DistIR's Figure 4 layout, every configuration
+  of a grid search with the best one per device count.
+* :func:`gantt`: the schedule of a simulated iteration, one row per device,
+  forward / backward / communication coloured.
+* :func:`plan_diagram`: a plan's stages as coloured layer ranges over
+  machines and GPUs.
+
+``pip install 'hpgo[plot]'``; matplotlib is imported on first use only.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from .plan import STAGE_COLORS, Plan
+
+__all__ = [
+    "CATEGORY_COLORS",
+    "event_category",
+    "speedup_vs_gbs",
+    "speedup_vs_devices",
+    "grid_search_scatter",
+    "gantt",
+    "plan_diagram",
+]
+
+#: Colours of the Gantt chart's event categories.
+CATEGORY_COLORS = {
+    "forward": "#4e79a7",
+    "backward": "#f28e2b",
+    "communication": "#e15759",
+    "other": "#bab0ac",
+}
+
+_SERIES = (  # SweepRow field, legend label, colour, marker, line style
+    ("dp", "DP (no overlap)", "#9c9c9c", "o", ":"),
+    ("dp_overlap", "DP + overlap", "#76b7b2", "s", "--"),
+    ("dp_p3", "DP + P3", "#59a14f", "^", "-."),
+    ("hybrid", "best hybrid (hpgo)", "#e15759", "D", "-"),
+)
+_COMM_WORDS = ("send", "recv", "reduce", "gather", "scatter", "broadcast", "all2all",
+               "alltoall", "transfer", "copy")
+
+
+def _mpl():
+    try:
+        import matplotlib
+        import matplotlib.pyplot as plt
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("hpgo.plot needs matplotlib: pip install 'hpgo[plot]'") from e
+    return matplotlib, plt
+
+
+def _axes(ax: Any, figsize: Tuple[float, float]) -> Tuple[Any, Any]:
+    _, plt = _mpl()
+    if ax is None:
+        fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+        return fig, ax
+    if not hasattr(ax, "get_figure"):
+        raise TypeError(f"ax must be a matplotlib Axes, not {type(ax).__name__}")
+    return ax.get_figure(), ax
+
+
+def _get(row: Any, key: str) -> Any:
+    if isinstance(row, Mapping):
+        return row.get(key)
+    return getattr(row, key, None)
+
+
+def _log2_axis(ax: Any, values: Iterable[float], axis: str = "x") -> None:
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    vals = sorted({v for v in values if v and v > 0})
+    if axis == "x":
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(FixedLocator(vals))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticklabels([f"{v:g}" for v in vals])
+    else:
+        ax.set_yscale("log", base=2)
+        ax.yaxis.set_major_locator(FixedLocator(vals))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.set_yticklabels([f"{v:g}" for v in vals])
+
+
+# ---------------------------------------------------------------- sweep
+
+
+def speedup_vs_gbs(result: Iterable[Any], *, seps: Optional[Sequence[int]] = None,
+                   ax: Any = None, ideal: bool = True, annotate: bool = True,
+                   title: Optional[str] = None) -> Any:
+    """DAPPLE's batch-size study: speedup over one GPU against the global
+    batch size for DP (no overlap), DP + overlap, DP + P3 and the best
+    hybrid plan.
+
+    ``result``: a :class:`hpgo.SweepResult` (or rows / dicts with its
+    fields).  With several layouts in it, ``seps`` picks one; without,
+    each layout gets its own line style shade and legend entries.
+    ``ideal`` draws the GPU count as a dashed line; ``annotate`` writes
+    the number of pipeline stages next to each hybrid point.  Missing
+    values (a plan that does not fit) are left out of the lines.
+    """
+    rows = list(result)
+    if not rows:
+        raise ValueError("the sweep result has no rows")
+    layouts: List[Tuple[int, ...]] = []
+    for r in rows:
+        s = tuple(_get(r, "seps") or ())
+        if s not in layouts:
+            layouts.append(s)
+    if seps is not None:
+        want = tuple(seps)
+        if want not in layouts:
+            raise ValueError(f"seps {list(want)} is not in the sweep (it has "
+                             f"{', '.join(str(list(x)) for x in layouts)})")
+        layouts = [want]
+    fig, ax = _axes(ax, (7.0, 4.2))
+    all_gbs: List[int] = []
+    for li, lay in enumerate(layouts):
+        mine = sorted((r for r in rows if tuple(_get(r, "seps") or ()) == lay),
+                      key=lambda r: _get(r, "gbs"))
+        xs = [_get(r, "gbs") for r in mine]
+        all_gbs += xs
+        suffix = f" {list(lay)}" if len(layouts) > 1 else ""
+        alpha = 1.0 if li == 0 else max(0.35, 1.0 - 0.25 * li)
+        for key, label, color, marker, ls in _SERIES:
+            pts = [(x, _get(r, key)) for x, r in zip(xs, mine) if _get(r, key) is not None]
+            if not pts:
+                continue
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, marker=marker, color=color,
+                    alpha=alpha, label=label + suffix, markersize=5)
+            if key == "hybrid" and annotate:
+                for x, r in zip(xs, mine):
+                    st, y = _get(r, "stages"), _get(r, "hybrid")
+                    if st is None or y is None:
+                        continue
+                    ax.annotate(f"{len(st)}st", (x, y), textcoords="offset points",
+                                xytext=(0, 7), ha="center", fontsize=7, color=color)
+        if ideal and lay:
+            ax.axhline(lay[-1], color="#444444", lw=0.8, ls=(0, (4, 4)), alpha=alpha)
+            ax.annotate(f"{lay[-1]} GPUs (linear)", (0.0, lay[-1]),
+                        xycoords=("axes fraction", "data"), xytext=(4, -10),
+                        textcoords="offset points", ha="left", fontsize=8, color="#444444")
+    _log2_axis(ax, all_gbs)
+    ax.set_xlabel("global batch size")
+    ax.set_ylabel("speedup over 1 GPU")
+    top = max([lay[-1] for lay in layouts if lay and ideal] + [ax.get_ylim()[1]])
+    ax.set_ylim(0, top * 1.08)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    if title is None and len(layouts) == 1:
+        title = f"speedup against global batch size, seps {list(layouts[0])}"
+    if title:
+        ax.set_title(title, fontsize=10)
+    return fig
+
+
+# ---------------------------------------------------------------- DistIR figures
+
+
+def _series(data: Any, devices: Optional[Sequence[int]]) -> Dict[str, Tuple[List[int], List[float]]]:
+    if not isinstance(data, Mapping):
+        raise TypeError("data must be a Figure3 or a mapping of label -> speedups")
+    out = {}
+    for label, ys in data.items():
+        if isinstance(ys, Mapping):
+            pts = sorted((int(k), float(v)) for k, v in ys.items())
+            out[str(label)] = ([p[0] for p in pts], [p[1] for p in pts])
+        else:
+            ys = [float(y) for y in ys]
+            if devices is None:
+                raise ValueError("devices is needed when the speedups are plain sequences")
+            if len(ys) != len(devices):
+                raise ValueError(f"series {label!r} has {len(ys)} values for "
+                                 f"{len(devices)} device counts")
+            out[str(label)] = (list(devices), ys)
+    if not out:
+        raise ValueError("no series to plot")
+    return out
+
+
+def _devices_panel(ax: Any, series: Mapping[str, Tuple[List[int], List[float]]], ideal: bool,
+                   title: Optional[str], legend_title: Optional[str]) -> None:
+    _, plt = _mpl()
+    cmap = plt.get_cmap("viridis")
+    xs_all: List[int] = []
+    n = len(series)
+    for i, (label, (xs, ys)) in enumerate(series.items()):
+        xs_all += xs
+        ax.plot(xs, ys, "-o", color=cmap(0.15 + 0.7 * i / max(1, n - 1)), label=label,
+                markersize=4)
+    if ideal and xs_all:
+        lo, hi = min(xs_all), max(xs_all)
+        ax.plot([lo, hi], [lo, hi], color="#888888", ls="--", lw=0.8, label="linear")
+    _log2_axis(ax, xs_all)
+    ax.set_xlabel("number of devices")
+    ax.set_ylabel("speedup over 1 device")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, title=legend_title, title_fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+
+
+def speedup_vs_devices(data: Any, devices: Optional[Sequence[int]] = None, *,
+                       part: str = "both", ax: Any = None, ideal: bool = True,
+                       title: Optional[str] = None) -> Any:
+    """Speedup against the number of devices (DistIR's Figure 3 layout).
+
+    ``data``: the :func:`hpgo.distir_figure3` result (panels: data
+    parallelism, one line per batch size; pipeline parallelism, one line
+    per micro-batch count; ``part`` = "dp", "pp" or "both", which needs two
+    axes when ``ax`` is given), or a mapping ``label -> {devices: speedup}``
+    (or ``label -> speedups`` with ``devices``) for one panel of your own.
+    ``ideal`` adds the linear-speedup line.
+    """
+    if hasattr(data, "dp") and hasattr(data, "pp") and hasattr(data, "devices"):
+        if part not in ("dp", "pp", "both"):
+            raise ValueError(f"part must be 'dp', 'pp' or 'both', got {part!r}")
+        devs = list(data.devices)
+        dp = {f"batch {b}": (devs, list(v)) for b, v in data.dp.items()}
+        pp = {f"K = {k}": (devs, list(v)) for k, v in data.pp.items()}
+        panels: List[Tuple[Dict[str, Tuple[List[int], List[float]]], str, Optional[str]]] = []
+        if part in ("dp", "both"):
+            panels.append((dp, "data parallelism", None))
+        if part in ("pp", "both"):
+            panels.append((pp, f"pipeline parallelism, batch {data.pp_batch}", "micro-batches"))
+        if ax is None:
+            _, plt = _mpl()
+            fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 4.0),
+                                     layout="constrained", squeeze=False)
+            axes = list(axes[0])
+        else:
+            axes = list(ax) if isinstance(ax, (list, tuple)) or hasattr(ax, "flat") else [ax]
+            if hasattr(ax, "flat"):
+                axes = list(ax.flat)
+            if len(axes) != len(panels):
+                raise ValueError(f"part={part!r} draws {len(panels)} panel(s); got {len(axes)} axes")
+            fig = axes[0].get_figure()
+        for a, (series, t, lt) in zip(axes, panels):
+            _devices_panel(a, series, ideal, t, lt)
+        if title:
+            fig.suptitle(title, fontsize=11)
+        return fig
+    fig, ax = _axes(ax, (5.5, 4.0))
+    _devices_panel(ax, _series(data, devices), ideal, title, None)
+    return fig
+
+
+def _kind(r: Any) -> str:
+    parts = [n for n, v in (("D", r.dp), ("H", r.tp), ("P", r.pp)) if v > 1]
+    return "+".join(parts) if parts else "sequential"
+
+
+_KIND_ORDER = ("sequential", "D", "H", "P", "D+H", "D+P", "H+P", "D+H+P")
+_KIND_COLORS = dict(zip(_KIND_ORDER, ("#000000", "#4e79a7", "#f28e2b", "#59a14f", "#b07aa1",
+                                      "#76b7b2", "#edc948", "#e15759")))
+
+
+def grid_search_scatter(rows: Iterable[Any], *, ax: Any = None, baseline: Optional[float] = None,
+                        annotate: bool = True, title: Optional[str] = None) -> Any:
+    """Every configuration of a grid search (DistIR's Figure 4 layout).
+
+    ``rows``: :func:`hpgo.grid_search`'s :class:`hpgo.sim.GridRow` list.
+    y is the speedup over ``baseline`` (default: the throughput of the
+    first one-device row; throughput in samples/s when there is none), x
+    the device count; points are coloured by which of data (D), horizontal
+    (H) and pipeline (P) parallelism they use, and the best configuration
+    per device count is ringed, joined and (``annotate``) labelled
+    (D, H, P, K).
+    """
+    rows = list(rows)
+    if not rows:
+        raise ValueError("no grid-search rows to plot")
+    for r in rows:
+        for attr in ("devices", "dp", "tp", "pp", "microbatches", "throughput"):
+            if not hasattr(r, attr):
+                raise TypeError(f"rows must be hpgo GridRow objects (missing {attr!r})")
+    if baseline is None:
+        one = [r.throughput for r in rows if r.devices == 1]
+        baseline = one[0] if one else None
+    scale = (lambda t: t / baseline) if baseline else (lambda t: t)
+    fig, ax = _axes(ax, (6.5, 4.5))
+    kinds: Dict[str, List[Any]] = {}
+    for r in rows:
+        kinds.setdefault(_kind(r), []).append(r)
+    order = [k for k in _KIND_ORDER if k in kinds]
+    for j, k in enumerate(order):
+        # a small deterministic shift per kind keeps overlapping points apart
+        shift = 2 ** ((j - (len(order) - 1) / 2) * 0.06)
+        ax.scatter([r.devices * shift for r in kinds[k]], [scale(r.throughput) for r in kinds[k]],
+                   s=18, color=_KIND_COLORS[k], alpha=0.75, label=k, linewidths=0)
+    best: Dict[int, Any] = {}
+    for r in rows:
+        if r.devices not in best or r.throughput > best[r.devices].throughput:
+            best[r.devices] = r
+    bx = sorted(best)
+    ax.plot(bx, [scale(best[w].throughput) for w in bx], "-", color="#333333", lw=1, zorder=1)
+    ax.scatter(bx, [scale(best[w].throughput) for w in bx], s=110, facecolors="none",
+               edgecolors="#000000", linewidths=1.4, label="best per device count", zorder=3)
+    if annotate:
+        for w in bx:
+            b = best[w]
+            ax.annotate(f"({b.dp},{b.tp},{b.pp},{b.microbatches})\n{scale(b.throughput):.2f}"
+                        + ("x" if baseline else ""),
+                        (w, scale(b.throughput)), textcoords="offset points", xytext=(0, 9),
+                        ha="center", fontsize=7)
+    _log2_axis(ax, [r.devices for r in rows])
+    ax.set_xlabel("number of devices")
+    ax.set_ylabel("speedup over 1 device" if baseline else "throughput (samples/s)")
+    ax.margins(y=0.15)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", title="(D, H, P, K) = data, horizontal, "
+              "pipeline, micro-batches", title_fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return fig
+
+
+# ---------------------------------------------------------------- Gantt chart
+
+
+def event_category(name: str) -> str:
+    """Gantt colour class of an event name: "communication" (send, recv,
+    all-reduce, gathers, ...), "backward" ("backward" or a *Grad op),
+    "forward" or "other" (optimizer steps)."""
+    low = name.lower()
+    if any(w in low for w in _COMM_WORDS):
+        return "communication"
+    if low == "backward" or low.endswith("grad") or "backward" in low:
+        return "backward"
+    if low in ("optimizer", "update", "step", "sgd", "adam"):
+        return "other"
+    return "forward"
+
+
+def _time_unit(t: float) -> Tuple[str, float]:
+    if t < 1e-3:
+        return "µs", 1e6
+    if t < 1.0:
+        return "ms", 1e3
+    return "s", 1.0
+
+
+def gantt(result: Any, *, ax: Any = None, devices: Optional[Sequence[int]] = None,
+          annotate: bool = True, title: Optional[str] = None,
+          unit: Optional[str] = None) -> Any:
+    """The schedule of a simulated iteration as a Gantt chart.
+
+    ``result``: a :class:`hpgo.SimulationResult` simulated with its
+    timeline.  One row per device (``devices`` picks some, in that order;
+    default all), labelled with its stage; compute in the upper band,
+    asynchronous transfers (lane 1) in a thin lower band; forward,
+    backward and communication in :data:`CATEGORY_COLORS`; with
+    ``annotate`` each forward / backward box wide enough shows its
+    micro-batch.  ``unit``: "s", "ms" or "µs" (default: from the
+    iteration time).
+    """
+    for attr in ("timeline", "devices", "iteration_time"):
+        if not hasattr(result, attr):
+            raise TypeError("result must be an hpgo.SimulationResult")
+    events = result.timeline
+    if not events:
+        raise ValueError("the result has no timeline: simulate with timeline=True")
+    stage_of = {d.device: d.stage for d in result.devices}
+    present = sorted({e.device for e in events} | set(stage_of))
+    if devices is None:
+        rows = present
+    else:
+        rows = list(devices)
+        bad = [d for d in rows if d not in present]
+        if bad:
+            raise ValueError(f"devices {bad} are not in the simulation (it has {present[0]}.."
+                             f"{present[-1]})")
+    if not rows:
+        raise ValueError("no device to draw")
+    end = max(max(e.end for e in events), result.iteration_time)
+    if unit is None:
+        unit, k = _time_unit(end)
+    else:
+        factors = {"s": 1.0, "ms": 1e3, "µs": 1e6, "us": 1e6}
+        if unit not in factors:
+            raise ValueError(f"unit must be 's', 'ms' or 'µs', got {unit!r}")
+        k = factors[unit]
+    has_lane1 = any(e.lane == 1 for e in events)
+    fig, ax = _axes(ax, (10.0, max(2.5, 0.38 * len(rows) + 1.4)))
+    ypos = {d: i for i, d in enumerate(rows)}
+    # compute band and transfer band inside each row of height 1
+    bands = {0: (-0.42, 0.62 if has_lane1 else 0.84), 1: (0.24, 0.18)}
+    bars: Dict[Tuple[int, int, str], List[Tuple[float, float]]] = {}
+    for e in events:
+        if e.device not in ypos:
+            continue
+        bars.setdefault((e.device, 1 if e.lane else 0, event_category(e.name)), []).append(
+            (e.start * k, e.duration * k))
+    used = set()
+    # white edges separate boxes; they would hide boxes narrower than a few pixels
+    wide = sum(e.duration for e in events) / len(events) > end / 150
+    for (dev, lane, cat), spans in sorted(bars.items()):
+        y0, h = bands[lane]
+        ax.broken_barh(spans, (ypos[dev] + y0, h), facecolors=CATEGORY_COLORS[cat],
+                       edgecolor="white" if wide else "none", linewidth=0.3 if wide else 0)
+        used.add(cat)
+    if annotate:
+        min_w = end * k / 70.0
+        for e in events:
+            if (e.device in ypos and e.lane == 0 and e.microbatch >= 0
+                    and e.duration * k >= min_w
+                    and event_category(e.name) in ("forward", "backward")):
+                y0, h = bands[0]
+                ax.text((e.start + e.duration / 2) * k, ypos[e.device] + y0 + h / 2,
+                        str(e.microbatch), ha="center", va="center", fontsize=6, color="white")
+    labels = []
+    for d in rows:
+        st = stage_of.get(d, -1)
+        labels.append(f"device {d}" + (" (host)" if st < 0 else f" · stage {st}"))
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlim(0, end * k)
+    ax.axvline(result.iteration_time * k, color="#333333", lw=0.8, ls="--")
+    ax.set_xlabel(f"time ({unit})")
+    ax.grid(True, axis="x", alpha=0.3)
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=CATEGORY_COLORS[c], label=c) for c in CATEGORY_COLORS if c in used]
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0),
+              frameon=False)
+    if title is None:
+        cfg = getattr(result, "config", {}) or {}
+        bits = [f"iteration {result.iteration_time * k:.4g} {unit}"]
+        if "schedule" in cfg:
+            bits.insert(0, f"{cfg['schedule']} schedule")
+        if "microbatches" in cfg:
+            bits.append(f"{cfg['microbatches']} micro-batches")
+        title = ", ".join(bits)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return fig
+
+
+# ---------------------------------------------------------------- plan diagram
+
+
+def plan_diagram(plan: Any, *, seps: Optional[Sequence[int]] = None, ax: Any = None,
+                 title: Optional[str] = None, num_gpus: Optional[int] = None) -> Any:
+    """A plan's stages as coloured layer ranges over machines and GPUs.
+
+    ``plan``: a :class:`hpgo.plan.Plan` or HPGO's ``(speedup, stages)``.
+    One row per GPU (grouped by machine with ``seps``, default the plan's),
+    x the layer states; each stage is a bar of its colour over its states on
+    each of its GPUs.  GPUs the plan leaves idle are hatched.
+    """
+    p = plan if isinstance(plan, Plan) else Plan.from_hpgo(plan)
+    if seps is None:
+        seps = p.seps
+    gpus_used = sorted({g for s in p.stages for g in s.gpus})
+    n = max(gpus_used) + 1
+    if seps:
+        seps = [int(x) for x in seps]
+        if any(b <= a for a, b in zip(seps, seps[1:])) or seps[0] < 1:
+            raise ValueError(f"seps must be increasing positive ints, got {seps}")
+        if seps[-1] < n:
+            raise ValueError(f"the plan uses GPU {n - 1} but seps {seps} has {seps[-1]} GPUs")
+        n = seps[-1]
+    if num_gpus is not None:
+        n = max(n, int(num_gpus))
+    n_states = n_states_total = p.stages[-1].last_state + 1
+    fig, ax = _axes(ax, (9.0, max(2.6, 0.3 * n + 1.6)))
+    from matplotlib.patches import Patch
+
+    handles = []
+    for s in p.stages:
+        color = STAGE_COLORS[s.index % len(STAGE_COLORS)]
+        x0, w = s.first_state, s.last_state + 1 - s.first_state
+        for g in s.gpus:
+            ax.broken_barh([(x0, w)], (g - 0.4, 0.8), facecolors=color, edgecolor="#555555",
+                           linewidth=0.5)
+        # one label per run of consecutive GPUs
+        runs: List[List[int]] = []
+        for g in s.gpus:
+            if runs and g == runs[-1][-1] + 1:
+                runs[-1].append(g)
+            else:
+                runs.append([g])
+        # narrow stages are named in the legend only
+        for run in (runs if w >= 0.06 * n_states_total else []):
+            ax.text(x0 + w / 2, (run[0] + run[-1]) / 2, f"stage {s.index}", ha="center",
+                    va="center", fontsize=8,
+                    bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.8))
+        name = f"stage {s.index}: states {s.first_state}-{s.last_state}"
+        if s.first_layer:
+            name += f" ({s.first_layer}" + (f" .. {s.last_layer})" if s.last_layer != s.first_layer
+                                            else ")")
+        handles.append(Patch(facecolor=color, edgecolor="#555555", label=name))
+    idle = [g for g in range(n) if g not in set(gpus_used)]
+    for g in idle:
+        ax.broken_barh([(0, n_states)], (g - 0.4, 0.8), facecolors="none", edgecolor="#bbbbbb",
+                       hatch="///", linewidth=0.5)
+    if idle:
+        handles.append(Patch(facecolor="none", edgecolor="#bbbbbb", hatch="///", label="idle GPU"))
+    ticks = list(range(n))
+    labels = [f"GPU {g}" for g in ticks]
+    if seps:
+        start = 0
+        for m, end in enumerate(seps):
+            if m > 0:
+                ax.axhline(start - 0.5, color="#222222", lw=1.2)
+            ax.annotate(f"machine {m}", (1.0, (start + end - 1) / 2), xycoords=("axes fraction", "data"),
+                        xytext=(6, 0), textcoords="offset points", va="center", fontsize=8,
+                        rotation=90 if end - start > 2 else 0)
+            start = end
+    ax.set_yticks(ticks)
+    ax.set_yticklabels(labels, fontsize=7 if n > 16 else 8)
+    ax.set_ylim(n - 0.5, -0.5)
+    ax.set_xlim(0, n_states)
+    cuts = sorted({0, n_states} | {s.first_state for s in p.stages})
+    shown: List[int] = []
+    for c in reversed(cuts):  # drop ticks closer than 4 % to the one on their right
+        if not shown or shown[-1] - c >= 0.04 * n_states or c == 0:
+            shown.append(c)
+    if len(shown) > 1 and shown[-1] == 0 and shown[-2] < 0.04 * n_states:
+        shown.pop(-2)
+    ax.set_xticks(sorted(shown))
+    ax.set_xlabel("layer states (planner's units, in order)")
+    ax.legend(handles=handles[:12], fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14 if n > 6 else -0.25),
+              ncol=2 if len(handles) > 1 else 1, frameon=False)
+    if title is None:
+        title = (f"plan: speedup {p.speedup:.3f}, {p.num_stages} stage"
+                 f"{'s' if p.num_stages != 1 else ''} x {p.rp} replica{'s' if p.rp != 1 else ''}"
+                 + (f" ({p.label})" if p.label else ""))
+    if title:
+        ax.set_title(title, fontsize=10)
+    return fig
