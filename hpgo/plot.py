@@ -80,6 +80,18 @@ def _log2_axis(ax: Any, values: Iterable[float], axis: str = "x") -> None:
     from matplotlib.ticker import FixedLocator, NullLocator
 
     vals = sorted({v for v in values if v and v > 0})
+    if len(vals) > 10:
+        # many values (a fine sweep): label the powers of two in range only
+        lo, hi = vals[0], vals[-1]
+        p = 1
+        while p * 2 <= lo:
+            p *= 2
+        vals = []
+        while p <= hi * 1.0001:
+            if p >= lo / 1.0001:
+                vals.append(p)
+            p *= 2
+        vals = vals or [lo, hi]
     if axis == "x":
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_locator(FixedLocator(vals))
@@ -106,7 +118,7 @@ def speedup_vs_gbs(result: Iterable[Any], *, seps: Optional[Sequence[int]] = Non
     fields).  With several layouts in it, ``seps`` picks one; without,
     each layout gets its own line style shade and legend entries.
     ``ideal`` draws the GPU count as a dashed line; ``annotate`` writes
-    the number of pipeline stages next to each hybrid point.  Missing
+    the number of pipeline stages where it changes along the hybrid line.  Missing
     values (a plan that does not fit) are left out of the lines.
     """
     rows = list(result)
@@ -139,12 +151,16 @@ def speedup_vs_gbs(result: Iterable[Any], *, seps: Optional[Sequence[int]] = Non
             ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, marker=marker, color=color,
                     alpha=alpha, label=label + suffix, markersize=5)
             if key == "hybrid" and annotate:
+                # write the stage count where it changes, not at every point
+                prev = None
                 for x, r in zip(xs, mine):
                     st, y = _get(r, "stages"), _get(r, "hybrid")
-                    if st is None or y is None:
+                    if st is None or y is None or len(st) == prev:
                         continue
-                    ax.annotate(f"{len(st)}st", (x, y), textcoords="offset points",
-                                xytext=(0, 7), ha="center", fontsize=7, color=color)
+                    prev = len(st)
+                    ax.annotate(f"{len(st)} stage{'s' if len(st) > 1 else ''}", (x, y),
+                                textcoords="offset points", xytext=(0, 7), ha="center",
+                                fontsize=7, color=color)
         if ideal and lay:
             ax.axhline(lay[-1], color="#444444", lw=0.8, ls=(0, (4, 4)), alpha=alpha)
             ax.annotate(f"{lay[-1]} GPUs (linear)", (0.0, lay[-1]),
