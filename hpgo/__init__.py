@@ -40,6 +40,15 @@ from .sim import (
     simulate_transformer,
 )
 from .sweep import SweepResult, SweepRow, sweep
+from .dynpipe import (
+    LayerChain,
+    ReplanResult,
+    StragglerDetector,
+    pipeline_score,
+    replan,
+    slice_table,
+    split_batch,
+)
 from . import layerwise as Layerwise
 from . import utils as Utils
 
@@ -61,10 +70,13 @@ __all__ = [
     "Devices",
     "HpgoError",
     "Layer",
+    "LayerChain",
     "Layerwise",
     "Model",
     "PlanningError",
+    "ReplanResult",
     "SimulationResult",
+    "StragglerDetector",
     "SweepResult",
     "SweepRow",
     "Stage",
@@ -82,10 +94,14 @@ __all__ = [
     "model_from_states",
     "model_from_torch_graph",
     "optimal_ga_iter_size",
+    "pipeline_score",
+    "replan",
     "simulate_mlp",
     "simulate_mlp_batch",
     "simulate_pipeline",
     "simulate_plan",
     "simulate_transformer",
+    "slice_table",
+    "split_batch",
     "sweep",
 ]
