@@ -5,7 +5,7 @@
 DynPipe re-partitioning (hpgo.dynpipe): DynPipe's top-k search (k = 2) and
 the DP + local search, for 4 and 8 stages with a 3x slowdown on one stage;
 HAP (hpgo.hetero) chain synthesis on 2 V100 + 6 P100 for a transformer of
-L/4 blocks (4 chain layers each).  Prints the best of --repeat runs in ms.
+L/6 blocks (6 chain layers each).  Prints the best of --repeat runs in ms.
 """
 import argparse
 import os
@@ -58,15 +58,16 @@ def main():
         from hpgo import hetero as H
     except ImportError:
         return
-    print()
-    print("HAP chain synthesis, 2 V100 + 6 P100 (ms, best of %d)" % a.repeat)
-    print("%8s %8s %12s %8s" % ("blocks", "layers", "synthesis", "rounds"))
-    cl = H.hap_cluster("V100", 2, "P100", 6)
-    for blocks in (12, 24, 48, 96, 192):
-        layers = H.transformer_chain(blocks=blocks, batch=32 * 8, seq=64)
-        t = best_ms(lambda: H.plan(layers, cl), a.repeat)
-        p = H.plan(layers, cl)
-        print("%8d %8d %12.2f %8d" % (blocks, len(layers), t, p.rounds))
+    for v100, p100 in ((2, 6), (16, 48)):
+        print()
+        print("HAP chain synthesis, %d V100 + %d P100 (ms, best of %d)" % (v100, p100, a.repeat))
+        print("%8s %8s %12s %8s" % ("blocks", "layers", "synthesis", "rounds"))
+        cl = H.hap_cluster("V100", v100, "P100", p100)
+        for blocks in (12, 24, 48, 96, 192):
+            layers = H.transformer_chain(blocks=blocks, batch=32 * (v100 + p100), seq=64)
+            t = best_ms(lambda: H.plan(layers, cl), a.repeat)
+            p = H.plan(layers, cl)
+            print("%8d %8d %12.2f %8d" % (blocks, len(layers), t, p.rounds))
 
 
 if __name__ == "__main__":

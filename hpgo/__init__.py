@@ -49,6 +49,9 @@ from .dynpipe import (
     slice_table,
     split_batch,
 )
+from .hetero import HapLayer, HapPlan, hap_cluster
+from .hetero import compare as hap_compare, plan as hap_plan
+from . import dynpipe, hetero
 from . import layerwise as Layerwise
 from . import utils as Utils
 
@@ -68,6 +71,8 @@ __all__ = [
     "AsyncOrchestrate",
     "Candidate",
     "Devices",
+    "HapLayer",
+    "HapPlan",
     "HpgoError",
     "Layer",
     "LayerChain",
@@ -91,6 +96,9 @@ __all__ = [
     "dp_p3_speedup",
     "dp_speedup",
     "grid_search",
+    "hap_cluster",
+    "hap_compare",
+    "hap_plan",
     "model_from_states",
     "model_from_torch_graph",
     "optimal_ga_iter_size",

@@ -12,6 +12,7 @@
 
 #include <math.h>
 
+#include "../hetero.h"
 #include "../replan.h"
 
 /* ---- argument helpers ---------------------------------------------------------- */
@@ -494,11 +495,199 @@ done:
     return res;
 }
 
+/* ---- HAP (hetero.h) --------------------------------------------------------------- */
+
+PyDoc_STRVAR(hap_plan_doc,
+             "hap_plan(layers, flops, bandwidths, dtype_bytes, allowed, ratio_mode, ratios, "
+             "max_rounds) -> dict\n\n"
+             "layers: sequence of (kind, m, k, n, flops); bandwidths: (all_gather, "
+             "all_gather_group, all_reduce, reduce_scatter, reduce_scatter_group, all_to_all) "
+             "bytes/s; ratios: sequence or None.");
+
+static PyObject *hap_plan(PyObject *module, PyObject *args)
+{
+    PyObject *lo, *fo, *ro;
+    double bw[6], dt;
+    unsigned int allowed;
+    int mode, rounds;
+    if (!PyArg_ParseTuple(args, "OO(dddddd)dIiOi", &lo, &fo, &bw[0], &bw[1], &bw[2], &bw[3],
+                          &bw[4], &bw[5], &dt, &allowed, &mode, &ro, &rounds))
+        return NULL;
+    hpgo_hap_layer_t *layers = NULL;
+    double *flops = NULL, *ratios = NULL, *rout = NULL;
+    int32_t *strat = NULL;
+    PyObject *seq = NULL, *res = NULL;
+    Py_ssize_t nl = 0, nd = 0, nr = 0;
+    if (!(flops = get_doubles(fo, "flops", &nd)))
+        goto done;
+    if (ro != Py_None && !(ratios = get_doubles(ro, "ratios", &nr)))
+        goto done;
+    if (ratios && nr != nd) {
+        PyErr_SetString(PyExc_ValueError, "ratios need one value per device");
+        goto done;
+    }
+    if (nd > HPGO_HAP_MAX_DEVICES) {
+        PyErr_Format(PyExc_ValueError, "at most %d devices", HPGO_HAP_MAX_DEVICES);
+        goto done;
+    }
+    if (!(seq = PySequence_Fast(lo, "layers must be a sequence")))
+        goto done;
+    nl = PySequence_Fast_GET_SIZE(seq);
+    if (nl > HPGO_HAP_MAX_LAYERS) {
+        PyErr_Format(PyExc_ValueError, "at most %d layers", HPGO_HAP_MAX_LAYERS);
+        goto done;
+    }
+    layers = PyMem_Calloc((size_t)(nl > 0 ? nl : 1), sizeof *layers);
+    strat = PyMem_Calloc((size_t)(nl > 0 ? nl : 1), sizeof *strat);
+    rout = PyMem_Calloc((size_t)(nd > 0 ? nd : 1), sizeof *rout);
+    if (!layers || !strat || !rout) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nl; i++) {
+        PyObject *t = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 5) {
+            PyErr_Format(PyExc_TypeError, "layer %zd must be a 5-tuple", i);
+            goto done;
+        }
+        int32_t kind;
+        if (glue_i32(PyTuple_GET_ITEM(t, 0), "layer kind", &kind) < 0 ||
+            num_to_double(PyTuple_GET_ITEM(t, 1), "m", i, &layers[i].m) < 0 ||
+            num_to_double(PyTuple_GET_ITEM(t, 2), "k", i, &layers[i].k) < 0 ||
+            num_to_double(PyTuple_GET_ITEM(t, 3), "n", i, &layers[i].n) < 0 ||
+            num_to_double(PyTuple_GET_ITEM(t, 4), "flops", i, &layers[i].flops) < 0)
+            goto done;
+        layers[i].kind = kind;
+    }
+    hpgo_hap_problem_t pb;
+    memset(&pb, 0, sizeof pb);
+    pb.n_layers = (int32_t)nl;
+    pb.layers = layers;
+    pb.cluster.n_devices = (int32_t)nd;
+    pb.cluster.flops = flops;
+    pb.cluster.bw_allgather = bw[0];
+    pb.cluster.bw_allgather_group = bw[1];
+    pb.cluster.bw_allreduce = bw[2];
+    pb.cluster.bw_reducescatter = bw[3];
+    pb.cluster.bw_reducescatter_group = bw[4];
+    pb.cluster.bw_alltoall = bw[5];
+    pb.dtype_bytes = dt;
+    pb.allowed = allowed;
+    pb.ratio_mode = mode;
+    pb.ratios = ratios;
+    pb.max_rounds = rounds;
+    hpgo_hap_result_t out;
+    memset(&out, 0, sizeof out);
+    out.strategy = strat;
+    out.ratios = rout;
+    hpgo_err_t err;
+    hpgo_err_clear(&err);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = hpgo_hap_plan(&pb, &out, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != HPGO_OK) {
+        glue_raise(module, rc, &err);
+        goto done;
+    }
+    PyObject *sl = PyList_New(nl);
+    if (!sl)
+        goto done;
+    for (Py_ssize_t i = 0; i < nl; i++) {
+        PyObject *v = PyLong_FromLong((long)strat[i]);
+        if (!v) {
+            Py_DECREF(sl);
+            goto done;
+        }
+        PyList_SET_ITEM(sl, i, v);
+    }
+    PyObject *rl = doubles_to_list(rout, nd);
+    if (!rl) {
+        Py_DECREF(sl);
+        goto done;
+    }
+    res = Py_BuildValue("{s:N,s:N,s:d,s:d,s:d,s:d,s:d,s:d,s:O,s:O,s:i}", "strategy", sl,
+                        "ratios", rl, "time", out.time, "compute", out.compute, "allgather",
+                        out.allgather, "reducescatter", out.reducescatter, "allreduce",
+                        out.allreduce, "alltoall", out.alltoall, "grouped_allgather",
+                        out.grouped_allgather ? Py_True : Py_False, "grouped_reducescatter",
+                        out.grouped_reducescatter ? Py_True : Py_False, "rounds",
+                        (int)out.rounds);
+done:
+    Py_XDECREF(seq);
+    PyMem_Free(layers);
+    PyMem_Free(flops);
+    PyMem_Free(ratios);
+    PyMem_Free(rout);
+    PyMem_Free(strat);
+    return res;
+}
+
+PyDoc_STRVAR(hap_gather_cost_doc,
+             "hap_gather_cost(ratios, bytes, bw_padded, bw_grouped) -> (padded, grouped) seconds");
+
+static PyObject *hap_gather_cost(PyObject *module, PyObject *args)
+{
+    PyObject *ro;
+    double bytes, bp, bg;
+    if (!PyArg_ParseTuple(args, "Oddd", &ro, &bytes, &bp, &bg))
+        return NULL;
+    Py_ssize_t n = 0;
+    double *r = get_doubles(ro, "ratios", &n);
+    if (!r)
+        return NULL;
+    if (n > HPGO_HAP_MAX_DEVICES) {
+        PyMem_Free(r);
+        return PyErr_Format(PyExc_ValueError, "at most %d devices", HPGO_HAP_MAX_DEVICES);
+    }
+    double tp = 0.0, tg = 0.0;
+    hpgo_err_t err;
+    hpgo_err_clear(&err);
+    int rc = hpgo_hap_gather_cost((int32_t)n, r, bytes, bp, bg, &tp, &tg, &err);
+    PyMem_Free(r);
+    if (rc != HPGO_OK)
+        return glue_raise(module, rc, &err);
+    return Py_BuildValue("(dd)", tp, tg);
+}
+
+PyDoc_STRVAR(hap_shard_round_doc, "hap_shard_round(length, ratios) -> list of int");
+
+static PyObject *hap_shard_round(PyObject *module, PyObject *args)
+{
+    long long length;
+    PyObject *ro;
+    if (!PyArg_ParseTuple(args, "LO", &length, &ro))
+        return NULL;
+    Py_ssize_t n = 0;
+    double *r = get_doubles(ro, "ratios", &n);
+    if (!r)
+        return NULL;
+    if (n > HPGO_HAP_MAX_DEVICES) {
+        PyMem_Free(r);
+        return PyErr_Format(PyExc_ValueError, "at most %d devices", HPGO_HAP_MAX_DEVICES);
+    }
+    int64_t *out = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof *out);
+    if (!out) {
+        PyMem_Free(r);
+        return PyErr_NoMemory();
+    }
+    hpgo_err_t err;
+    hpgo_err_clear(&err);
+    int rc = hpgo_hap_shard_round((int64_t)length, (int32_t)n, r, out, &err);
+    PyObject *res = rc == HPGO_OK ? i64s_to_list(out, n) : glue_raise(module, rc, &err);
+    PyMem_Free(r);
+    PyMem_Free(out);
+    return res;
+}
+
 static PyMethodDef replan_functions[] = {
     {"replan_score", replan_score, METH_VARARGS, replan_score_doc},
     {"replan_run", replan_run, METH_VARARGS, replan_run_doc},
     {"split_batch", split_batch, METH_VARARGS, split_batch_doc},
     {"slice_table", slice_table, METH_VARARGS, slice_table_doc},
+    {"hap_plan", hap_plan, METH_VARARGS, hap_plan_doc},
+    {"hap_gather_cost", hap_gather_cost, METH_VARARGS, hap_gather_cost_doc},
+    {"hap_shard_round", hap_shard_round, METH_VARARGS, hap_shard_round_doc},
     {NULL, NULL, 0, NULL},
 };
 
