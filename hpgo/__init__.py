@@ -41,6 +41,18 @@ from .sim import (
 )
 from .sweep import SweepResult, SweepRow, sweep
 from .plan import Plan, PlanList, PlanStage, best_plan, candidate_plans
+from .dynpipe import (
+    LayerChain,
+    ReplanResult,
+    StragglerDetector,
+    pipeline_score,
+    replan,
+    slice_table,
+    split_batch,
+)
+from .hetero import HapLayer, HapPlan, hap_cluster
+from .hetero import compare as hap_compare, plan as hap_plan
+from . import dynpipe, hetero
 from . import layerwise as Layerwise
 from . import utils as Utils
 
@@ -60,15 +72,20 @@ __all__ = [
     "AsyncOrchestrate",
     "Candidate",
     "Devices",
+    "HapLayer",
+    "HapPlan",
     "HpgoError",
     "Layer",
+    "LayerChain",
     "Layerwise",
     "Model",
     "Plan",
     "PlanList",
     "PlanStage",
     "PlanningError",
+    "ReplanResult",
     "SimulationResult",
+    "StragglerDetector",
     "SweepResult",
     "SweepRow",
     "Stage",
@@ -85,13 +102,20 @@ __all__ = [
     "dp_p3_speedup",
     "dp_speedup",
     "grid_search",
+    "hap_cluster",
+    "hap_compare",
+    "hap_plan",
     "model_from_states",
     "model_from_torch_graph",
     "optimal_ga_iter_size",
+    "pipeline_score",
+    "replan",
     "simulate_mlp",
     "simulate_mlp_batch",
     "simulate_pipeline",
     "simulate_plan",
     "simulate_transformer",
+    "slice_table",
+    "split_batch",
     "sweep",
 ]

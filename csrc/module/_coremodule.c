@@ -145,6 +145,8 @@ static int core_exec(PyObject *module)
         return -1;
     if (glue_profile_init(module) < 0 || glue_plan_init(module) < 0 || glue_sim_init(module) < 0)
         return -1;
+    if (glue_replan_init(module) < 0)
+        return -1;
     return 0;
 }
 

@@ -40,5 +40,6 @@ PyObject *glue_fspath(PyObject *o);
 int glue_profile_init(PyObject *module);
 int glue_plan_init(PyObject *module);
 int glue_sim_init(PyObject *module);
+int glue_replan_init(PyObject *module);
 
 #endif
