@@ -407,7 +407,7 @@ static int parse_int64(const char *s, size_t n, int64_t *out)
     uint64_t v = 0;
     for (; i < n; i++) {
         if (s[i] == '_') {
-            if (!is_digit(s[i - 1]) || i + 1 >= n || !is_digit(s[i + 1]))
+            if (i == 0 || !is_digit(s[i - 1]) || i + 1 >= n || !is_digit(s[i + 1]))
                 return -1;
             continue;
         }
