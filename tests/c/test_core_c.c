@@ -176,6 +176,25 @@ static void test_contract(void)
     memset(&empty, 0, sizeof empty);
     m = (hpgo_model_t *)&err;
     CHECK(hpgo_model_new(&empty, 1, 1, &m, &err) == HPGO_E_INVALID && !m);
+    /* hand-made states: all-zero times, sums too large, a negative entry */
+    double zeros[2] = {0, 0}, ones[2] = {1, 2}, huge[2] = {1e99, 3e99}, negv[2] = {1, -1};
+    int32_t poff[3] = {0, 0, 1}, pidx[1] = {0};
+    char *labs[2] = {"a", "b"};
+    hpgo_states_t hs = {2, zeros, ones, ones, ones, poff, pidx, labs, NULL, NULL};
+    m = (hpgo_model_t *)&err;
+    CHECK(hpgo_model_new(&hs, 1, 1, &m, &err) == HPGO_E_INVALID && !m &&
+          err_ok(&err, HPGO_E_INVALID));
+    hs.ct = huge;
+    CHECK(hpgo_model_new(&hs, 1, 1, &m, &err) == HPGO_OK && m);
+    hpgo_model_t *hc = (hpgo_model_t *)&err;
+    CHECK(hpgo_model_normalized_copy(m, 100, &hc, &err) == HPGO_E_LIMIT && !hc &&
+          err_ok(&err, HPGO_E_LIMIT));
+    hpgo_model_free(m);
+    m = (hpgo_model_t *)&err;
+    CHECK(hpgo_model_new(&hs, 1, 34, &m, &err) == HPGO_E_LIMIT && !m);
+    hs.ct = ones;
+    hs.oa = negv;
+    CHECK(hpgo_model_new(&hs, 1, 1, &m, &err) == HPGO_E_INVALID && !m);
     hpgo_model_t *g = gen_model(6, 0, 4, 16);
     CHECK(g != NULL);
     if (g) {
