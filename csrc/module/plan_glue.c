@@ -100,8 +100,14 @@ static PyObject *load_model(PyObject *module, PyObject *path, PyObject *pbs_o, P
     rc = hpgo_graph_load(cpath, &g, &err);
     if (rc == HPGO_OK)
         rc = hpgo_states_build(g, &s, &err);
-    if (rc == HPGO_OK)
+    if (rc == HPGO_OK) {
         rc = hpgo_model_new(s, pbs, gbs, &m, &err);
+        if (rc != HPGO_OK) { /* name the file, as the reader's messages do */
+            char msg[HPGO_ERRMSG_LEN];
+            snprintf(msg, sizeof msg, "%.240s: %.390s", g->name, err.msg);
+            memcpy(err.msg, msg, sizeof msg);
+        }
+    }
     hpgo_states_free(s);
     hpgo_graph_free(g);
     Py_END_ALLOW_THREADS
