@@ -7,6 +7,8 @@ Each scenario runs in a child process with a timeout, so a deadlock or a
 crash fails the test instead of hanging the run."""
 import textwrap
 
+import pytest
+
 from robust_child import run_child
 
 COMMON = """
@@ -181,3 +183,31 @@ def test_thread_pools_of_any_size_give_the_same_results():
         result['errors'] = errors
         """)
     assert r["same"]
+
+
+def test_pools_shrink_when_the_system_refuses_threads():
+    """Under a tight address-space limit most of 256 threads cannot get a
+    stack: the pool keeps the workers it has (or the caller's thread does the
+    work) and results stay identical; before, the call failed with
+    'cannot start thread 23 of 256'.  Running out of memory proper is a
+    MemoryError."""
+    from robust_child import UNDER_ASAN
+    if UNDER_ASAN:
+        pytest.skip("no address-space limit under AddressSanitizer")
+    child = run_child("""
+        import hpgo
+        grids = [[r.iteration_time for r in
+                  hpgo.grid_search(1024, 64, 4, devices=[1, 2, 4, 8], threads=t)] for t in (1, 256)]
+        result['grid'] = grids[0] == grids[1]
+        m = hpgo.model_from_torch_graph('profiles/transformer36-v100/graph.txt', 1, 128)
+        try:
+            s = [[(r.hybrid, r.stages) for r in
+                  hpgo.sweep(m, 128, list(range(8, 400, 8)), [[8, 16]], threads=t)]
+                 for t in (1, 256)]
+            result['sweep'] = s[0] == s[1]
+        except MemoryError:
+            result['sweep'] = 'MemoryError'
+        """, address_space_mb=400, timeout=300)
+    assert child.returncode == 0, child.describe()
+    assert child.result["grid"] is True
+    assert child.result["sweep"] in (True, "MemoryError")

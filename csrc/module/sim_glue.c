@@ -421,8 +421,13 @@ static PyObject *run_points(PyObject *module, hpgo_distir_point_t *pts, int64_t 
     hpgo_err_clear(&err);
     int rc = HPGO_OK;
     Py_BEGIN_ALLOW_THREADS
-    if (threads != 1 && n > 1)
+    if (threads != 1 && n > 1) {
         rc = hpgo_pool_new(threads, &pool, &err);
+        if (rc == HPGO_E_INTERNAL) { /* not even one thread: run on this one */
+            rc = HPGO_OK;
+            pool = NULL;
+        }
+    }
     if (rc == HPGO_OK) {
         hpgo_distir_run_points(pts, n, pool);
         hpgo_pool_free(pool);

@@ -240,7 +240,8 @@ static void test_contract(void)
     CHECK(hpgo_pool_new(-1, &p, &err) == HPGO_E_INVALID && !p && err_ok(&err, HPGO_E_INVALID));
     /* an absurd size is clamped (valgrind runs the quick mode: threads are slow there) */
     CHECK(hpgo_pool_new(quick ? 5 : 100000, &p, &err) == HPGO_OK && p &&
-          hpgo_pool_size(p) == (quick ? 5 : HPGO_POOL_MAX_THREADS));
+          hpgo_pool_size(p) >= 1 && /* fewer when the system refuses threads */
+          hpgo_pool_size(p) <= (quick ? 5 : HPGO_POOL_MAX_THREADS));
     hpgo_pool_run(p, 0, NULL, NULL);  /* no jobs: returns at once */
     hpgo_pool_run(p, -5, NULL, NULL);
     hpgo_pool_free(p);
