@@ -30,6 +30,8 @@ int hpgo_cc_overlap_partial(const hpgo_topo_t *t, const hpgo_model_t *m, int int
                             double partial, double *offset_out, hpgo_err_t *err)
 {
     int32_t L = m->L;
+    if (L < 1) /* a model always has states; guards eta[L - 1] below */
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "the model has no layer states");
     hpgo_gpuset_t g;
     all_gpus(t, &g);
     /* eta[b], avail[b], comp[b] for blocks b = 0..L-1 (block b = layer L-1-b) */
@@ -75,6 +77,28 @@ int hpgo_dp_p3_speedup(const hpgo_topo_t *t, const hpgo_model_t *m, double *out,
     return rc;
 }
 
+/* HPGO's search for the number of accumulation steps: starting at `start`,
+ * step up until it divides bpd or reaches bpd / 2 + 1.  Same result as that
+ * linear scan (up to 2^31 steps for a prime bpd, seconds), from the divisor
+ * pairs (d, bpd / d) with d <= sqrt(bpd): at most 65,536 steps. */
+static uint32_t first_divisor_from(uint32_t bpd, uint32_t start)
+{
+    uint32_t stop = bpd / 2 + 1;
+    if (start >= stop)
+        return start;
+    uint32_t best = stop;
+    for (uint32_t d = 1; (uint64_t)d * d <= bpd; d++) {
+        if (bpd % d != 0)
+            continue;
+        uint32_t e = bpd / d;
+        if (d >= start && d < best)
+            best = d;
+        if (e >= start && e < best)
+            best = e;
+    }
+    return best;
+}
+
 int hpgo_current_ga_iter_size(const hpgo_topo_t *t, const hpgo_model_t *m, uint32_t *out,
                               hpgo_err_t *err)
 {
@@ -94,9 +118,7 @@ int hpgo_current_ga_iter_size(const hpgo_topo_t *t, const hpgo_model_t *m, uint3
     uint32_t it = bpd / maxbs;
     if ((uint64_t)it * maxbs < bpd)
         it += 1;
-    while (it < bpd / 2 + 1 && bpd % it != 0)
-        it += 1;
-    *out = bpd / it;
+    *out = bpd / first_divisor_from(bpd, it);
     return HPGO_OK;
 }
 

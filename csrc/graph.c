@@ -381,6 +381,10 @@ static int parse_value(parser *p, long line, const char *what, const char *s, si
         return HPGO_OK;
     strip(&s, &n);
     hpgo_snip(q, sizeof q, s, n);
+    if (rc != 0 && n > MAX_NUMBER_CHARS)
+        return perr(p, HPGO_E_PARSE, line,
+                    "%s value '%s' has %zu characters, more than the limit of %d for a number",
+                    what, q, n, MAX_NUMBER_CHARS);
     if (rc != 0)
         return perr(p, HPGO_E_PARSE, line, "%s value '%s' is not a number", what, q);
     if (isnan(*out))
@@ -407,7 +411,7 @@ static int parse_int64(const char *s, size_t n, int64_t *out)
     uint64_t v = 0;
     for (; i < n; i++) {
         if (s[i] == '_') {
-            if (!is_digit(s[i - 1]) || i + 1 >= n || !is_digit(s[i + 1]))
+            if (i == 0 || !is_digit(s[i - 1]) || i + 1 >= n || !is_digit(s[i + 1]))
                 return -1;
             continue;
         }

@@ -105,6 +105,54 @@ static hpgo_model_t *model_alloc(int32_t n_factors)
     return m;
 }
 
+static inline double scaled(const hpgo_model_t *m, double v);
+
+/* Largest of v[0..n-1], or NaN when one is NaN. */
+static double max_of(const double *v, int32_t n)
+{
+    double mx = 0.0;
+    for (int32_t k = 0; k < n; k++) {
+        if (isnan(v[k]))
+            return v[k];
+        if (v[k] > mx)
+            mx = v[k];
+    }
+    return mx;
+}
+
+/* Refuse numbers the planners cannot compute with: every scaled per-state
+ * total must be at most HPGO_MODEL_MAX_TOTAL (finite values of a profile can
+ * still add up to infinity, and infinity minus infinity is NaN). */
+static int check_totals(const hpgo_model_t *m, hpgo_err_t *err)
+{
+    const struct hpgo_model_data *d = m->data;
+    const struct {
+        const char *what;
+        double v;
+    } t[4] = {{"compute time (seconds)", scaled(m, max_of(d->ct, m->L))},
+              {"activation bytes", scaled(m, max_of(d->ac, m->L))},
+              {"parameter bytes", max_of(d->pa, m->L)},
+              {"cut activation bytes", scaled(m, max_of(d->oa, m->L))}};
+    const double *arr[4] = {d->ct, d->ac, d->pa, d->oa};
+    const char *names[4] = {"ct", "act", "par", "oa"};
+    for (int i = 0; i < 4; i++)
+        for (int32_t k = 0; k < m->L; k++)
+            if (arr[i][k] < 0.0)
+                return hpgo_err_set(err, HPGO_E_INVALID, 0, "%s[%d] is negative (%g)", names[i],
+                                    (int)k, arr[i][k]);
+    if (t[0].v == 0.0) /* every speedup would be 0 / 0 */
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "the profile's forward and backward times are all 0: nothing to "
+                            "plan");
+    for (int i = 0; i < 4; i++)
+        if (!(t[i].v <= HPGO_MODEL_MAX_TOTAL))
+            return hpgo_err_set(err, HPGO_E_LIMIT, 0,
+                                "the profile's cumulative %s at global batch size %u is %g, "
+                                "more than the limit of %g: its numbers are too large",
+                                t[i].what, (unsigned)m->gbs, t[i].v, HPGO_MODEL_MAX_TOTAL);
+    return HPGO_OK;
+}
+
 int hpgo_model_new(const hpgo_states_t *st, uint32_t pbs, uint32_t gbs, hpgo_model_t **out,
                    hpgo_err_t *err)
 {
@@ -131,6 +179,11 @@ int hpgo_model_new(const hpgo_states_t *st, uint32_t pbs, uint32_t gbs, hpgo_mod
     /* papb: total activation bytes per sample, before scaling (AC[0][L-1] / pbs) */
     m->peak_activation_per_batch = m->data->ac[m->L - 1] / (double)pbs;
     m->factors[0] = (double)gbs / (double)pbs;
+    int rc = check_totals(m, err);
+    if (rc != HPGO_OK) {
+        hpgo_model_free(m);
+        return rc;
+    }
     *out = m;
     return HPGO_OK;
 }
@@ -170,7 +223,12 @@ int hpgo_model_normalized_copy(const hpgo_model_t *m, uint32_t bs, hpgo_model_t 
         return rc;
     (*out)->factors[m->n_factors] = (double)bs / (double)m->gbs;
     (*out)->gbs = bs;
-    return HPGO_OK;
+    rc = check_totals(*out, err);
+    if (rc != HPGO_OK) {
+        hpgo_model_free(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 void hpgo_model_free(hpgo_model_t *m)

@@ -19,6 +19,10 @@
 #include "profile.h"
 
 #define HPGO_GPU_MEMORY 16e9 /* bytes; HPGO's fixed GPU memory */
+/* Largest per-state cumulative total a model accepts after scaling to its
+ * gbs (seconds or bytes): far beyond any real model, and far enough from
+ * DBL_MAX that the planners' sums and products stay finite. */
+#define HPGO_MODEL_MAX_TOTAL 1e100
 
 typedef struct hpgo_model {
     int32_t L;           /* number of states ("layers") */
@@ -35,12 +39,16 @@ typedef struct hpgo_model {
 } hpgo_model_t;
 
 /* Build from imported states at pbs, scaled to gbs (factor gbs/pbs).
- * HPGO_E_INVALID for pbs == 0, gbs == 0 or an empty state list. */
+ * HPGO_E_INVALID for pbs == 0, gbs == 0, an empty state list or compute
+ * times that are all 0;
+ * HPGO_E_LIMIT when a scaled cumulative total (ct, act, par or oa) is NaN
+ * or above HPGO_MODEL_MAX_TOTAL. */
 int hpgo_model_new(const hpgo_states_t *st, uint32_t pbs, uint32_t gbs, hpgo_model_t **out,
                    hpgo_err_t *err);
 /* Deep copy with the same numbers (settings included). */
 int hpgo_model_clone(const hpgo_model_t *m, hpgo_model_t **out, hpgo_err_t *err);
-/* Clone scaled again by bs / gbs, gbs := bs; settings kept. */
+/* Clone scaled again by bs / gbs, gbs := bs; settings kept.  HPGO_E_INVALID
+ * for bs == 0, HPGO_E_LIMIT as hpgo_model_new. */
 int hpgo_model_normalized_copy(const hpgo_model_t *m, uint32_t bs, hpgo_model_t **out,
                                hpgo_err_t *err);
 void hpgo_model_free(hpgo_model_t *m);

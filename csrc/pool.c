@@ -106,10 +106,13 @@ int hpgo_pool_new(int32_t nthreads, hpgo_pool_t **out, hpgo_err_t *err)
     }
     for (int32_t i = 0; i < nthreads; i++) {
         if (pthread_create(&p->threads[i], NULL, pool_worker, p) != 0) {
-            p->n_threads = i;
-            hpgo_pool_free(p); /* joins the i started workers */
-            return hpgo_err_set(err, HPGO_E_INTERNAL, 0, "cannot start thread %d of %d", (int)i,
-                                (int)nthreads);
+            if (i > 0) { /* out of threads or address space: fewer workers, same results */
+                nthreads = i;
+                break;
+            }
+            p->n_threads = 0;
+            hpgo_pool_free(p);
+            return hpgo_err_set(err, HPGO_E_INTERNAL, 0, "cannot start a thread for the pool");
         }
     }
     p->n_threads = nthreads;
@@ -180,6 +183,12 @@ int hpgo_pool_map(int32_t nthreads, int64_t n_jobs, hpgo_pool_fn fn, void *ctx, 
     }
     hpgo_pool_t *p = NULL;
     int rc = hpgo_pool_new(nthreads, &p, err);
+    if (rc == HPGO_E_INTERNAL) { /* no thread at all: the calling thread does the work */
+        hpgo_err_clear(err);
+        for (int64_t j = 0; j < n_jobs; j++)
+            fn(ctx, j);
+        return HPGO_OK;
+    }
     if (rc != HPGO_OK)
         return rc;
     hpgo_pool_run(p, n_jobs, fn, ctx);

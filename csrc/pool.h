@@ -27,9 +27,12 @@ typedef void (*hpgo_pool_fn)(void *ctx, int64_t job);
 int32_t hpgo_default_threads(void);
 
 /* Start a pool of nthreads worker threads (0 = hpgo_default_threads(),
- * larger values are clamped to HPGO_POOL_MAX_THREADS).  HPGO_E_INVALID for a
- * negative count, HPGO_E_NOMEM / HPGO_E_INTERNAL when memory or threads
- * cannot be had.  The caller owns *out and frees it with hpgo_pool_free. */
+ * larger values are clamped to HPGO_POOL_MAX_THREADS).  When the system
+ * refuses a thread after the first one started, the pool keeps the workers
+ * it has (hpgo_pool_size tells; results never depend on the count).
+ * HPGO_E_INVALID for a negative count, HPGO_E_NOMEM / HPGO_E_INTERNAL when
+ * memory or not even one thread can be had.  The caller owns *out and frees
+ * it with hpgo_pool_free. */
 int hpgo_pool_new(int32_t nthreads, hpgo_pool_t **out, hpgo_err_t *err);
 
 /* Threads of the pool. */
@@ -47,8 +50,8 @@ void hpgo_pool_free(hpgo_pool_t *pool);
 
 /* Convenience for one-off parallel loops: run n_jobs jobs on a temporary
  * pool of min(nthreads, n_jobs) workers (0 = default); with one worker or
- * one job they run on the calling thread.  HPGO_OK, or the pool's error
- * (nothing has run then). */
+ * one job, or when no thread can be started, they run on the calling
+ * thread.  HPGO_OK, or HPGO_E_NOMEM (nothing has run then). */
 int hpgo_pool_map(int32_t nthreads, int64_t n_jobs, hpgo_pool_fn fn, void *ctx,
                   hpgo_err_t *err);
 

@@ -779,7 +779,8 @@ int hpgo_distir_validate(const hpgo_distir_config_t *c, hpgo_err_t *err)
         (c->model == HPGO_DISTIR_TRANSFORMER && c->seq_len > 0 &&
          c->batch_size > HPGO_DISTIR_MAX_TOKENS / c->seq_len))
         return hpgo_err_set(err, HPGO_E_LIMIT, 0,
-                            "batch_size %lld is too large (at most %lld samples or tokens)",
+                            "batch_size %lld is too large (at most %lld samples, or tokens "
+                            "= batch_size x seq_len for the transformer)",
                             (long long)c->batch_size, (long long)HPGO_DISTIR_MAX_TOKENS);
     const int64_t W = (int64_t)c->dp * c->tp * c->pp;
     if (W > HPGO_SIM_MAX_DEVICES)

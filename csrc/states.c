@@ -611,11 +611,13 @@ static int dag_node(builder *b, const int32_t *list, const int32_t *key, int32_t
         int rc = frontier(b, list[i]);
         if (rc != HPGO_OK)
             return rc;
-        const int32_t *f = b->f_data.v + b->f_off[list[i]];
+        /* indexed, not f_data.v + off: the vector is NULL while every F(a) is empty */
+        size_t off = b->f_off[list[i]];
         for (int32_t j = 0; j < b->f_len[list[i]]; j++) {
-            if (b->stamp[f[j]] != b->gen) {
-                b->stamp[f[j]] = b->gen;
-                b->s_red[nx++] = f[j];
+            int32_t v = b->f_data.v[off + (size_t)j];
+            if (b->stamp[v] != b->gen) {
+                b->stamp[v] = b->gen;
+                b->s_red[nx++] = v;
             }
         }
     }

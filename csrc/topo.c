@@ -24,6 +24,11 @@ int hpgo_topo_new(int32_t n, const int32_t *seps, int32_t n_seps, hpgo_topo_t **
                             (int)n, HPGO_MAX_GPUS);
     for (int32_t k = 0; k < n_seps; k++) {
         int32_t prev = k ? seps[k - 1] : 0;
+        if (k == 0 && seps[0] < 1)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "seps must be strictly increasing positive GPU counts: "
+                                "seps[0] (GPUs of the first machine) must be >= 1, got %d",
+                                (int)seps[0]);
         if (seps[k] <= prev)
             return hpgo_err_set(err, HPGO_E_INVALID, 0,
                                 "seps must be strictly increasing positive GPU counts "

@@ -18,6 +18,7 @@ batches of points run on a thread pool (``threads=0``: all cores, or the
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from dataclasses import dataclass
@@ -457,6 +458,9 @@ def _distir_config(*, model: str, batch_size: Any, width: Any, layers: Any, dp: 
     return cfg
 
 
+_CONFIG_KEYS = frozenset(inspect.signature(_distir_config).parameters)
+
+
 def _distir_result(raw: Any, cfg: Mapping[str, Any], names: Mapping[str, Any]) -> SimulationResult:
     return SimulationResult(raw, batch_size=cfg["batch_size"], config={"engine": "distir", **names})
 
@@ -548,14 +552,23 @@ def simulate_mlp_batch(configs: Iterable[Mapping[str, Any]], *,
     ``model="transformer"`` with ``seq_len`` / ``heads`` for the layer
     stack.  Rows come back in input order."""
     threads = _check_int("threads", threads, 0)
+    if isinstance(configs, (str, bytes, Mapping)) or not isinstance(configs, Iterable):
+        raise TypeError("configs must be an iterable of mappings (simulate_mlp keyword "
+                        f"arguments), not {type(configs).__name__}")
     cfgs, batches = [], []
     for i, c in enumerate(configs):
         if not isinstance(c, Mapping):
             raise TypeError(f"configuration {i} must be a mapping, not {type(c).__name__}")
+        missing = [k for k in ("batch_size", "width", "layers") if k not in c]
+        if missing:
+            raise TypeError(f"configuration {i} lacks {', '.join(missing)}")
         kw = {"dp": 1, "tp": 1, "pp": 1, "microbatches": 1, "devices_bandwidth_gbps": None,
               "cost_model": "distir-2021", "schedule": "1f1b", "model": "mlp"}
         kw.update(c)
         kw.pop("timeline", None)
+        unknown = sorted(k for k in kw if k not in _CONFIG_KEYS)
+        if unknown:
+            raise TypeError(f"configuration {i} has unknown keys {unknown}")
         try:
             cfgs.append(_distir_config(**kw))
         except TypeError as e:
@@ -641,6 +654,13 @@ def distir_figure3(cost_model: str = "distir-2021", *, width: int = 4096, layers
     parallelism at batch 4096 with 4-32 micro-batches.  Speedup = the
     untransformed one-device time / the distributed time.  All points run in
     one pooled batch."""
+    for name, seq in (("devices", devices), ("dp_batches", dp_batches),
+                      ("pp_microbatches", pp_microbatches)):
+        if isinstance(seq, (str, bytes)) or not isinstance(seq, Iterable):
+            raise TypeError(f"{name} must be a sequence of ints")
+        for v in seq:
+            _check_int(name[:-1] if name.endswith("s") else name, v)
+    _check_int("pp_batch", pp_batch)
     common = {"width": width, "layers": layers, "cost_model": cost_model,
               "devices_bandwidth_gbps": devices_bandwidth_gbps}
     batches = sorted(set(dp_batches) | {pp_batch})

@@ -114,10 +114,14 @@ def sweep(
     a list of layouts, or Devices.  Returns a SweepResult with one SweepRow
     per (gbs, layout), gbs-major.
     """
+    if isinstance(pbs, bool) or not isinstance(pbs, int):
+        raise TypeError(f"pbs must be an int, not {type(pbs).__name__}")
+    if pbs < 1:
+        raise ValueError(f"pbs (profile batch size) must be >= 1, got {pbs}")
     if isinstance(profile, _core.Model):
         model = profile
         if model.gbs != pbs:
-            model = model.normalized_copy(pbs) if isinstance(pbs, int) and pbs > 0 else model
+            model = model.normalized_copy(pbs)
     else:
         model = _core.model_from_torch_graph(profile, pbs, pbs)
     if optimizer_memory_scaling is not None or min_micro_batch_size is not None or (
@@ -130,7 +134,12 @@ def sweep(
             model.min_micro_batch_size = min_micro_batch_size
         if peak_activation_per_batch is not None:
             model.peak_activation_per_batch = peak_activation_per_batch
-    gbs_list = [gbs] if isinstance(gbs, int) and not isinstance(gbs, bool) else list(gbs)
+    if isinstance(gbs, int) and not isinstance(gbs, bool):
+        gbs_list = [gbs]
+    elif isinstance(gbs, (str, bytes)) or not isinstance(gbs, Iterable):
+        raise TypeError(f"gbs must be an int or a sequence of ints, not {type(gbs).__name__}")
+    else:
+        gbs_list = list(gbs)
     layouts = _layouts(seps)
     if isinstance(threads, bool) or not isinstance(threads, int):
         raise TypeError("threads must be an int")

@@ -6,6 +6,8 @@ from typing import Optional, Sequence
 
 __all__ = ["pipeline_length_recursive"]
 
+MAX_ELEMENTS = 1_000_000  # pipeline elements x micro-batches
+
 
 def pipeline_length_recursive(
     F: Sequence[float],
@@ -22,6 +24,9 @@ def pipeline_length_recursive(
     E - x + 1, as HPGO.Utils).  Returns max over x of the end of the last
     backward on x plus AllReduce[x].
     """
+    for name, seq in (("F", F), ("B", B), ("AllReduce", AllReduce)):
+        if isinstance(seq, (str, bytes)) or not hasattr(seq, "__len__"):
+            raise TypeError(f"{name} must be a sequence of numbers, not {type(seq).__name__}")
     E = len(F)
     if len(B) != E or len(AllReduce) != E:
         raise ValueError("F, B and AllReduce must have the same length")
@@ -29,6 +34,9 @@ def pipeline_length_recursive(
         raise ValueError("need at least one pipeline element")
     if isinstance(M, bool) or not isinstance(M, int) or M < 1:
         raise ValueError(f"M must be a positive int, got {M!r}")
+    if E * M > MAX_ELEMENTS:  # pure Python, about 7 s per million
+        raise ValueError(f"E x M = {E} x {M} exceeds the limit of {MAX_ELEMENTS:,} "
+                         "(use hpgo.simulate_pipeline for large pipelines)")
     for name, seq in (("F", F), ("B", B), ("AllReduce", AllReduce)):
         for v in seq:
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:

@@ -100,8 +100,14 @@ static PyObject *load_model(PyObject *module, PyObject *path, PyObject *pbs_o, P
     rc = hpgo_graph_load(cpath, &g, &err);
     if (rc == HPGO_OK)
         rc = hpgo_states_build(g, &s, &err);
-    if (rc == HPGO_OK)
+    if (rc == HPGO_OK) {
         rc = hpgo_model_new(s, pbs, gbs, &m, &err);
+        if (rc != HPGO_OK) { /* name the file, as the reader's messages do */
+            char msg[HPGO_ERRMSG_LEN];
+            snprintf(msg, sizeof msg, "%.240s: %.390s", g->name, err.msg);
+            memcpy(err.msg, msg, sizeof msg);
+        }
+    }
     hpgo_states_free(s);
     hpgo_graph_free(g);
     Py_END_ALLOW_THREADS
@@ -1085,12 +1091,21 @@ static PyObject *f_model_from_torch_graph(PyObject *module, PyObject *args, PyOb
 
 /* Copy a sequence of floats into a new C array of exactly n items (n < 0:
  * any length, stored into *n). */
+/* The sequences below are copied into tuples first: converting an item may
+ * run Python code (__float__ of an int subclass, __len__ / __iter__ of a
+ * preds item) that could otherwise resize or free what is being read. */
 static double *float_array(PyObject *o, const char *what, Py_ssize_t *n)
 {
-    PyObject *seq = PySequence_Fast(o, what);
-    if (!seq)
+    PyObject *seq = PySequence_Tuple(o);
+    if (!seq) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s must be a sequence of numbers, not %.100s", what,
+                         Py_TYPE(o)->tp_name);
+        }
         return NULL;
-    Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
+    }
+    Py_ssize_t len = PyTuple_GET_SIZE(seq);
     if (*n >= 0 && len != *n) {
         Py_DECREF(seq);
         PyErr_Format(PyExc_ValueError, "%s has %zd items, expected %zd", what, len, *n);
@@ -1103,7 +1118,7 @@ static double *float_array(PyObject *o, const char *what, Py_ssize_t *n)
         return NULL;
     }
     for (Py_ssize_t i = 0; i < len; i++) {
-        PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *it = PyTuple_GET_ITEM(seq, i);
         if (!PyFloat_Check(it) && !PyLong_Check(it)) {
             PyErr_Format(PyExc_TypeError, "%s[%zd] must be a number, not %.100s", what, i,
                          Py_TYPE(it)->tp_name);
@@ -1161,6 +1176,13 @@ static PyObject *f_model_from_states(PyObject *module, PyObject *args, PyObject 
     lseq = pseq ? PySequence_Fast(labels_o, "labels must be a sequence of str") : NULL;
     if (!lseq)
         goto done;
+    { /* own immutable copies (see float_array) */
+        PyObject *pt = PySequence_Tuple(pseq), *lt = pt ? PySequence_Tuple(lseq) : NULL;
+        Py_SETREF(pseq, pt);
+        Py_SETREF(lseq, lt);
+        if (!lseq)
+            goto done;
+    }
     if (PySequence_Fast_GET_SIZE(pseq) != L || PySequence_Fast_GET_SIZE(lseq) != L) {
         PyErr_Format(PyExc_ValueError, "preds and labels must have %zd items", L);
         goto done;
@@ -1194,6 +1216,11 @@ static PyObject *f_model_from_states(PyObject *module, PyObject *args, PyObject 
         PyObject *pj = PySequence_Fast(PySequence_Fast_GET_ITEM(pseq, j), "preds item");
         if (!pj)
             goto done;
+        if (PySequence_Fast_GET_SIZE(pj) != st.pred_off[j + 1] - st.pred_off[j]) {
+            Py_DECREF(pj);
+            PyErr_Format(PyExc_ValueError, "preds[%zd] changed its length while being read", j);
+            goto done;
+        }
         int32_t prev = -1;
         for (Py_ssize_t a = 0; a < PySequence_Fast_GET_SIZE(pj); a++) {
             int32_t v;

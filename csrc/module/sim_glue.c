@@ -231,7 +231,7 @@ static PyObject *sim_pipeline(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "Oiiddddp", &stages_obj, &microbatches, &schedule, &link_bw,
                           &link_lat, &ar_bw, &opt, &timeline))
         return NULL;
-    PyObject *seq = PySequence_Fast(stages_obj, "stages must be a sequence");
+    PyObject *seq = PySequence_Tuple(stages_obj); /* own copy: see distir_batch */
     if (!seq)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -293,6 +293,11 @@ static PyObject *sim_pipeline(PyObject *module, PyObject *args)
         PyObject *gs = PySequence_Fast(g, "gpus must be a sequence of ints");
         if (!gs)
             goto error;
+        if (PySequence_Fast_GET_SIZE(gs) != st[i].n_gpus) { /* a lying __len__ */
+            Py_DECREF(gs);
+            PyErr_Format(PyExc_ValueError, "stage %zd: the GPU list changed its length", i);
+            goto error;
+        }
         st[i].gpus = gpus + used;
         for (Py_ssize_t k = 0; k < st[i].n_gpus; k++) {
             if (glue_i32(PySequence_Fast_GET_ITEM(gs, k), "GPU id", &gpus[used + k]) < 0) {
@@ -416,8 +421,13 @@ static PyObject *run_points(PyObject *module, hpgo_distir_point_t *pts, int64_t 
     hpgo_err_clear(&err);
     int rc = HPGO_OK;
     Py_BEGIN_ALLOW_THREADS
-    if (threads != 1 && n > 1)
+    if (threads != 1 && n > 1) {
         rc = hpgo_pool_new(threads, &pool, &err);
+        if (rc == HPGO_E_INTERNAL) { /* not even one thread: run on this one */
+            rc = HPGO_OK;
+            pool = NULL;
+        }
+    }
     if (rc == HPGO_OK) {
         hpgo_distir_run_points(pts, n, pool);
         hpgo_pool_free(pool);
@@ -471,7 +481,8 @@ static PyObject *distir_batch(PyObject *module, PyObject *args)
         PyErr_Format(PyExc_ValueError, "threads must be >= 0 (0 = all cores), got %d", threads);
         return NULL;
     }
-    PyObject *seq = PySequence_Fast(configs, "configs must be a sequence of dicts");
+    /* a tuple copy: reading a config may run Python code that edits the list */
+    PyObject *seq = PySequence_Tuple(configs);
     if (!seq)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);

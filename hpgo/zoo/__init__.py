@@ -45,6 +45,10 @@ def _config(info: ModelInfo, overrides: dict) -> dict:
     cfg = dict(info.config)
     cfg.update(overrides)
     for k, v in cfg.items():
+        default = info.config.get(k, sig.parameters[k].default if k in sig.parameters else None)
+        if isinstance(default, int) and not isinstance(default, bool) and (
+                isinstance(v, bool) or not isinstance(v, int)):
+            raise TypeError(f"option {k} must be an int, not {type(v).__name__}")
         if isinstance(v, bool) or k == "head":
             continue
         if isinstance(v, int) and v < 1:

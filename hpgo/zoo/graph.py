@@ -102,6 +102,9 @@ def _pair(v):
     return (v, v) if isinstance(v, int) else tuple(v)
 
 
+MAX_OPS = 1_000_000  # ops per zoo graph (a 60,000-layer GPT); building one takes seconds
+
+
 class ZooGraph:
     """Layer graph of one model at one batch size and dtype."""
 
@@ -114,6 +117,7 @@ class ZooGraph:
         self.e = dtype_bytes(dtype)
         self.nodes: list[ZNode] = []
         self._blk: _Block | None = None
+        self._ops = 0
 
     # ------------------------------------------------------------ structure
     def input(self, shape, elem_bytes: int = 8, desc: str = "Input") -> T:
@@ -153,6 +157,10 @@ class ZooGraph:
         blk.result = out
 
     def _emit(self, desc: str, inputs, cost, params: int, shape) -> T:
+        self._ops += 1
+        if self._ops > MAX_OPS:  # a huge layer count would otherwise run for hours
+            raise ValueError(f"the {self.model} graph has more than {MAX_OPS:,} ops; "
+                             "use fewer layers")
         costs = cost if isinstance(cost, list) else [cost]
         if self._blk is not None:
             b = self._blk

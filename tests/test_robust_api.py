@@ -1,0 +1,457 @@
+"""Bad arguments to every public function of hpgo: zero, negative and huge
+batch sizes, gbs smaller than pbs, seps not increasing, zero and 100,000
+devices, wrong types, hostile objects.  Each gets the documented exception
+(ValueError / TypeError / IndexError / OSError) with a message naming the
+problem.  The hostile and huge cases run in a child process with a timeout
+and an address-space limit, so a crash, a hang or a runaway allocation fails
+the test instead of the test run."""
+import functools
+import os
+from pathlib import Path
+
+import pytest
+
+import hpgo
+from hpgo import _core, zoo
+
+from robust_child import run_child
+
+ROOT = Path(__file__).resolve().parents[1]
+PROF = str(ROOT / "profiles" / "transformer36-v100" / "graph.txt")
+
+
+@functools.lru_cache(maxsize=None)
+def M():
+    return hpgo.model_from_torch_graph(PROF, 1, 128)
+
+
+@functools.lru_cache(maxsize=None)
+def D():
+    return hpgo.Devices(16, [8, 16])
+
+
+def plan():
+    return hpgo.AsyncOrchestrate(M(), D()).py_orchestrate()
+
+
+ST = [hpgo.Stage(forward=1e-3, backward=2e-3)]
+STATES = dict(ct=[1.0, 2.0], act=[1.0, 2.0], par=[1.0, 2.0], oa=[1.0, 1.0], preds=[[], [0]],
+              labels=["a", "b"], pbs=1, gbs=1)
+
+
+def states(**kw):
+    return hpgo.model_from_states(**dict(STATES, **kw))
+
+
+def setter(attr, value):
+    m = M().normalized_copy(128)
+    setattr(m, attr, value)
+
+
+# (public name, call, exception, words of the message)
+CASES = [
+    # ---- models
+    ("model_from_torch_graph", lambda: hpgo.model_from_torch_graph(PROF, 0, 8), ValueError, "pbs"),
+    ("model_from_torch_graph", lambda: hpgo.model_from_torch_graph(PROF, -1, 8), ValueError, "pbs"),
+    ("model_from_torch_graph", lambda: hpgo.model_from_torch_graph(PROF, 1, 0), ValueError, "gbs"),
+    ("model_from_torch_graph", lambda: hpgo.model_from_torch_graph(PROF, 1, -8), ValueError, "gbs"),
+    ("model_from_torch_graph", lambda: hpgo.model_from_torch_graph(PROF, 1, 2**32), ValueError,
+     "gbs must be between 0 and 4294967295"),
+    ("model_from_torch_graph", lambda: hpgo.model_from_torch_graph(PROF, 1, 10**100), ValueError,
+     "gbs"),
+    ("model_from_torch_graph", lambda: hpgo.model_from_torch_graph(PROF, 1.0, 8), TypeError,
+     "pbs must be an int"),
+    ("model_from_torch_graph", lambda: hpgo.model_from_torch_graph(PROF, True, 8), TypeError,
+     "pbs must be an int, not bool"),
+    ("model_from_torch_graph", lambda: hpgo.model_from_torch_graph(PROF, 1, "8"), TypeError, "gbs"),
+    ("model_from_torch_graph", lambda: hpgo.model_from_torch_graph(42, 1, 8), TypeError, "int"),
+    ("Model", lambda: hpgo.Model(PROF, 0, 1), ValueError, "pbs"),
+    ("Model", lambda: hpgo.Model(PROF), TypeError, "missing required argument"),
+    ("Model", lambda: M().normalized_copy(0), ValueError, "bs"),
+    ("Model", lambda: M().normalized_copy(-1), ValueError, "bs"),
+    ("Model", lambda: M().normalized_copy(2**32), ValueError, "bs"),
+    ("Model", lambda: M().normalized_copy(None), TypeError, "bs must be an int"),
+    ("Model", lambda: M().ct(-1, 0), IndexError, "out of range"),
+    ("Model", lambda: M().ct(0, 39), IndexError, "out of range"),
+    ("Model", lambda: M().ac(0, 10**30), OverflowError, ""),
+    ("Model", lambda: M().pa("0", 0), TypeError, ""),
+    ("Model", lambda: M().oa(39), IndexError, "out of range"),
+    ("Model", lambda: M().preds(-1), IndexError, "out of range"),
+    ("Model", lambda: setter("min_micro_batch_size", 0), ValueError, "min_micro_batch_size"),
+    ("Model", lambda: setter("min_micro_batch_size", -1), ValueError, "min_micro_batch_size"),
+    ("Model", lambda: setter("min_micro_batch_size", 2**32), ValueError, "min_micro_batch_size"),
+    ("Model", lambda: setter("optimizer_memory_scaling", -1), ValueError,
+     "optimizer_memory_scaling"),
+    ("Model", lambda: setter("optimizer_memory_scaling", 1.5), TypeError,
+     "optimizer_memory_scaling"),
+    ("Model", lambda: setter("peak_activation_per_batch", float("nan")), ValueError,
+     "peak_activation_per_batch"),
+    ("Model", lambda: setter("peak_activation_per_batch", -1.0), ValueError,
+     "peak_activation_per_batch"),
+    ("Model", lambda: setter("peak_activation_per_batch", "x"), TypeError,
+     "peak_activation_per_batch"),
+    ("Model", lambda: setter("gbs", 3), AttributeError, "gbs"),
+    ("model_from_states", lambda: states(ct=[]), ValueError, "need 1 to 10000 states"),
+    ("model_from_states", lambda: states(ct=[1.0] * 10001), ValueError, "need 1 to 10000 states"),
+    ("model_from_states", lambda: states(act=[1.0]), ValueError, "act has 1 items, expected 2"),
+    ("model_from_states", lambda: states(ct=[1.0, float("nan")]), ValueError, "ct[1] is not finite"),
+    ("model_from_states", lambda: states(ct=[1.0, float("inf")]), ValueError, "ct[1] is not finite"),
+    ("model_from_states", lambda: states(ct=[1.0, -2.0]), ValueError, "ct[1] is negative"),
+    ("model_from_states", lambda: states(ct=[0.0, 0.0]), ValueError, "all 0"),
+    ("model_from_states", lambda: states(ct=[1e99, 2e99], gbs=100), ValueError,
+     "more than the limit of 1e+100"),
+    ("model_from_states", lambda: states(ct=None), TypeError, "ct must be a sequence of numbers"),
+    ("model_from_states", lambda: states(ct=["1", "2"]), TypeError, "ct[0] must be a number"),
+    ("model_from_states", lambda: states(preds=[[], [1]]), ValueError,
+     "preds[1] must be strictly ascending states before 1"),
+    ("model_from_states", lambda: states(preds=[[], [0, 0]]), ValueError, "preds[1] has 2 items"),
+    ("model_from_states", lambda: states(preds=[[]]), ValueError, "preds and labels must have 2"),
+    ("model_from_states", lambda: states(preds=[[], ["0"]]), TypeError, "preds entry"),
+    ("model_from_states", lambda: states(labels=["a", 2]), TypeError, "labels[1] must be str"),
+    ("model_from_states", lambda: states(pbs=0), ValueError, "pbs"),
+    ("model_from_states", lambda: states(gbs=-1), ValueError, "gbs"),
+    # ---- devices
+    ("Devices", lambda: hpgo.Devices(0, [0]), ValueError, ">= 1"),
+    ("Devices", lambda: hpgo.Devices(-8, [-8]), ValueError, "number of GPUs must be >= 1"),
+    ("Devices", lambda: hpgo.Devices(16, []), ValueError, "seps must not be empty"),
+    ("Devices", lambda: hpgo.Devices(16, [16, 8]), ValueError, "strictly increasing"),
+    ("Devices", lambda: hpgo.Devices(16, [8, 8, 16]), ValueError, "strictly increasing"),
+    ("Devices", lambda: hpgo.Devices(16, [0, 16]), ValueError, "seps[0]"),
+    ("Devices", lambda: hpgo.Devices(16, [8, 12]), ValueError,
+     "the last of seps (12) must equal the number of GPUs (16)"),
+    ("Devices", lambda: hpgo.Devices(100000, [100000]), ValueError,
+     "100000 GPUs is more than the limit of 1024"),
+    ("Devices", lambda: hpgo.Devices(1025, list(range(1, 1026))), ValueError, "limit of 1024"),
+    ("Devices", lambda: hpgo.Devices(16, [8, 2**40]), ValueError, "out of range"),
+    ("Devices", lambda: hpgo.Devices(16, [8.0, 16]), TypeError, "seps item must be an int"),
+    ("Devices", lambda: hpgo.Devices(16, None), TypeError, "seps must be a sequence"),
+    ("Devices", lambda: hpgo.Devices("16", [16]), TypeError, ""),
+    ("devices_from_seps", lambda: hpgo.devices_from_seps([]), ValueError, "empty"),
+    ("devices_from_seps", lambda: hpgo.devices_from_seps([4, 2]), ValueError, "increasing"),
+    ("devices_from_seps", lambda: hpgo.devices_from_seps([100000]), ValueError, "limit of 1024"),
+    ("devices_from_seps", lambda: hpgo.devices_from_seps(8), TypeError, "sequence"),
+    # ---- planner
+    ("AsyncOrchestrate", lambda: hpgo.AsyncOrchestrate(None, D()), TypeError, "hpgo.Model"),
+    ("AsyncOrchestrate", lambda: hpgo.AsyncOrchestrate(M(), [8, 16]), TypeError, "hpgo.Devices"),
+    ("AsyncOrchestrate", lambda: hpgo.AsyncOrchestrate(M(), D(), threads=-1), ValueError,
+     "threads must be >= 0"),
+    ("AsyncOrchestrate", lambda: hpgo.AsyncOrchestrate(M(), D(), threads="2"), TypeError, ""),
+    ("AsyncOrchestrate", lambda: hpgo.AsyncOrchestrate(M(), D(), bogus=1), TypeError, "bogus"),
+    ("conductor_from_torch_graph_and_seps",
+     lambda: hpgo.conductor_from_torch_graph_and_seps(PROF, 1, 128, []), ValueError, "empty"),
+    ("conductor_from_torch_graph_and_seps",
+     lambda: hpgo.conductor_from_torch_graph_and_seps(PROF, 0, 128, [8]), ValueError, "pbs"),
+    ("conductor_from_torch_graph_and_seps",
+     lambda: hpgo.conductor_from_torch_graph_and_seps(PROF, 1, 0, [8]), ValueError, "gbs"),
+    ("conductor_from_torch_graph_and_seps",
+     lambda: hpgo.conductor_from_torch_graph_and_seps(PROF, 1, 128, [8, 4]), ValueError,
+     "increasing"),
+    ("conductor_from_torch_graph_and_seps",
+     lambda: hpgo.conductor_from_torch_graph_and_seps(PROF, 1, 128, [100000]), ValueError,
+     "limit of 1024"),
+    ("conductor_from_torch_graph_and_seps",
+     lambda: hpgo.conductor_from_torch_graph_and_seps(PROF + ".missing", 1, 128, [8]),
+     FileNotFoundError, "no such file"),
+] + [
+    (name, functools.partial(getattr(hpgo, name), *args), exc, words)
+    for name in ("dp_speedup", "dp_p3_speedup", "dp_cur_ga_p3_speedup",
+                 "dp_cur_ga_inner_overlap_speedup", "dp_opt_ga_p3_speedup",
+                 "current_ga_iter_size", "optimal_ga_iter_size")
+    for args, exc, words in (((), TypeError, "takes 2 arguments"),
+                             ((None, None), TypeError, "hpgo.Devices"),
+                             (("devices", "model"), TypeError, "hpgo.Devices"),
+                             ((D(), D()), TypeError, "hpgo.Model"))
+] + [
+    # ---- sweep
+    ("sweep", lambda: hpgo.sweep(PROF, 1, [0], [8, 16]), ValueError, "must be >= 1, got 0"),
+    ("sweep", lambda: hpgo.sweep(PROF, 1, [-1], [8, 16]), ValueError, "gbs"),
+    ("sweep", lambda: hpgo.sweep(PROF, 1, [2**32], [8, 16]), ValueError, "gbs"),
+    ("sweep", lambda: hpgo.sweep(PROF, 1, [], [8, 16]), ValueError, "at least one gbs"),
+    ("sweep", lambda: hpgo.sweep(PROF, 1, 8.5, [8]), TypeError, "gbs must be an int or a sequence"),
+    ("sweep", lambda: hpgo.sweep(PROF, 1, [True], [8]), TypeError, "not bool"),
+    ("sweep", lambda: hpgo.sweep(PROF, 0, [8], [8]), ValueError, "pbs"),
+    ("sweep", lambda: hpgo.sweep(M(), 0, [8], [8]), ValueError, "pbs"),
+    ("sweep", lambda: hpgo.sweep(M(), "1", [8], [8]), TypeError, "pbs must be an int"),
+    ("sweep", lambda: hpgo.sweep(PROF, 1, [8], []), ValueError, "seps must not be empty"),
+    ("sweep", lambda: hpgo.sweep(PROF, 1, [8], [[8, 16], []]), ValueError, "seps must not be empty"),
+    ("sweep", lambda: hpgo.sweep(PROF, 1, [8], [16, 8]), ValueError, "increasing"),
+    ("sweep", lambda: hpgo.sweep(PROF, 1, [8], [100000]), ValueError, "limit of 1024"),
+    ("sweep", lambda: hpgo.sweep(PROF, 1, [8], "8,16"), TypeError, "seps"),
+    ("sweep", lambda: hpgo.sweep(PROF, 1, [8], [8], threads=-1), ValueError, "threads"),
+    ("sweep", lambda: hpgo.sweep(PROF, 1, [8], [8], threads=1.5), TypeError, "threads"),
+    ("sweep", lambda: hpgo.sweep(PROF, 1, [8], [8], min_micro_batch_size=0), ValueError,
+     "min_micro_batch_size"),
+    ("sweep", lambda: hpgo.sweep(PROF, 1, [8], [8], peak_activation_per_batch=float("inf")),
+     ValueError, "peak_activation_per_batch"),
+    ("sweep", lambda: hpgo.sweep(PROF, 1, list(range(1, 10**6 + 2)), [8]), ValueError,
+     "too many sweep cases"),
+    # ---- simulators
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline([], 4), ValueError, "at least one stage"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(ST, 0), ValueError, "microbatches"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(ST, -3), ValueError, "microbatches"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(ST, 2**20 + 1), ValueError,
+     "exceed the limit of 1048576"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(ST, 4.0), TypeError, "microbatches"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(ST, 4, "zigzag"), ValueError,
+     "unknown schedule"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(ST * 4097, 1), ValueError,
+     "4097 stages exceed the limit of 4096"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(
+        [hpgo.Stage(1, 1, replicas=100000)], 1), ValueError, "more than 1024 GPUs"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(
+        [hpgo.Stage(1, 1, replicas=0)], 1), ValueError, "replicas"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(
+        [hpgo.Stage(1, 1, gpus=(0, 0))], 1), ValueError, "GPU 0 appears more than once"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(
+        [hpgo.Stage(1, 1, gpus=())], 1), ValueError, "at least one GPU"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(
+        [hpgo.Stage(1, 1, gpus=(-1,))], 1), ValueError, "GPU id"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(
+        [hpgo.Stage(1, 1, gpus=(5000,))], 1), ValueError, "outside [0, 1024)"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(
+        [hpgo.Stage(float("nan"), 1)], 1), ValueError, "finite"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(
+        [hpgo.Stage(-1.0, 1)], 1), ValueError, ">= 0"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(
+        [hpgo.Stage("1", 1)], 1), TypeError, "must be a number"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline([{"forward": 1}], 1), TypeError,
+     "backward"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline([{"forward": 1, "backward": 1, "x": 0}], 1),
+     ValueError, "unknown keys"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(ST, 4, link_bandwidth=0), ValueError,
+     "link_bandwidth"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(ST, 4, link_latency=-1), ValueError,
+     "link_latency"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(ST * 64, 2**18), ValueError,
+     "timeline would have"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(ST * 1024, 2**20, timeline=False),
+     ValueError, "limit of 2^26"),
+    ("simulate_plan", lambda: hpgo.simulate_plan(M(), None), TypeError, "plan must be"),
+    ("simulate_plan", lambda: hpgo.simulate_plan(M(), (1.0, [])), ValueError, "no stages"),
+    ("simulate_plan", lambda: hpgo.simulate_plan(M(), [(0, 38, 1)]), TypeError, "plan stage 0"),
+    ("simulate_plan", lambda: hpgo.simulate_plan(M(), [(0, 38, 1, [0])], rp=0), ValueError, "rp"),
+    ("simulate_plan", lambda: hpgo.simulate_plan(M(), [(0, 38, 1, [0])], rp=10**6), ValueError,
+     "0 micro-batches"),
+    ("simulate_plan", lambda: hpgo.simulate_plan(M(), [(0, 99, 1, [0])]), IndexError,
+     "out of range"),
+    ("simulate_plan", lambda: hpgo.simulate_plan(M(), [(5, 2, 1, [0])]), ValueError,
+     "covers no state"),
+    ("simulate_plan", lambda: hpgo.simulate_plan(M(), [(0, 38, 2, [0])]), ValueError,
+     "not a multiple"),
+    ("simulate_plan", lambda: hpgo.simulate_plan(object(), [(0, 38, 1, [0])]), TypeError,
+     "hpgo.Model-like"),
+    ("simulate_plan", lambda: hpgo.simulate_plan(M(), [(0, 38, 1, [0])], forward_fraction=1.5),
+     ValueError, "forward_fraction"),
+    ("simulate_plan", lambda: hpgo.simulate_plan(M(), [(0, 38, 1, [0])], schedule=1), TypeError,
+     "schedule"),
+    ("simulate_mlp", lambda: hpgo.simulate_mlp(0, 8, 2), ValueError, "batch_size must be >= 1"),
+    ("simulate_mlp", lambda: hpgo.simulate_mlp(8, -8, 2), ValueError, "width"),
+    ("simulate_mlp", lambda: hpgo.simulate_mlp(8, 8, 0), ValueError, "layers"),
+    ("simulate_mlp", lambda: hpgo.simulate_mlp(8, 8, 2, dp=0), ValueError, "dp"),
+    ("simulate_mlp", lambda: hpgo.simulate_mlp(1024, 1024, 2, dp=100000), ValueError,
+     "exceed the limit of 1024"),
+    ("simulate_mlp", lambda: hpgo.simulate_mlp(8, 2**21, 2), ValueError, "widths above"),
+    ("simulate_mlp", lambda: hpgo.simulate_mlp(2**40, 8, 2), ValueError, "too large"),
+    ("simulate_mlp", lambda: hpgo.simulate_mlp(8, 8, 2**17), ValueError, "layers"),
+    ("simulate_mlp", lambda: hpgo.simulate_mlp(8, 9, 2, tp=2), ValueError, "multiple of tp"),
+    ("simulate_mlp", lambda: hpgo.simulate_mlp(8, 8, 3, pp=2), ValueError, "pp"),
+    ("simulate_mlp", lambda: hpgo.simulate_mlp(6, 8, 2, dp=4), ValueError, "multiple"),
+    ("simulate_mlp", lambda: hpgo.simulate_mlp(8, 8, 2, cost_model="x"), ValueError,
+     "unknown cost_model"),
+    ("simulate_mlp", lambda: hpgo.simulate_mlp(8, 8, 2, devices_bandwidth_gbps=0), ValueError,
+     "devices_bandwidth_gbps"),
+    ("simulate_mlp", lambda: hpgo.simulate_mlp(8.0, 8, 2), TypeError, "batch_size must be an int"),
+    ("simulate_mlp", lambda: hpgo.simulate_mlp(2**20, 2**20, 2**16, pp=1024,
+                                               microbatches=2**20, timeline=False),
+     ValueError, "operations (limit 4e9)"),
+    ("simulate_transformer", lambda: hpgo.simulate_transformer(8, 0, 64, 8, 2), ValueError,
+     "seq_len"),
+    ("simulate_transformer", lambda: hpgo.simulate_transformer(8, 16, 64, 7, 2), ValueError,
+     "multiple of heads"),
+    ("simulate_transformer", lambda: hpgo.simulate_transformer(8, 2**17, 64, 8, 2), ValueError,
+     "seq_len above"),
+    ("simulate_transformer", lambda: hpgo.simulate_transformer(2**20, 2**16, 64, 8, 2),
+     ValueError, "batch_size x seq_len"),
+    ("simulate_transformer", lambda: hpgo.simulate_transformer(8, 16, 64, 8, 2, tp=3),
+     ValueError, "tp"),
+    ("simulate_mlp_batch", lambda: hpgo.simulate_mlp_batch(None), TypeError, "configs"),
+    ("simulate_mlp_batch", lambda: hpgo.simulate_mlp_batch([1]), TypeError, "mapping"),
+    ("simulate_mlp_batch", lambda: hpgo.simulate_mlp_batch([{}]), TypeError,
+     "lacks batch_size, width, layers"),
+    ("simulate_mlp_batch", lambda: hpgo.simulate_mlp_batch(
+        [dict(batch_size=8, width=8, layers=2, foo=1)]), TypeError, "unknown keys ['foo']"),
+    ("simulate_mlp_batch", lambda: hpgo.simulate_mlp_batch(
+        [dict(batch_size=8, width=8, layers=2, dp=0)]), ValueError, "configuration 0: dp"),
+    ("simulate_mlp_batch", lambda: hpgo.simulate_mlp_batch([], threads=-1), ValueError,
+     "threads"),
+    ("grid_search", lambda: hpgo.grid_search(0, 8, 2), ValueError, "batch_size"),
+    ("grid_search", lambda: hpgo.grid_search(64, 8, 2, devices=4), TypeError, "devices"),
+    ("grid_search", lambda: hpgo.grid_search(64, 8, 2, devices=[0]), ValueError, "device count"),
+    ("grid_search", lambda: hpgo.grid_search(64, 8, 2, devices=[100000]), ValueError,
+     "between 1 and 1024"),
+    ("grid_search", lambda: hpgo.grid_search(64, 8, 2, devices=list(range(1, 5000))), ValueError,
+     "too many values"),
+    ("grid_search", lambda: hpgo.grid_search(64, 8, 2, microbatches=[0]), ValueError,
+     "microbatches"),
+    ("grid_search", lambda: hpgo.grid_search(64, 8, 2, threads=-1), ValueError, "threads"),
+    ("grid_search", lambda: hpgo.grid_search(64, 8, 2, model="cnn"), ValueError, "unknown model"),
+    ("distir_figure3", lambda: hpgo.distir_figure3(cost_model="x"), ValueError, "cost_model"),
+    ("distir_figure3", lambda: hpgo.distir_figure3(devices=[0]), ValueError, "device"),
+    ("distir_figure3", lambda: hpgo.distir_figure3(devices=5), TypeError, "devices"),
+    ("distir_figure3", lambda: hpgo.distir_figure3(pp_batch=0), ValueError, "pp_batch"),
+    ("distir_figure3", lambda: hpgo.distir_figure3(width=0), ValueError, "width"),
+    ("distir_figure3", lambda: hpgo.distir_figure3(threads=-2), ValueError, "threads"),
+    # ---- HPGO's submodules
+    ("Utils", lambda: hpgo.Utils.pipeline_length_recursive([], [], [], 1), ValueError,
+     "at least one"),
+    ("Utils", lambda: hpgo.Utils.pipeline_length_recursive(None, None, None, 1), TypeError,
+     "F must be a sequence"),
+    ("Utils", lambda: hpgo.Utils.pipeline_length_recursive([1.0], [1.0, 2.0], [0.0], 1),
+     ValueError, "same length"),
+    ("Utils", lambda: hpgo.Utils.pipeline_length_recursive([1.0], [1.0], [0.0], 0), ValueError,
+     "M must be a positive int"),
+    ("Utils", lambda: hpgo.Utils.pipeline_length_recursive([float("nan")], [1.0], [0.0], 1),
+     ValueError, "finite"),
+    ("Utils", lambda: hpgo.Utils.pipeline_length_recursive([1.0], [1.0], [0.0], 10**7),
+     ValueError, "exceeds the limit of 1,000,000"),
+    ("Layerwise", lambda: hpgo.Layerwise.Devices(0, []), ValueError, "empty"),
+    ("Layerwise", lambda: hpgo.Layerwise.model_from_torch_graph(PROF, 0, 1), ValueError, "pbs"),
+    # ---- results
+    ("SimulationResult", lambda: hpgo.simulate_pipeline(ST, 2).to_chrome_trace(
+        "/nonexistent-dir/x/trace.json"), OSError, ""),
+    ("SweepResult", lambda: hpgo.sweep(PROF, 1, [8], [8]).to_csv("/nonexistent-dir/x/s.csv"),
+     OSError, ""),
+    # ---- zoo
+    ("zoo", lambda: zoo.profile("nope"), ValueError, "unknown zoo model"),
+    ("zoo", lambda: zoo.profile(None), TypeError, "model name must be a string"),
+    ("zoo", lambda: zoo.profile("resnet50", device="TPU"), ValueError, "unknown device"),
+    ("zoo", lambda: zoo.profile("resnet50", batch_size=0), ValueError, "batch size"),
+    ("zoo", lambda: zoo.profile("resnet50", batch_size=-3), ValueError, "batch size"),
+    ("zoo", lambda: zoo.profile("resnet50", batch_size=2.5), ValueError, "batch size"),
+    ("zoo", lambda: zoo.profile("resnet50", dtype="fp7"), ValueError, "unknown dtype"),
+    ("zoo", lambda: zoo.profile("gpt", layers=0), ValueError, "layers"),
+    ("zoo", lambda: zoo.profile("gpt", layers=True), TypeError, "layers must be an int"),
+    ("zoo", lambda: zoo.profile("gpt", hidden=64, heads=7), ValueError, "multiple of heads"),
+    ("zoo", lambda: zoo.build("gpt", wings=2), ValueError, "unknown option"),
+    ("zoo", lambda: zoo.param_count("nope"), ValueError, "unknown zoo model"),
+]
+
+# Public names that take no arguments worth breaking (exception classes, result
+# records filled by hpgo itself).
+NOT_CALLABLE_WITH_INPUT = {"HpgoError", "PlanningError", "Candidate", "Layer", "Stage",
+                           "SweepRow"}
+
+
+def test_every_public_name_has_bad_argument_cases():
+    covered = {name for name, *_ in CASES}
+    missing = set(hpgo.__all__) - covered - NOT_CALLABLE_WITH_INPUT
+    assert not missing, f"public names without a bad-argument case: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("case", range(len(CASES)),
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_bad_argument(case):
+    name, call, exc, words = CASES[case]
+    with pytest.raises(exc) as ei:
+        call()
+    msg = str(ei.value)
+    assert words in msg, msg
+    assert len(msg) < 2000
+
+
+def test_gbs_limits_plan_and_pbs_larger_than_gbs():
+    # the whole uint32 range of batch sizes plans
+    top = hpgo.AsyncOrchestrate(M().normalized_copy(2**32 - 1), D()).py_orchestrate()
+    assert top[0] > 0 and top[1]
+    # pbs > gbs (a profile at batch 128 planned for batch 1) is a smaller problem, not an error
+    small = hpgo.conductor_from_torch_graph_and_seps(PROF, 128, 1, [8, 16]).py_orchestrate()
+    assert small[0] > 0 and small[1]
+    assert hpgo.current_ga_iter_size(D(), M().normalized_copy(2**32 - 1)) >= 1
+
+
+def test_nothing_the_caller_passed_is_modified():
+    seps = [4, 8]
+    gbs = [8, 16]
+    hpgo.sweep(PROF, 1, gbs, seps)
+    hpgo.Devices(8, seps)
+    assert seps == [4, 8] and gbs == [8, 16]
+    kw = {k: (list(v) if isinstance(v, list) else v) for k, v in STATES.items()}
+    kw["preds"] = [list(p) for p in STATES["preds"]]
+    hpgo.model_from_states(**kw)
+    assert kw["ct"] == STATES["ct"] and kw["preds"] == STATES["preds"]
+    stages = [hpgo.Stage(1e-3, 2e-3, gpus=(0, 1)), {"forward": 1e-3, "backward": 1e-3}]
+    before = repr(stages)
+    hpgo.simulate_pipeline(stages, 4)
+    assert repr(stages) == before
+    cfgs = [dict(batch_size=8, width=8, layers=2, timeline=True)]
+    hpgo.simulate_mlp_batch(cfgs)
+    assert cfgs == [dict(batch_size=8, width=8, layers=2, timeline=True)]
+    m = M().normalized_copy(64)
+    m.min_micro_batch_size = 2
+    hpgo.sweep(m, 64, [128], [8], min_micro_batch_size=4)
+    assert m.min_micro_batch_size == 2 and m.gbs == 64
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs a child process")
+def test_hostile_objects_in_a_child():
+    """Objects whose __len__, __float__, __index__ or __iter__ lie, raise or
+    mutate what is being read: no crash (model_from_states crashed before the
+    glue copied its sequences), only exceptions or a correct result."""
+    child = run_child("""
+        import hpgo
+        out = {}
+        def run(name, f):
+            try:
+                f()
+                out[name] = 'ok'
+            except (ValueError, TypeError, OverflowError, IndexError, ZeroDivisionError,
+                    RuntimeError) as e:
+                out[name] = type(e).__name__
+        ct = []
+        class ShrinkingFloat(int):
+            def __float__(self):
+                ct.clear()
+                return 1.0
+        ct.extend([ShrinkingFloat(1), 2.0, 3.0])
+        run('float_clears_list', lambda: hpgo.model_from_states(
+            ct, [1.0] * 3, [1.0] * 3, [1.0] * 3, [[], [0], [1]], ['a', 'b', 'c'], 1, 1))
+        class Liar(list):
+            def __len__(self):
+                return 0
+        run('lying_len_preds', lambda: hpgo.model_from_states(
+            [1.0, 2.0, 3.0], [1.0] * 3, [1.0] * 3, [1.0] * 3, [[], [0], Liar([0, 1])],
+            ['a', 'b', 'c'], 1, 1))
+        labels = ['a', 'b', 'c']
+        class Dropper(list):
+            def __iter__(self):
+                labels.clear()
+                return list.__iter__(self)
+        run('iter_drops_labels', lambda: hpgo.model_from_states(
+            [1.0, 2.0, 3.0], [1.0] * 3, [1.0] * 3, [1.0] * 3, [[], Dropper([0]), [1]],
+            labels, 1, 1))
+        class BadIndex(int):
+            def __index__(self):
+                raise RuntimeError('no')
+        run('bad_index_seps', lambda: hpgo.Devices(8, [BadIndex(4), 8]))
+        run('generator_gbs', lambda: hpgo.sweep('profiles/transformer36-v100/graph.txt', 1,
+                                              (g for g in [8, 16]), [8]))
+        class LyingGpus(tuple):
+            def __len__(self):
+                return 1000
+        run('lying_gpus', lambda: hpgo.simulate_pipeline(
+            [hpgo.Stage(1e-3, 1e-3, gpus=LyingGpus((0, 1)))], 2))
+        run('huge_int', lambda: hpgo.Devices(10**100, [10**100]))
+        run('float_subclass', lambda: hpgo.simulate_pipeline(
+            [hpgo.Stage(type('F', (float,), {})(1e-3), 1e-3)], 2))
+        result['out'] = out
+        """, timeout=120, address_space_mb=4096)
+    assert child.returncode == 0, child.describe()
+    out = child.result["out"]
+    assert out["float_clears_list"] in ("ok", "ValueError")
+    assert out["lying_len_preds"] == "ValueError"
+    assert out["iter_drops_labels"] in ("ok", "ValueError")
+    assert out["bad_index_seps"] in ("ok", "RuntimeError", "TypeError")
+    assert out["generator_gbs"] == "ok"
+    assert out["lying_gpus"] in ("ok", "ValueError")
+    assert out["huge_int"] == "ValueError"
+    assert out["float_subclass"] == "ok"
