@@ -77,7 +77,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=10000)
     ap.add_argument("--every", type=int, default=1000)
-    ap.add_argument("--profile", default=str(ROOT / "profiles" / "transformer36-v100" / "graph.txt"))
+    ap.add_argument("--profile",
+                    default=str(ROOT / "profiles" / "transformer36-v100" / "graph.txt"))
     ap.add_argument("--only", nargs="*", help="workload names to run")
     a = ap.parse_args()
     if not os.path.exists("/proc/self/status"):

@@ -97,7 +97,8 @@ def _valgrind():
     vg = shutil.which("valgrind")
     if not vg:
         _unavailable("valgrind is not installed")
-    return [vg, "--tool=memcheck", "--leak-check=full", "--show-leak-kinds=definite,indirect,possible",
+    return [vg, "--tool=memcheck", "--leak-check=full",
+            "--show-leak-kinds=definite,indirect,possible",
             "--errors-for-leak-kinds=definite,indirect,possible", "--track-origins=yes",
             "--error-exitcode=99", "-q"]
 

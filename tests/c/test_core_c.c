@@ -155,7 +155,8 @@ static void test_contract(void)
 
     /* topologies */
     hpgo_topo_t *t = (hpgo_topo_t *)&err;
-    CHECK(hpgo_topo_new(0, seps, 1, &t, &err) == HPGO_E_INVALID && !t && err_ok(&err, HPGO_E_INVALID));
+    CHECK(hpgo_topo_new(0, seps, 1, &t, &err) == HPGO_E_INVALID && !t &&
+          err_ok(&err, HPGO_E_INVALID));
     t = (hpgo_topo_t *)&err;
     CHECK(hpgo_topo_new(16, NULL, 2, &t, &err) == HPGO_E_INVALID && !t);
     CHECK(hpgo_topo_new(16, seps, 0, &t, &err) == HPGO_E_INVALID && !t);
@@ -164,7 +165,8 @@ static void test_contract(void)
     int32_t neg[2] = {-8, 16};
     CHECK(hpgo_topo_new(16, neg, 2, &t, &err) == HPGO_E_INVALID && !t);
     int32_t big = 100000;
-    CHECK(hpgo_topo_new(big, &big, 1, &t, &err) == HPGO_E_LIMIT && !t && err_ok(&err, HPGO_E_LIMIT));
+    CHECK(hpgo_topo_new(big, &big, 1, &t, &err) == HPGO_E_LIMIT && !t &&
+          err_ok(&err, HPGO_E_LIMIT));
     CHECK(hpgo_topo_new(16, seps, 2, &t, NULL) == HPGO_OK && t && t->n == 16 && t->machines == 2);
     hpgo_topo_free(t);
     hpgo_topo_free(NULL);
