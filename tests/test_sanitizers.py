@@ -23,6 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CORE = sorted(str(p) for p in (ROOT / "csrc").glob("*.c"))
 FLAGS = ["-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Wshadow", "-Werror",
+         "-Wno-missing-field-initializers",
          "-fno-omit-frame-pointer", "-D_POSIX_C_SOURCE=200809L", "-I" + str(ROOT / "csrc")]
 LIBS = ["-lm", "-pthread"]
 PROFILES = [str(ROOT / "profiles" / "transformer36-v100" / "graph.txt"),
