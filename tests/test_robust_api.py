@@ -458,3 +458,31 @@ def test_hostile_objects_in_a_child():
     assert out["lying_gpus"] in ("ok", "ValueError")
     assert out["huge_int"] == "ValueError"
     assert out["float_subclass"] == "ok"
+
+
+def test_profiler_bad_arguments():
+    torch = pytest.importorskip("torch")
+    from hpgo import profiler
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    x = torch.randn(3, 4)
+    cases = [
+        (lambda: profiler.profile_module("mlp", x), TypeError, "torch.nn.Module"),
+        (lambda: profiler.profile_module(model, ()), TypeError, "non-empty tuple"),
+        (lambda: profiler.profile_module(model, None), TypeError, "inputs"),
+        (lambda: profiler.profile_module(model, x, warmup=-1), ValueError, "warmup"),
+        (lambda: profiler.profile_module(model, x, repeat=0), ValueError, "repeat"),
+        (lambda: profiler.profile_module(model, x, repeat=10**9), ValueError, "at most 10,000"),
+        (lambda: profiler.profile_module(model, x, warmup=2.5), ValueError, "warmup"),
+        (lambda: profiler.profile_module(model, x, method="magic"), ValueError, "method"),
+        (lambda: profiler.profile_module(model, x, loss_fn=3), TypeError, "loss_fn"),
+        (lambda: profiler.profile_module(model, x, layers=["nope"]), ValueError, "nope"),
+        (lambda: profiler.profile_module(model, x, batch_size=0), ValueError, "batch_size"),
+        (lambda: profiler.profile_module(model, x, batch_size=-2), ValueError, "batch_size"),
+    ]
+    for call, exc, words in cases:
+        with pytest.raises(exc) as ei:
+            call()
+        assert words in str(ei.value), str(ei.value)
+    # the model is left as it was
+    assert model.training and all(p.grad is None for p in model.parameters())
