@@ -54,7 +54,8 @@ class Child:
         return self.result.get("_peak_mb", float("nan"))
 
     def describe(self) -> str:
-        return f"rc={self.returncode}\nstdout:\n{self.stdout[-3000:]}\nstderr:\n{self.stderr[-3000:]}"
+        return (f"rc={self.returncode}\nstdout:\n{self.stdout[-3000:]}\n"
+                f"stderr:\n{self.stderr[-3000:]}")
 
 
 def run_child(code: str, *, timeout: float = 120, address_space_mb: int | None = 4096,

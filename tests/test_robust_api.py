@@ -94,8 +94,10 @@ CASES = [
     ("model_from_states", lambda: states(ct=[]), ValueError, "need 1 to 10000 states"),
     ("model_from_states", lambda: states(ct=[1.0] * 10001), ValueError, "need 1 to 10000 states"),
     ("model_from_states", lambda: states(act=[1.0]), ValueError, "act has 1 items, expected 2"),
-    ("model_from_states", lambda: states(ct=[1.0, float("nan")]), ValueError, "ct[1] is not finite"),
-    ("model_from_states", lambda: states(ct=[1.0, float("inf")]), ValueError, "ct[1] is not finite"),
+    ("model_from_states", lambda: states(ct=[1.0, float("nan")]), ValueError,
+     "ct[1] is not finite"),
+    ("model_from_states", lambda: states(ct=[1.0, float("inf")]), ValueError,
+     "ct[1] is not finite"),
     ("model_from_states", lambda: states(ct=[1.0, -2.0]), ValueError, "ct[1] is negative"),
     ("model_from_states", lambda: states(ct=[0.0, 0.0]), ValueError, "all 0"),
     ("model_from_states", lambda: states(ct=[1e99, 2e99], gbs=100), ValueError,
@@ -173,7 +175,8 @@ CASES = [
     ("sweep", lambda: hpgo.sweep(M(), 0, [8], [8]), ValueError, "pbs"),
     ("sweep", lambda: hpgo.sweep(M(), "1", [8], [8]), TypeError, "pbs must be an int"),
     ("sweep", lambda: hpgo.sweep(PROF, 1, [8], []), ValueError, "seps must not be empty"),
-    ("sweep", lambda: hpgo.sweep(PROF, 1, [8], [[8, 16], []]), ValueError, "seps must not be empty"),
+    ("sweep", lambda: hpgo.sweep(PROF, 1, [8], [[8, 16], []]), ValueError,
+     "seps must not be empty"),
     ("sweep", lambda: hpgo.sweep(PROF, 1, [8], [16, 8]), ValueError, "increasing"),
     ("sweep", lambda: hpgo.sweep(PROF, 1, [8], [100000]), ValueError, "limit of 1024"),
     ("sweep", lambda: hpgo.sweep(PROF, 1, [8], "8,16"), TypeError, "seps"),
@@ -216,8 +219,8 @@ CASES = [
         [hpgo.Stage("1", 1)], 1), TypeError, "must be a number"),
     ("simulate_pipeline", lambda: hpgo.simulate_pipeline([{"forward": 1}], 1), TypeError,
      "backward"),
-    ("simulate_pipeline", lambda: hpgo.simulate_pipeline([{"forward": 1, "backward": 1, "x": 0}], 1),
-     ValueError, "unknown keys"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(
+        [{"forward": 1, "backward": 1, "x": 0}], 1), ValueError, "unknown keys"),
     ("simulate_pipeline", lambda: hpgo.simulate_pipeline(ST, 4, link_bandwidth=0), ValueError,
      "link_bandwidth"),
     ("simulate_pipeline", lambda: hpgo.simulate_pipeline(ST, 4, link_latency=-1), ValueError,
@@ -490,3 +493,31 @@ def test_hostile_objects_in_a_child():
     assert out["lying_gpus"] in ("ok", "ValueError")
     assert out["huge_int"] == "ValueError"
     assert out["float_subclass"] == "ok"
+
+
+def test_profiler_bad_arguments():
+    torch = pytest.importorskip("torch")
+    from hpgo import profiler
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    x = torch.randn(3, 4)
+    cases = [
+        (lambda: profiler.profile_module("mlp", x), TypeError, "torch.nn.Module"),
+        (lambda: profiler.profile_module(model, ()), TypeError, "non-empty tuple"),
+        (lambda: profiler.profile_module(model, None), TypeError, "inputs"),
+        (lambda: profiler.profile_module(model, x, warmup=-1), ValueError, "warmup"),
+        (lambda: profiler.profile_module(model, x, repeat=0), ValueError, "repeat"),
+        (lambda: profiler.profile_module(model, x, repeat=10**9), ValueError, "at most 10,000"),
+        (lambda: profiler.profile_module(model, x, warmup=2.5), ValueError, "warmup"),
+        (lambda: profiler.profile_module(model, x, method="magic"), ValueError, "method"),
+        (lambda: profiler.profile_module(model, x, loss_fn=3), TypeError, "loss_fn"),
+        (lambda: profiler.profile_module(model, x, layers=["nope"]), ValueError, "nope"),
+        (lambda: profiler.profile_module(model, x, batch_size=0), ValueError, "batch_size"),
+        (lambda: profiler.profile_module(model, x, batch_size=-2), ValueError, "batch_size"),
+    ]
+    for call, exc, words in cases:
+        with pytest.raises(exc) as ei:
+            call()
+        assert words in str(ei.value), str(ei.value)
+    # the model is left as it was
+    assert model.training and all(p.grad is None for p in model.parameters())

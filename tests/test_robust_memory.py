@@ -94,7 +94,8 @@ CALLS = """
         'simulate_pipeline': lambda: hpgo.simulate_pipeline(st, 8, 'pipedream').timeline,
         'chrome_trace': lambda: hpgo.simulate_pipeline(st, 4).to_chrome_trace(),
         'simulate_plan': lambda: hpgo.simulate_plan(m, plan),
-        'simulate_mlp': lambda: hpgo.simulate_mlp(1024, 256, 8, dp=2, pp=2, microbatches=2).timeline,
+        'simulate_mlp': lambda: hpgo.simulate_mlp(1024, 256, 8, dp=2, pp=2,
+                                                  microbatches=2).timeline,
         'simulate_transformer': lambda: hpgo.simulate_transformer(4, 16, 64, 4, 2, tp=2),
         'grid_search': lambda: hpgo.grid_search(256, 64, 4, devices=[1, 2, 4], threads=2),
         # error paths

@@ -23,6 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CORE = sorted(str(p) for p in (ROOT / "csrc").glob("*.c"))
 FLAGS = ["-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Wshadow", "-Werror",
+         "-Wno-missing-field-initializers",
          "-fno-omit-frame-pointer", "-D_POSIX_C_SOURCE=200809L", "-I" + str(ROOT / "csrc")]
 LIBS = ["-lm", "-pthread"]
 PROFILES = [str(ROOT / "profiles" / "transformer36-v100" / "graph.txt"),
@@ -97,7 +98,8 @@ def _valgrind():
     vg = shutil.which("valgrind")
     if not vg:
         _unavailable("valgrind is not installed")
-    return [vg, "--tool=memcheck", "--leak-check=full", "--show-leak-kinds=definite,indirect,possible",
+    return [vg, "--tool=memcheck", "--leak-check=full",
+            "--show-leak-kinds=definite,indirect,possible",
             "--errors-for-leak-kinds=definite,indirect,possible", "--track-origins=yes",
             "--error-exitcode=99", "-q"]
 

@@ -1090,10 +1090,10 @@ static PyObject *f_model_from_torch_graph(PyObject *module, PyObject *args, PyOb
 
 
 /* Copy a sequence of floats into a new C array of exactly n items (n < 0:
- * any length, stored into *n). */
-/* The sequences below are copied into tuples first: converting an item may
- * run Python code (__float__ of an int subclass, __len__ / __iter__ of a
- * preds item) that could otherwise resize or free what is being read. */
+ * any length, stored into *n).  Sequences here are copied into tuples
+ * first: converting an item may run Python code (__float__ of an int
+ * subclass, __len__ / __iter__ of a preds item) that could otherwise resize
+ * or free what is being read. */
 static double *float_array(PyObject *o, const char *what, Py_ssize_t *n)
 {
     PyObject *seq = PySequence_Tuple(o);

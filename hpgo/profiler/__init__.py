@@ -41,6 +41,8 @@ from typing import Any, Iterable
 
 from ..graphfile import Node, Profile, write_profile
 
+MAX_RUNS = 10_000  # warm-up and timed runs per layer
+
 __all__ = ["profile_module", "children", "leaf_layers", "write_profile", "ProfilerError", "METHODS"]
 
 METHODS = ("auto", "fx", "hooks")
@@ -144,6 +146,8 @@ def _check_args(model, inputs, warmup, repeat, torch):
     for name, v, lo in (("warmup", warmup, 0), ("repeat", repeat, 1)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+        if v > MAX_RUNS:  # a typo such as 10**9 would time the model for days
+            raise ValueError(f"{name} must be at most {MAX_RUNS:,}, got {v!r}")
     return inputs
 
 
@@ -532,6 +536,9 @@ def profile_module(model, inputs, *, layers: Iterable[str] | None = None, batch_
     device = _model_device(model, inputs, torch)
     inputs = tuple(_map_tensors(x, lambda t: t.to(device), torch) for x in inputs)
     first = _flat_tensors(inputs, torch)
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                   or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if batch_size is None:
         if not first or first[0].dim() == 0:
             raise ValueError("cannot infer the batch size; pass batch_size=")

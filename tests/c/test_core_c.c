@@ -155,7 +155,8 @@ static void test_contract(void)
 
     /* topologies */
     hpgo_topo_t *t = (hpgo_topo_t *)&err;
-    CHECK(hpgo_topo_new(0, seps, 1, &t, &err) == HPGO_E_INVALID && !t && err_ok(&err, HPGO_E_INVALID));
+    CHECK(hpgo_topo_new(0, seps, 1, &t, &err) == HPGO_E_INVALID && !t &&
+          err_ok(&err, HPGO_E_INVALID));
     t = (hpgo_topo_t *)&err;
     CHECK(hpgo_topo_new(16, NULL, 2, &t, &err) == HPGO_E_INVALID && !t);
     CHECK(hpgo_topo_new(16, seps, 0, &t, &err) == HPGO_E_INVALID && !t);
@@ -164,7 +165,8 @@ static void test_contract(void)
     int32_t neg[2] = {-8, 16};
     CHECK(hpgo_topo_new(16, neg, 2, &t, &err) == HPGO_E_INVALID && !t);
     int32_t big = 100000;
-    CHECK(hpgo_topo_new(big, &big, 1, &t, &err) == HPGO_E_LIMIT && !t && err_ok(&err, HPGO_E_LIMIT));
+    CHECK(hpgo_topo_new(big, &big, 1, &t, &err) == HPGO_E_LIMIT && !t &&
+          err_ok(&err, HPGO_E_LIMIT));
     CHECK(hpgo_topo_new(16, seps, 2, &t, NULL) == HPGO_OK && t && t->n == 16 && t->machines == 2);
     hpgo_topo_free(t);
     hpgo_topo_free(NULL);
@@ -405,7 +407,7 @@ static void check_orch(const hpgo_model_t *m, const hpgo_topo_t *t, const hpgo_o
 
 static hpgo_orch_t *plan(const hpgo_model_t *m, const hpgo_topo_t *t, int threads, int exhaustive)
 {
-    hpgo_plan_opts_t opts = {exhaustive, threads, 0};
+    hpgo_plan_opts_t opts = {.exhaustive = exhaustive, .threads = threads};
     hpgo_orch_t *o = NULL;
     hpgo_err_t err;
     int rc = hpgo_orchestrate(m, t, &opts, &o, &err);
@@ -592,7 +594,7 @@ static void test_sweep(void)
     uint32_t gbs[] = {1, 2, 16, 256, 100000};
     int ng = quick ? 3 : 5;
     hpgo_sweep_t *s1 = NULL, *s3 = NULL;
-    hpgo_plan_opts_t o1 = {0, 1, 0}, o3 = {0, 3, 0};
+    hpgo_plan_opts_t o1 = {.threads = 1}, o3 = {.threads = 3};
     hpgo_err_t err;
     CHECK(hpgo_sweep_run(base, lay, 3, gbs, ng, &o1, &s1, &err) == HPGO_OK && s1);
     CHECK(hpgo_sweep_run(base, lay, 3, gbs, ng, &o3, &s3, &err) == HPGO_OK && s3);
@@ -733,7 +735,7 @@ static void *worker(void *arg)
     for (int r = 0; r < rounds; r++) {
         switch ((w->id + r) % 4) {
         case 0: { /* plan the shared model on the shared topology, own threads */
-            hpgo_plan_opts_t opts = {0, 1 + w->id % 3, 0};
+            hpgo_plan_opts_t opts = {.threads = 1 + w->id % 3};
             hpgo_orch_t *o = NULL;
             hpgo_err_t err;
             if (hpgo_orchestrate(w->m, w->t, &opts, &o, &err) != HPGO_OK || !orch_equal(o, w->ref))
@@ -744,7 +746,7 @@ static void *worker(void *arg)
         case 1: { /* sweep the shared model */
             const hpgo_topo_t *lay[1] = {w->t};
             uint32_t gbs[3] = {8, 64, 512};
-            hpgo_plan_opts_t opts = {0, 2, 0};
+            hpgo_plan_opts_t opts = {.threads = 2};
             hpgo_sweep_t *s = NULL;
             hpgo_err_t err;
             if (hpgo_sweep_run(w->m, lay, 1, gbs, 3, &opts, &s, &err) != HPGO_OK ||
@@ -794,7 +796,7 @@ static void test_concurrency(void)
     hpgo_orch_t *ref = plan(m, t, 1, 0);
     const hpgo_topo_t *lay[1] = {t};
     uint32_t gbs[3] = {8, 64, 512};
-    hpgo_plan_opts_t o1 = {0, 1, 0};
+    hpgo_plan_opts_t o1 = {.threads = 1};
     hpgo_sweep_t *ref_sw = NULL;
     CHECK(hpgo_sweep_run(m, lay, 1, gbs, 3, &o1, &ref_sw, &err) == HPGO_OK);
     enum { NPTS = 12 };
