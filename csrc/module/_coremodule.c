@@ -109,6 +109,16 @@ int glue_i32(PyObject *o, const char *what, int32_t *out)
     return 0;
 }
 
+PyObject *glue_seq_copy(PyObject *o, const char *what)
+{
+    PyObject *fast = PySequence_Fast(o, what);
+    if (!fast)
+        return NULL;
+    PyObject *t = PySequence_Tuple(fast);
+    Py_DECREF(fast);
+    return t;
+}
+
 PyObject *glue_fspath(PyObject *o)
 {
     PyObject *b = NULL;

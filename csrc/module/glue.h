@@ -33,6 +33,11 @@ PyObject *glue_add_type(PyObject *module, PyType_Spec *spec, PyObject *bases);
 int glue_u32(PyObject *o, const char *what, uint32_t *out);
 int glue_i32(PyObject *o, const char *what, int32_t *out);
 
+/* A private tuple of a sequence's items (TypeError naming `what` otherwise):
+ * converting an item may run Python code (__float__, __index__) that would
+ * resize or free a list being read in place. */
+PyObject *glue_seq_copy(PyObject *o, const char *what);
+
 /* Filesystem path (str, bytes or os.PathLike) to a new bytes object. */
 PyObject *glue_fspath(PyObject *o);
 

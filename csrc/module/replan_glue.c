@@ -35,7 +35,7 @@ static int num_to_double(PyObject *o, const char *what, Py_ssize_t i, double *ou
 /* Sequence of numbers -> new PyMem array (at least one slot).  *n gets the length. */
 static double *get_doubles(PyObject *o, const char *what, Py_ssize_t *n)
 {
-    PyObject *seq = PySequence_Fast(o, what);
+    PyObject *seq = glue_seq_copy(o, what);
     if (!seq)
         return NULL;
     Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
@@ -58,7 +58,7 @@ static double *get_doubles(PyObject *o, const char *what, Py_ssize_t *n)
 
 static int64_t *get_i64s(PyObject *o, const char *what, Py_ssize_t *n)
 {
-    PyObject *seq = PySequence_Fast(o, what);
+    PyObject *seq = glue_seq_copy(o, what);
     if (!seq)
         return NULL;
     Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
@@ -530,7 +530,7 @@ static PyObject *hap_plan(PyObject *module, PyObject *args)
         PyErr_Format(PyExc_ValueError, "at most %d devices", HPGO_HAP_MAX_DEVICES);
         goto done;
     }
-    if (!(seq = PySequence_Fast(lo, "layers must be a sequence")))
+    if (!(seq = glue_seq_copy(lo, "layers must be a sequence")))
         goto done;
     nl = PySequence_Fast_GET_SIZE(seq);
     if (nl > HPGO_HAP_MAX_LAYERS) {
