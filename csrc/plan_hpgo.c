@@ -93,11 +93,32 @@ static inline uint64_t set_hash(const uint64_t *a, int nw, uint64_t seed)
 
 /* ------------------------------------------------------ GPU allocation 5.4 */
 
-static int32_t lowest_free(const hpgo_gpuset_t *occ, int32_t from, int32_t to)
+/* Bits [lo, hi) of word w as a mask. */
+static inline uint64_t word_mask(int32_t w, int32_t lo, int32_t hi)
 {
-    for (int32_t g = from; g < to; g++)
-        if (!hpgo_gpuset_has(occ, g))
-            return g;
+    int32_t b0 = w * 64, a = lo > b0 ? lo - b0 : 0, b = hi < b0 + 64 ? hi - b0 : 64;
+    if (a >= b)
+        return 0;
+    return (b - a == 64) ? ~0ull : (((1ull << (b - a)) - 1) << a);
+}
+
+/* Free GPUs in [lo, hi). */
+static int32_t range_free(const hpgo_gpuset_t *occ, int32_t lo, int32_t hi)
+{
+    int32_t n = 0;
+    for (int32_t w = lo >> 6; w <= (hi - 1) >> 6; w++)
+        n += __builtin_popcountll(~occ->w[w] & word_mask(w, lo, hi));
+    return n;
+}
+
+/* Lowest free GPU in [lo, hi), -1 if none. */
+static int32_t lowest_free(const hpgo_gpuset_t *occ, int32_t lo, int32_t hi)
+{
+    for (int32_t w = lo >> 6; lo < hi && w <= (hi - 1) >> 6; w++) {
+        uint64_t f = ~occ->w[w] & word_mask(w, lo, hi);
+        if (f)
+            return w * 64 + __builtin_ctzll(f);
+    }
     return -1;
 }
 
@@ -106,23 +127,18 @@ int hpgo_next_cards(const hpgo_topo_t *t, const hpgo_gpuset_t *occ, int32_t need
 {
     int32_t M = t->machines;
     int32_t left_total = 0;
-    int32_t *left = malloc((size_t)M * 2 * sizeof(int32_t));
-    if (!left)
-        return -1;
-    int32_t *fresh = left + M;
+    int32_t left[HPGO_MAX_GPUS];
+    uint8_t fresh[HPGO_MAX_GPUS];
     for (int32_t k = 0; k < M; k++) {
-        int32_t lo = k ? t->seps[k - 1] : 0, hi = t->seps[k], n = 0;
-        for (int32_t g = lo; g < hi; g++)
-            n += !hpgo_gpuset_has(occ, g);
+        int32_t lo = k ? t->seps[k - 1] : 0, hi = t->seps[k];
+        int32_t n = range_free(occ, lo, hi);
         left[k] = n;
-        fresh[k] = (n == hi - lo);
+        fresh[k] = (uint8_t)(n == hi - lo);
         left_total += n;
     }
     int count = 0;
-    if (need <= 0 || left_total < need) {
-        free(left);
+    if (need <= 0 || left_total < need)
         return 0;
-    }
     /* FreshFirst and AppendFirst: the same walk over fresh / non-fresh machines */
     for (int strategy = 0; strategy < 2; strategy++) {
         hpgo_gpuset_t s = {{0}};
@@ -141,11 +157,13 @@ int hpgo_next_cards(const hpgo_topo_t *t, const hpgo_gpuset_t *occ, int32_t need
                 continue;
             }
             int32_t take = left[k] < rem ? left[k] : rem;
-            for (int32_t g = lo; g < hi && take > 0; g++) {
-                if (!hpgo_gpuset_has(occ, g)) {
-                    hpgo_gpuset_add(&s, g);
+            rem -= take;
+            for (int32_t w = lo >> 6; take > 0 && w <= (hi - 1) >> 6; w++) {
+                uint64_t f = ~occ->w[w] & word_mask(w, lo, hi);
+                while (f && take > 0) {
+                    s.w[w] |= f & -f;
+                    f &= f - 1;
                     take--;
-                    rem--;
                 }
             }
         }
@@ -159,14 +177,15 @@ int hpgo_next_cards(const hpgo_topo_t *t, const hpgo_gpuset_t *occ, int32_t need
         while (rem > 0) {
             int progress = 0;
             for (int32_t k = 0; k < M && rem > 0; k++) {
+                if (left[k] == 0)
+                    continue;
                 int32_t lo = k ? t->seps[k - 1] : 0, hi = t->seps[k];
                 int32_t g = lowest_free(&cur, lo, hi);
-                if (g >= 0) {
-                    hpgo_gpuset_add(&s, g);
-                    hpgo_gpuset_add(&cur, g);
-                    rem--;
-                    progress = 1;
-                }
+                hpgo_gpuset_add(&s, g);
+                hpgo_gpuset_add(&cur, g);
+                left[k]--;
+                rem--;
+                progress = 1;
             }
             if (!progress)
                 break;
@@ -174,7 +193,6 @@ int hpgo_next_cards(const hpgo_topo_t *t, const hpgo_gpuset_t *occ, int32_t need
         if (rem == 0)
             out[count++] = s;
     }
-    free(left);
     /* keep the first occurrence of each set */
     int n = 0;
     for (int a = 0; a < count; a++) {
@@ -413,8 +431,6 @@ static int replica_dfs(dp_t *d, const hpgo_gpuset_t *base, const hpgo_gpuset_t *
     }
     hpgo_gpuset_t next[3];
     int n = hpgo_next_cards(d->t, occ, need, next);
-    if (n < 0)
-        return -1;
     for (int c = 0; c < n; c++) {
         hpgo_gpuset_t o;
         set_or(&o, occ, &next[c], HPGO_GPUSET_WORDS);
