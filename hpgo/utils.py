@@ -49,26 +49,6 @@ def pipeline_length_recursive(
     fend = [[None] * E for _ in range(M)]
     bend = [[None] * E for _ in range(M)]
 
-    def fe(i: int, x: int) -> float:
-        if i < 0 or i >= M or x < 0 or x >= E:
-            return 0.0
-        v = fend[i][x]
-        if v is None:
-            stack = [(i, x, "f")]
-            _solve(stack)
-            v = fend[i][x]
-        return v
-
-    def be(i: int, x: int) -> float:
-        if i < 0 or i >= M or x < 0 or x >= E:
-            return 0.0
-        v = bend[i][x]
-        if v is None:
-            stack = [(i, x, "b")]
-            _solve(stack)
-            v = bend[i][x]
-        return v
-
     def deps(i: int, x: int, kind: str):
         if kind == "f":
             if i == 0:
@@ -107,4 +87,9 @@ def pipeline_length_recursive(
                 bend[i][x] = start + B[x]
             stack.pop()
 
-    return max(be(M - 1, x) + AllReduce[x] for x in range(E))
+    def end_of(i: int, x: int, kind: str) -> float:
+        if not known(i, x, kind):
+            _solve([(i, x, kind)])
+        return value(i, x, kind)
+
+    return max(end_of(M - 1, x, "b") + AllReduce[x] for x in range(E))

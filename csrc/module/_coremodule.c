@@ -90,7 +90,7 @@ int glue_u32(PyObject *o, const char *what, uint32_t *out)
     return 0;
 }
 
-int glue_i32(PyObject *o, const char *what, int32_t *out)
+int glue_i64(PyObject *o, const char *what, int64_t *out)
 {
     if (!PyLong_Check(o) || PyBool_Check(o)) {
         PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
@@ -101,7 +101,20 @@ int glue_i32(PyObject *o, const char *what, int32_t *out)
     long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (v == -1 && PyErr_Occurred())
         return -1;
-    if (overflow || v < INT32_MIN || v > INT32_MAX) {
+    if (overflow) {
+        PyErr_Format(PyExc_ValueError, "%s is out of range: %R", what, o);
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+int glue_i32(PyObject *o, const char *what, int32_t *out)
+{
+    int64_t v;
+    if (glue_i64(o, what, &v) < 0)
+        return -1;
+    if (v < INT32_MIN || v > INT32_MAX) {
         PyErr_Format(PyExc_ValueError, "%s is out of range: %R", what, o);
         return -1;
     }

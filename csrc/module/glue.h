@@ -28,10 +28,11 @@ PyObject *glue_raise(PyObject *module, int code, const hpgo_err_t *err);
  * and remember it in the module state.  Returns a borrowed reference. */
 PyObject *glue_add_type(PyObject *module, PyType_Spec *spec, PyObject *bases);
 
-/* Convert a Python int to uint32/int32 with a ValueError naming `what`
+/* Convert a Python int to uint32/int32/int64 with a ValueError naming `what`
  * when out of range (negative, too large) and TypeError for non-ints. */
 int glue_u32(PyObject *o, const char *what, uint32_t *out);
 int glue_i32(PyObject *o, const char *what, int32_t *out);
+int glue_i64(PyObject *o, const char *what, int64_t *out);
 
 /* A private tuple of a sequence's items (TypeError naming `what` otherwise):
  * converting an item may run Python code (__float__, __index__) that would

@@ -195,25 +195,6 @@ static int get_double(PyObject *o, const char *what, double *out)
     return 0;
 }
 
-static int get_i64(PyObject *o, const char *what, int64_t *out)
-{
-    if (!PyLong_Check(o) || PyBool_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    if (overflow) {
-        PyErr_Format(PyExc_ValueError, "%s is out of range: %R", what, o);
-        return -1;
-    }
-    *out = (int64_t)v;
-    return 0;
-}
-
 /* ---- sim_pipeline ---------------------------------------------------------- */
 
 PyDoc_STRVAR(sim_pipeline_doc,
@@ -382,7 +363,7 @@ static int distir_config_from_dict(PyObject *d, hpgo_distir_config_t *c)
             if (glue_i32(v, fields[i].key, (int32_t *)fields[i].dst) < 0)
                 return -1;
         } else if (fields[i].kind == 1) {
-            if (get_i64(v, fields[i].key, (int64_t *)fields[i].dst) < 0)
+            if (glue_i64(v, fields[i].key, (int64_t *)fields[i].dst) < 0)
                 return -1;
         } else {
             if (get_double(v, fields[i].key, (double *)fields[i].dst) < 0)
