@@ -13,9 +13,14 @@
  *
  * What makes it fast without changing results:
  *  - allocation candidates (next_cards_with_replica) depend only on (key, mp):
- *    they are computed once per DP and cached; their depth-first enumeration
- *    skips a (round, occupancy) already expanded, whose subtree can only
- *    repeat GPU sets already emitted (first occurrence kept, as canonical);
+ *    they are computed once per DP and cached.  Occupancies are per-machine
+ *    prefixes, so the rounds run on vectors of per-machine counts and the
+ *    finals reachable from (counts, rounds left) are memoised across all
+ *    keys of the DP (see en_visit); the literal walk over bitsets, which
+ *    skips a (round, occupancy) already expanded, remains for exhaustive
+ *    runs and for tests;
+ *  - a row under construction is an unsorted array with a hash index,
+ *    sorted into key order once complete (inserts were O(n) memmoves);
  *  - bound pruning with a bound U: a plan's value only grows along its
  *    stages (t = max(prev, stage, transfer)), so with pruning every kept cell
  *    is exactly the original's cell at that key if its value is <= U, and
@@ -256,17 +261,14 @@ typedef struct cmap {
     int32_t ph;         /* index of the PH cell (always the entry at its key) */
 } cmap_t;
 
-typedef struct cand {
-    hpgo_gpuset_t gpus; /* the new stage's GPUs (all rounds) */
-    hpgo_gpuset_t occ;  /* key | gpus */
-} cand_t;
-
+/* The candidates of one (key, mp): n pairs of nw-word bitsets, the new
+ * stage's GPUs (all rounds) then the occupancy after it (key | GPUs),
+ * after the key itself. */
 typedef struct cc_slot {
     uint64_t hash;
     int32_t mp;       /* 0 = empty slot */
     int32_t n;        /* candidates */
-    hpgo_gpuset_t key;
-    cand_t *list;
+    uint64_t *w;      /* key, then n x (gpus, occ), nw words each */
 } cc_slot_t;
 
 typedef struct dp {
@@ -278,6 +280,7 @@ typedef struct dp {
     size_t max_bytes;   /* limit on bytes */
     int straight;
     int prune;
+    int limit_hit;      /* a table would have exceeded max_bytes */
     double bound;
     cmap_t *A;          /* L * i */
     int32_t *n_alive;   /* L: rows of state k that can still be transition sources */
@@ -290,8 +293,32 @@ typedef struct dp {
     hpgo_gpuset_t *seen;
     int32_t *seen_round;
     size_t seen_cap, seen_n;
-    cand_t *tmp;
+    uint64_t *tmp;      /* candidates being collected, 2 * nw words each */
     size_t tmp_n, tmp_cap;
+    /* allocation candidates over per-machine counts (see en_visit) */
+    int32_t M;          /* machines */
+    uint16_t *msize;    /* GPUs per machine */
+    uint16_t *ev;       /* en_n vectors of M counts */
+    int32_t *e_rem;     /* rounds left; -1: slot unused */
+    int32_t *e_need;
+    int32_t *e_loff, *e_llen; /* the state's finals in elist */
+    uint32_t *e_mark;   /* merge stamps */
+    uint64_t *e_hash;
+    int32_t *eh;        /* open addressing: state index + 1, 0 = empty */
+    size_t en_n, en_cap, eh_cap;
+    int32_t *elist;
+    size_t elist_n, elist_cap;
+    uint16_t *escr;     /* (rp + 1) levels of 4 vectors */
+    int32_t *emerge;
+    size_t tmp_cap_e;   /* emerge capacity */
+    /* the row being built: unsorted, indexed by a hash of its keys */
+    uint32_t *bh_gen;   /* slot in use when == bgen */
+    int32_t *bh_idx;
+    size_t bh_cap;
+    uint32_t bgen;
+    int32_t *sort_a, *sort_b;
+    size_t sort_cap;
+    uint32_t egen;
 } dp_t;
 
 #define AT(d, j, m) (&(d)->A[(size_t)(j) * (size_t)(d)->i + (size_t)(m)])
@@ -351,6 +378,159 @@ static int cmap_put(cmap_t *mp, size_t stride, const cell_t *c, int nw, size_t *
     return 0;
 }
 
+
+/* ------------------------------------------------ the row being built */
+
+/* A destination row gets many inserts (up to one per candidate) and is
+ * only read in key order once complete, so it is built unsorted with a hash
+ * index (slots are in use when stamped with the row's generation, so
+ * starting a row costs nothing) and sorted once at the end (row_end). */
+
+static int bh_resize(dp_t *d, const cmap_t *mp, size_t nc)
+{
+    if (d->bytes + (nc - d->bh_cap) * (sizeof(uint32_t) + sizeof(int32_t)) > d->max_bytes)
+        return -2;
+    uint32_t *g = calloc(nc, sizeof *g);
+    int32_t *ix = malloc(nc * sizeof *ix);
+    if (!g || !ix) {
+        free(g);
+        free(ix);
+        return -1;
+    }
+    d->bytes += (nc - d->bh_cap) * (sizeof(uint32_t) + sizeof(int32_t));
+    free(d->bh_gen);
+    free(d->bh_idx);
+    d->bh_gen = g;
+    d->bh_idx = ix;
+    d->bh_cap = nc;
+    d->bgen = 1;
+    for (int32_t e = 0; e < mp->n; e++) {
+        size_t h = set_hash(CKEY(cmap_at(mp, d->stride, e)), d->nw, 0) & (nc - 1);
+        while (g[h] == d->bgen)
+            h = (h + 1) & (nc - 1);
+        g[h] = d->bgen;
+        ix[h] = e;
+    }
+    return 0;
+}
+
+/* Start building mp (it may hold an initial cell). */
+static int row_begin(dp_t *d, const cmap_t *mp)
+{
+    if (++d->bgen == 0 || !d->bh_cap) {
+        if (d->bh_cap)
+            memset(d->bh_gen, 0, d->bh_cap * sizeof *d->bh_gen);
+        d->bgen = 1;
+    }
+    size_t need = 64;
+    while (need < (size_t)mp->n * 2 + 2)
+        need *= 2;
+    if (need > d->bh_cap)
+        return bh_resize(d, mp, need);
+    for (int32_t e = 0; e < mp->n; e++) {
+        size_t h = set_hash(CKEY(cmap_at(mp, d->stride, e)), d->nw, 0) & (d->bh_cap - 1);
+        while (d->bh_gen[h] == d->bgen)
+            h = (h + 1) & (d->bh_cap - 1);
+        d->bh_gen[h] = d->bgen;
+        d->bh_idx[h] = e;
+    }
+    return 0;
+}
+
+/* The entry of the row being built at key, or NULL; *slot: where it goes. */
+static cell_t *row_find(const dp_t *d, const cmap_t *mp, const uint64_t *key, size_t *slot)
+{
+    size_t h = set_hash(key, d->nw, 0) & (d->bh_cap - 1);
+    while (d->bh_gen[h] == d->bgen) {
+        cell_t *c = cmap_at(mp, d->stride, d->bh_idx[h]);
+        if (set_eq(CKEY(c), key, d->nw))
+            return c;
+        h = (h + 1) & (d->bh_cap - 1);
+    }
+    *slot = h;
+    return NULL;
+}
+
+/* Store c at its key in the row being built (replacing an entry with the
+ * same key).  -1: out of memory; -2: over the DP's memory limit. */
+static int row_put(dp_t *d, cmap_t *mp, const cell_t *c)
+{
+    size_t slot = 0, stride = d->stride;
+    cell_t *e = row_find(d, mp, CKEY(c), &slot);
+    if (e) {
+        memcpy(e, c, stride);
+        return 0;
+    }
+    if (mp->n == mp->cap) {
+        int32_t nc = mp->cap ? mp->cap * 2 : 2;
+        if (d->bytes + (size_t)(nc - mp->cap) * stride > d->max_bytes)
+            return -2;
+        unsigned char *nb = realloc(mp->buf, (size_t)nc * stride);
+        if (!nb)
+            return -1;
+        d->bytes += (size_t)(nc - mp->cap) * stride;
+        mp->buf = nb;
+        mp->cap = nc;
+    }
+    memcpy(mp->buf + (size_t)mp->n * stride, c, stride);
+    mp->n++;
+    if ((size_t)mp->n * 2 > d->bh_cap)
+        return bh_resize(d, mp, d->bh_cap * 2);
+    d->bh_gen[slot] = d->bgen;
+    d->bh_idx[slot] = mp->n - 1;
+    return 0;
+}
+
+/* Finish the row: sort its entries into HPGO's key order (bottom-up merge
+ * sort of indices, then one permutation). */
+static int row_end(dp_t *d, cmap_t *mp)
+{
+    int32_t n = mp->n;
+    if (n < 2)
+        return 0;
+    size_t stride = d->stride;
+    if ((size_t)n > d->sort_cap) {
+        size_t nc = (size_t)n * 2;
+        int32_t *a = realloc(d->sort_a, nc * sizeof *a);
+        if (a)
+            d->sort_a = a;
+        int32_t *b = a ? realloc(d->sort_b, nc * sizeof *b) : NULL;
+        if (!b)
+            return -1;
+        d->sort_b = b;
+        d->sort_cap = nc;
+    }
+    int32_t *a = d->sort_a, *b = d->sort_b;
+    for (int32_t x = 0; x < n; x++)
+        a[x] = x;
+    for (int32_t w = 1; w < n; w *= 2) {
+        for (int32_t lo = 0; lo < n; lo += 2 * w) {
+            int32_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            int32_t p = lo, q = mid, o = lo;
+            while (p < mid && q < hi)
+                b[o++] = set_cmp(CKEY(cmap_at(mp, stride, a[q])), CKEY(cmap_at(mp, stride, a[p])),
+                                 d->nw) < 0
+                             ? a[q++]
+                             : a[p++];
+            while (p < mid)
+                b[o++] = a[p++];
+            while (q < hi)
+                b[o++] = a[q++];
+        }
+        int32_t *t = a;
+        a = b;
+        b = t;
+    }
+    unsigned char *nb = malloc((size_t)mp->cap * stride);
+    if (!nb)
+        return -1;
+    for (int32_t x = 0; x < n; x++)
+        memcpy(nb + (size_t)x * stride, mp->buf + (size_t)a[x] * stride, stride);
+    free(mp->buf);
+    mp->buf = nb;
+    return 0;
+}
+
 /* ----------------------------------------- next_cards_with_replica + cache */
 
 static int seen_add(dp_t *d, const hpgo_gpuset_t *occ, int32_t round)
@@ -404,16 +584,17 @@ static void seen_reset(dp_t *d)
 
 static int tmp_push(dp_t *d, const hpgo_gpuset_t *gpus, const hpgo_gpuset_t *occ)
 {
+    size_t nw = (size_t)d->nw;
     if (d->tmp_n == d->tmp_cap) {
         size_t nc = d->tmp_cap ? d->tmp_cap * 2 : 16;
-        cand_t *nt = realloc(d->tmp, nc * sizeof *nt);
+        uint64_t *nt = realloc(d->tmp, nc * 2 * nw * sizeof *nt);
         if (!nt)
             return -1;
         d->tmp = nt;
         d->tmp_cap = nc;
     }
-    d->tmp[d->tmp_n].gpus = *gpus;
-    d->tmp[d->tmp_n].occ = *occ;
+    memcpy(d->tmp + d->tmp_n * 2 * nw, gpus->w, nw * sizeof(uint64_t));
+    memcpy(d->tmp + d->tmp_n * 2 * nw + nw, occ->w, nw * sizeof(uint64_t));
     d->tmp_n++;
     return 0;
 }
@@ -443,6 +624,337 @@ static int replica_dfs(dp_t *d, const hpgo_gpuset_t *base, const hpgo_gpuset_t *
     return 0;
 }
 
+/* Allocation candidates over per-machine counts.
+ *
+ * Every strategy of hpgo_next_cards takes the lowest free ids of a machine,
+ * and every DP key starts as a prefix of the GPUs, so every occupancy the
+ * planner meets is a per-machine prefix: machine k's first c[k] GPUs.  An
+ * occupancy is then a vector of M counts, next_cards an O(M) step on it,
+ * and the candidates of (key, mp) depend only on (counts, rounds left, mp).
+ *
+ * F(r, c), the finals reached from counts c in r more rounds in depth-first
+ * order (first occurrence kept), is the ordered union of F(r - 1, child)
+ * over c's children in strategy order.  F is memoised for the whole DP
+ * (every key and width), so the many keys whose searches pass through the
+ * same intermediate occupancies share the work, where the per-key search
+ * visited each of them again (hundreds of thousands of states per key for
+ * uniform models on hundreds of GPUs).  Two closed forms end a branch: too
+ * few free GPUs (no final) and exactly enough (the one final "all busy";
+ * ScatterFirst never fails while enough GPUs are free).  Keys that are not
+ * per-machine prefixes (none arise) fall back to replica_dfs. */
+
+/* The children of counts c (next_cards with `need`), written to out[0..2]
+ * in strategy order without duplicates; returns how many. */
+static int en_next(const dp_t *d, const uint16_t *c, int32_t need, uint16_t *out)
+{
+    int32_t M = d->M, free_total = 0;
+    for (int32_t k = 0; k < M; k++)
+        free_total += d->msize[k] - c[k];
+    if (need <= 0 || free_total < need)
+        return 0;
+    int n = 0;
+    for (int strategy = 0; strategy < 3; strategy++) {
+        uint16_t *o = out + (size_t)n * (size_t)M;
+        memcpy(o, c, (size_t)M * sizeof *o);
+        int32_t rem = need;
+        if (strategy < 2) {
+            /* FreshFirst (untouched machines) / AppendFirst (the others);
+             * AppendFirst's scan past a full machine (quirk 13) only fails
+             * when no later GPU is free, and then the walk fails anyway */
+            for (int32_t k = 0; k < M && rem > 0; k++) {
+                if ((c[k] == 0) != (strategy == 0))
+                    continue;
+                int32_t left = d->msize[k] - c[k], take = left < rem ? left : rem;
+                o[k] = (uint16_t)(o[k] + take);
+                rem -= take;
+            }
+        } else {
+            /* ScatterFirst: one GPU from each machine with a free one, in
+             * turn, until enough */
+            while (rem > 0) {
+                for (int32_t k = 0; k < M && rem > 0; k++)
+                    if (o[k] < d->msize[k]) {
+                        o[k]++;
+                        rem--;
+                    }
+            }
+        }
+        if (rem != 0)
+            continue;
+        int dup = 0;
+        for (int b = 0; b < n && !dup; b++)
+            dup = !memcmp(out + (size_t)b * (size_t)M, o, (size_t)M * sizeof *o);
+        if (!dup)
+            n++;
+    }
+    return n;
+}
+
+static uint64_t en_hash(const uint16_t *c, int32_t M, int32_t rem, int32_t need)
+{
+    uint64_t h = 1469598103934665603ull ^ ((uint64_t)(uint32_t)rem << 32 | (uint32_t)need);
+    for (int32_t k = 0; k < M; k++) {
+        h ^= c[k];
+        h *= 1099511628211ull;
+    }
+    return h ^ (h >> 31);
+}
+
+/* Grow *p (elements of `size` bytes) to hold n, counting the bytes against
+ * the DP's limit.  0, -1 out of memory, -2 over the limit. */
+static int en_grow(dp_t *d, void **p, size_t *cap, size_t n, size_t size)
+{
+    if (n <= *cap)
+        return 0;
+    size_t nc = *cap ? *cap : 64;
+    while (nc < n)
+        nc *= 2;
+    if (d->bytes + (nc - *cap) * size > d->max_bytes)
+        return -2;
+    void *np = realloc(*p, nc * size);
+    if (!np)
+        return -1;
+    d->bytes += (nc - *cap) * size;
+    *p = np;
+    *cap = nc;
+    return 0;
+}
+
+/* Index of state (rem, need, c), -1 if absent; *slot receives its slot. */
+static int32_t en_find(const dp_t *d, const uint16_t *c, int32_t rem, int32_t need, uint64_t h,
+                       size_t *slot)
+{
+    *slot = 0;
+    if (!d->eh_cap)
+        return -1;
+    size_t s = h & (d->eh_cap - 1);
+    while (d->eh[s]) {
+        int32_t x = d->eh[s] - 1;
+        if (d->e_hash[x] == h && d->e_rem[x] == rem && d->e_need[x] == need &&
+            !memcmp(d->ev + (size_t)x * (size_t)d->M, c, (size_t)d->M * sizeof *c))
+            return x;
+        s = (s + 1) & (d->eh_cap - 1);
+    }
+    *slot = s;
+    return -1;
+}
+
+/* Add state (rem, need, c) with an empty final list; its index, or -1 / -2
+ * as en_grow. */
+static int32_t en_add(dp_t *d, const uint16_t *c, int32_t rem, int32_t need)
+{
+    size_t M = (size_t)d->M, n = d->en_n + 1, cap = d->en_cap;
+    if (n > cap) {
+        size_t nc = cap ? cap * 2 : 256;
+        size_t per = M * sizeof(uint16_t) + 5 * sizeof(int32_t) + sizeof(uint32_t) +
+                     sizeof(uint64_t);
+        if (d->bytes + (nc - cap) * per > d->max_bytes)
+            return -2;
+        uint16_t *ev = realloc(d->ev, nc * M * sizeof *ev);
+        if (ev)
+            d->ev = ev;
+        int32_t *a = ev ? realloc(d->e_rem, nc * sizeof *a) : NULL;
+        if (a)
+            d->e_rem = a;
+        int32_t *b = a ? realloc(d->e_need, nc * sizeof *b) : NULL;
+        if (b)
+            d->e_need = b;
+        int32_t *e = b ? realloc(d->e_loff, nc * sizeof *e) : NULL;
+        if (e)
+            d->e_loff = e;
+        int32_t *f = e ? realloc(d->e_llen, nc * sizeof *f) : NULL;
+        if (f)
+            d->e_llen = f;
+        uint32_t *g = f ? realloc(d->e_mark, nc * sizeof *g) : NULL;
+        if (g) {
+            d->e_mark = g;
+            memset(g + cap, 0, (nc - cap) * sizeof *g);
+        }
+        uint64_t *hh = g ? realloc(d->e_hash, nc * sizeof *hh) : NULL;
+        if (hh)
+            d->e_hash = hh;
+        if (!hh)
+            return -1; /* the arrays that did grow are kept; en_cap is unchanged */
+        d->bytes += (nc - cap) * per;
+        d->en_cap = nc;
+    }
+    if (n * 2 > d->eh_cap) {
+        size_t nc = d->eh_cap ? d->eh_cap * 2 : 512;
+        if (d->bytes + (nc - d->eh_cap) * sizeof(int32_t) > d->max_bytes)
+            return -2;
+        int32_t *nh = calloc(nc, sizeof *nh);
+        if (!nh)
+            return -1;
+        for (size_t x = 0; x < d->en_n; x++) {
+            size_t s = d->e_hash[x] & (nc - 1);
+            while (nh[s])
+                s = (s + 1) & (nc - 1);
+            nh[s] = (int32_t)x + 1;
+        }
+        d->bytes += (nc - d->eh_cap) * sizeof(int32_t);
+        free(d->eh);
+        d->eh = nh;
+        d->eh_cap = nc;
+    }
+    uint64_t h = en_hash(c, d->M, rem, need);
+    size_t slot = 0;
+    en_find(d, c, rem, need, h, &slot);
+    int32_t x = (int32_t)d->en_n++;
+    memcpy(d->ev + (size_t)x * M, c, M * sizeof *c);
+    d->e_rem[x] = rem;
+    d->e_need[x] = need;
+    d->e_hash[x] = h;
+    d->e_loff[x] = 0;
+    d->e_llen[x] = 0;
+    d->e_mark[x] = 0;
+    d->eh[slot] = x + 1;
+    return x;
+}
+
+/* Append n finals to the list arena for state x. */
+static int en_set_list(dp_t *d, int32_t x, const int32_t *fin, int32_t n)
+{
+    int rc = en_grow(d, (void **)&d->elist, &d->elist_cap, d->elist_n + (size_t)n,
+                     sizeof *d->elist);
+    if (rc < 0)
+        return rc;
+    if (d->elist_n + (size_t)n > INT32_MAX)
+        return -2;
+    memcpy(d->elist + d->elist_n, fin, (size_t)n * sizeof *fin);
+    d->e_loff[x] = (int32_t)d->elist_n;
+    d->e_llen[x] = n;
+    d->elist_n += (size_t)n;
+    return 0;
+}
+
+/* F(rem, c) for the vector at level `lv` of the scratch: the index of its
+ * state (whose list holds the finals), or -1 / -2 as en_grow.  Recursion
+ * depth is at most rp. */
+static int32_t en_visit(dp_t *d, int32_t lv, int32_t rem, int32_t need)
+{
+    size_t M = (size_t)d->M;
+    uint16_t *c = d->escr + (size_t)lv * 4 * M;
+    size_t slot;
+    int32_t x = en_find(d, c, rem, need, en_hash(c, d->M, rem, need), &slot);
+    if (x >= 0)
+        return x;
+    int32_t free_total = 0;
+    for (size_t k = 0; k < M; k++)
+        free_total += d->msize[k] - c[k];
+    if (rem == 0 || free_total == rem * need) {
+        /* a final, or the closed form "exactly enough": all GPUs busy */
+        uint16_t *f = c + M; /* scratch: the final's counts */
+        if (rem == 0)
+            memcpy(f, c, M * sizeof *f);
+        else
+            memcpy(f, d->msize, M * sizeof *f);
+        int32_t fx = en_find(d, f, 0, need, en_hash(f, d->M, 0, need), &slot);
+        if (fx < 0) {
+            if ((fx = en_add(d, f, 0, need)) < 0)
+                return fx;
+            int rc = en_set_list(d, fx, &fx, 1);
+            if (rc < 0)
+                return rc;
+        }
+        if (rem == 0)
+            return fx;
+        if ((x = en_add(d, c, rem, need)) < 0)
+            return x;
+        d->e_loff[x] = d->e_loff[fx];
+        d->e_llen[x] = 1;
+        return x;
+    }
+    if (free_total < rem * need) /* some round finds too few free GPUs */
+        return en_add(d, c, rem, need);
+    int nch = en_next(d, c, need, c + M);
+    int32_t ch[3];
+    for (int a = 0; a < nch; a++) {
+        uint16_t *next = d->escr + (size_t)(lv + 1) * 4 * M;
+        memcpy(next, d->escr + (size_t)lv * 4 * M + (size_t)(a + 1) * M, M * sizeof *next);
+        if ((ch[a] = en_visit(d, lv + 1, rem - 1, need)) < 0)
+            return ch[a];
+    }
+    /* ordered union of the children's finals */
+    size_t total = 0;
+    for (int a = 0; a < nch; a++)
+        total += (size_t)d->e_llen[ch[a]];
+    int rc = en_grow(d, (void **)&d->emerge, &d->tmp_cap_e, total ? total : 1,
+                     sizeof *d->emerge);
+    if (rc < 0)
+        return rc;
+    if (++d->egen == 0) {
+        memset(d->e_mark, 0, d->en_cap * sizeof *d->e_mark);
+        d->egen = 1;
+    }
+    int32_t n = 0;
+    for (int a = 0; a < nch; a++) {
+        for (int32_t q = 0; q < d->e_llen[ch[a]]; q++) {
+            int32_t f = d->elist[d->e_loff[ch[a]] + q];
+            if (d->e_mark[f] != d->egen) {
+                d->e_mark[f] = d->egen;
+                d->emerge[n++] = f;
+            }
+        }
+    }
+    if ((x = en_add(d, d->escr + (size_t)lv * 4 * M, rem, need)) < 0)
+        return x;
+    if (nch == 1) { /* share the child's list */
+        d->e_loff[x] = d->e_loff[ch[0]];
+        d->e_llen[x] = d->e_llen[ch[0]];
+        return x;
+    }
+    rc = en_set_list(d, x, d->emerge, n);
+    return rc < 0 ? rc : x;
+}
+
+/* The occupancy of counts c: machine k's first c[k] GPUs. */
+static void en_prefix(const dp_t *d, const uint16_t *c, hpgo_gpuset_t *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int32_t k = 0; k < d->M; k++) {
+        int32_t lo = k ? d->t->seps[k - 1] : 0, hi = lo + c[k];
+        for (int32_t w = lo >> 6; lo < hi && w <= (hi - 1) >> 6; w++)
+            out->w[w] |= word_mask(w, lo, hi);
+    }
+}
+
+/* Candidates of (key, mp) through F when the key is a per-machine prefix:
+ * 1 done (d->tmp filled), 0 not a prefix, -1 out of memory, -2 limit. */
+static int en_candidates(dp_t *d, const hpgo_gpuset_t *key, int32_t mp)
+{
+    const hpgo_topo_t *t = d->t;
+    size_t M = (size_t)d->M;
+    if (!d->msize) {
+        d->msize = malloc(M * sizeof *d->msize);
+        d->escr = malloc((size_t)(d->rp + 2) * 4 * M * sizeof *d->escr);
+        if (!d->msize || !d->escr)
+            return -1;
+        for (size_t k = 0; k < M; k++)
+            d->msize[k] = (uint16_t)(t->seps[k] - (k ? t->seps[k - 1] : 0));
+    }
+    uint16_t *c = d->escr;
+    hpgo_gpuset_t pre;
+    for (size_t k = 0; k < M; k++) {
+        int32_t lo = k ? t->seps[k - 1] : 0;
+        c[k] = (uint16_t)(d->msize[k] - range_free(key, lo, t->seps[k]));
+    }
+    en_prefix(d, c, &pre);
+    if (!set_eq(pre.w, key->w, HPGO_GPUSET_WORDS))
+        return 0;
+    int32_t x = en_visit(d, 0, d->rp, mp);
+    if (x < 0)
+        return x;
+    for (int32_t q = 0; q < d->e_llen[x]; q++) {
+        hpgo_gpuset_t occ, gpus;
+        en_prefix(d, d->ev + (size_t)d->elist[d->e_loff[x] + q] * M, &occ);
+        for (int w = 0; w < HPGO_GPUSET_WORDS; w++)
+            gpus.w[w] = occ.w[w] & ~key->w[w];
+        if (tmp_push(d, &gpus, &occ) < 0)
+            return -1;
+    }
+    return 1;
+}
+
 static cc_slot_t *candidates(dp_t *d, const uint64_t *keyw, int32_t mp)
 {
     if ((d->cc_n + 1) * 2 > d->cc_cap) {
@@ -465,7 +977,7 @@ static cc_slot_t *candidates(dp_t *d, const uint64_t *keyw, int32_t mp)
     uint64_t hv = set_hash(keyw, d->nw, (uint64_t)mp);
     size_t h = hv & (d->cc_cap - 1);
     while (d->cc[h].mp) {
-        if (d->cc[h].hash == hv && d->cc[h].mp == mp && set_eq(d->cc[h].key.w, keyw, d->nw))
+        if (d->cc[h].hash == hv && d->cc[h].mp == mp && set_eq(d->cc[h].w, keyw, d->nw))
             return &d->cc[h];
         h = (h + 1) & (d->cc_cap - 1);
     }
@@ -473,22 +985,30 @@ static cc_slot_t *candidates(dp_t *d, const uint64_t *keyw, int32_t mp)
     memcpy(keyset.w, keyw, (size_t)d->nw * sizeof(uint64_t));
     const hpgo_gpuset_t *key = &keyset;
     d->tmp_n = 0;
-    seen_reset(d);
-    if (replica_dfs(d, key, key, 0, mp) < 0)
+    int done = d->prune ? en_candidates(d, key, mp) : 0;
+    if (done < 0) {
+        d->limit_hit = done == -2;
         return NULL;
-    d->bytes += (d->tmp_n ? d->tmp_n : 1) * sizeof(cand_t);
+    }
+    if (!done) {
+        seen_reset(d);
+        if (replica_dfs(d, key, key, 0, mp) < 0)
+            return NULL;
+    }
+    size_t nw = (size_t)d->nw, words = (1 + 2 * d->tmp_n) * nw;
+    d->bytes += words * sizeof(uint64_t);
     if (d->bytes > d->max_bytes)
         return NULL;
-    cand_t *list = malloc((d->tmp_n ? d->tmp_n : 1) * sizeof *list);
+    uint64_t *list = malloc(words * sizeof *list);
     if (!list)
         return NULL;
-    memcpy(list, d->tmp, d->tmp_n * sizeof *list);
+    memcpy(list, keyw, nw * sizeof *list);
+    memcpy(list + nw, d->tmp, 2 * d->tmp_n * nw * sizeof *list);
     cc_slot_t *s = &d->cc[h];
     s->hash = hv;
     s->mp = mp;
     s->n = (int32_t)d->tmp_n;
-    s->key = *key;
-    s->list = list;
+    s->w = list;
     d->cc_n++;
     return s;
 }
@@ -500,11 +1020,71 @@ static void dp_free(dp_t *d)
     dp_reset(d);
     for (size_t a = 0; a < d->cc_cap; a++)
         if (d->cc[a].mp)
-            free(d->cc[a].list);
+            free(d->cc[a].w);
     free(d->cc);
     free(d->seen);
     free(d->seen_round);
     free(d->tmp);
+    free(d->msize);
+    free(d->ev);
+    free(d->e_rem);
+    free(d->e_need);
+    free(d->e_loff);
+    free(d->e_llen);
+    free(d->e_mark);
+    free(d->e_hash);
+    free(d->eh);
+    free(d->elist);
+    free(d->escr);
+    free(d->emerge);
+    free(d->bh_gen);
+    free(d->bh_idx);
+    free(d->sort_a);
+    free(d->sort_b);
+}
+
+
+int hpgo_replica_candidates(const hpgo_topo_t *t, const hpgo_gpuset_t *key, int32_t rp,
+                            int32_t need, int literal, hpgo_gpuset_t **out, int32_t *n,
+                            hpgo_err_t *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (!t || !key || rp < 1 || rp > t->n || need < 1 || need > t->n)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "bad arguments to hpgo_replica_candidates");
+    dp_t d;
+    memset(&d, 0, sizeof d);
+    d.t = t;
+    d.N = t->n;
+    d.rp = rp;
+    d.nw = (t->n + 63) / 64;
+    d.M = t->machines;
+    d.max_bytes = HPGO_PLAN_MAX_BYTES;
+    int rc;
+    if (literal) {
+        rc = replica_dfs(&d, key, key, 0, need);
+    } else {
+        rc = en_candidates(&d, key, need);
+        if (rc == 0) {
+            dp_free(&d);
+            return hpgo_err_set(err, HPGO_E_INVALID, 0, "the key is not a per-machine prefix");
+        }
+    }
+    if (rc < 0) {
+        dp_free(&d);
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory enumerating candidates");
+    }
+    hpgo_gpuset_t *o = calloc(d.tmp_n ? d.tmp_n : 1, sizeof *o);
+    if (!o) {
+        dp_free(&d);
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory enumerating candidates");
+    }
+    for (size_t a = 0; a < d.tmp_n; a++)
+        memcpy(o[a].w, d.tmp + (2 * a + 1) * (size_t)d.nw, (size_t)d.nw * sizeof(uint64_t));
+    *out = o;
+    *n = (int32_t)d.tmp_n;
+    dp_free(&d);
+    return HPGO_OK;
 }
 
 /* --------------------------------------------------------------- DP 7.3 */
@@ -552,17 +1132,18 @@ static inline double ct_entry(const dp_t *d, int32_t r, int32_t c)
 
 /* nf = |from|: a DP cell's stage has units * rp GPUs. */
 static double dp_transfer(const dp_t *d, const uint64_t *from, int32_t nf,
-                          const hpgo_gpuset_t *to, double bytes)
+                          const uint64_t *to, double bytes)
 {
+    /* to is never empty: a stage has at least one GPU */
     const hpgo_topo_t *t = d->t;
-    int32_t lo = hpgo_gpuset_min(to);
+    int32_t lo = -1, hi = -1;
+    for (int w = 0; w < d->nw && lo < 0; w++)
+        if (to[w])
+            lo = w * 64 + __builtin_ctzll(to[w]);
+    for (int w = d->nw - 1; w >= 0 && hi < 0; w--)
+        if (to[w])
+            hi = w * 64 + 63 - __builtin_clzll(to[w]);
     int32_t mt = t->machine_of[lo];
-    int32_t hi = -1;
-    for (int w = d->nw - 1; w >= 0; w--)
-        if (to->w[w]) {
-            hi = w * 64 + 63 - __builtin_clzll(to->w[w]);
-            break;
-        }
     if (t->machine_of[hi] != mt)
         return bytes / HPGO_ETHERNET_NCCL_BW;
     int32_t mlo = mt ? t->seps[mt - 1] : 0, mhi = t->seps[mt];
@@ -658,6 +1239,8 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
             if (!row_useful(d, j, mm))
                 continue;
             cmap_t *dst = AT(d, j, mm);
+            if ((put = row_begin(d, dst)) < 0)
+                goto fail;
             int best_none = 1;
             if (dst->has_ph && !dst->ph_none) {
                 memcpy(best, cmap_at(dst, stride, dst->ph), stride);
@@ -693,20 +1276,21 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
                         if (!cs)
                             goto fail;
                         for (int32_t c = 0; c < cs->n; c++) {
-                            const cand_t *cd = &cs->list[c];
+                            const uint64_t *cg = cs->w + (size_t)(1 + 2 * c) * (size_t)nw,
+                                           *co = cg + nw;
                             double tv = cell->value;
                             if (t_st > tv)
                                 tv = t_st;
                             if (d->prune && tv > d->bound)
                                 continue;
                             double t_in =
-                                dp_transfer(d, CGPUS(cell, nw), cell->units * rp, &cd->gpus, oa2);
+                                dp_transfer(d, CGPUS(cell, nw), cell->units * rp, cg, oa2);
                             if (t_in > tv)
                                 tv = t_in;
                             if (d->prune && tv > d->bound)
                                 continue;
-                            int32_t pos;
-                            cell_t *ex = cmap_find(dst, stride, cd->occ.w, nw, &pos);
+                            size_t slot;
+                            cell_t *ex = row_find(d, dst, co, &slot);
                             int better = best_none || tv < best->value;
                             if (!better && ex && !(tv < ex->value))
                                 continue;
@@ -715,20 +1299,22 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
                             nc->split_m = mm - mp;
                             nc->units = mp;
                             nc->from = e;
-                            memcpy(CKEY(nc), cd->occ.w, (size_t)nw * sizeof(uint64_t));
-                            memcpy(CGPUS(nc, nw), cd->gpus.w, (size_t)nw * sizeof(uint64_t));
+                            memcpy(CKEY(nc), co, (size_t)nw * sizeof(uint64_t));
+                            memcpy(CGPUS(nc, nw), cg, (size_t)nw * sizeof(uint64_t));
                             if (better) {
                                 memcpy(best, nc, stride);
                                 best_none = 0;
                             }
                             if (!ex || tv < ex->value) {
-                                if ((put = cmap_put(dst, stride, nc, nw, &d->bytes, d->max_bytes)) < 0)
+                                if ((put = row_put(d, dst, nc)) < 0)
                                     goto fail;
                             }
                         }
                     }
                 }
             }
+            if ((put = row_end(d, dst)) < 0)
+                goto fail;
             dst->has_ph = 1;
             dst->ph_none = (int8_t)best_none;
             if (!best_none) {
@@ -743,7 +1329,7 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
     return HPGO_OK;
 fail:
     free(scratch);
-    if (put == -2 || d->bytes > d->max_bytes)
+    if (put == -2 || d->limit_hit || d->bytes > d->max_bytes)
         return hpgo_err_set(err, HPGO_E_LIMIT, 0,
                             "the search for this candidate needs more than %.6g MiB "
                             "(the planner's memory limit per candidate, max_memory)",
@@ -804,6 +1390,7 @@ int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int st
     d.i = i;
     d.rp = t->n / i;
     d.nw = (t->n + 63) / 64;
+    d.M = t->machines;
     d.stride = sizeof(cell_t) + 2 * (size_t)d.nw * sizeof(uint64_t);
     d.straight = straight;
     d.prune = !(opts && opts->exhaustive);

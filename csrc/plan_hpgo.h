@@ -79,4 +79,14 @@ double hpgo_analytical_speedup(const hpgo_model_t *m, const hpgo_topo_t *t, int3
 int hpgo_next_cards(const hpgo_topo_t *t, const hpgo_gpuset_t *occ, int32_t need,
                     hpgo_gpuset_t out[3]);
 
+/* next_cards_with_replica (5.4): the occupancies reached from `key` after
+ * rp rounds of `need` GPUs, distinct, in HPGO's depth-first order.  literal
+ * = 1 walks the rounds over bitsets as HPGO does; 0 uses the planner's
+ * memoised per-machine counts (the two must agree: tests compare them).
+ * *out (caller frees) holds *n sets.  HPGO_E_NOMEM or HPGO_E_INVALID (bad
+ * arguments, or a key that is not a per-machine prefix with literal = 0). */
+int hpgo_replica_candidates(const hpgo_topo_t *t, const hpgo_gpuset_t *key, int32_t rp,
+                            int32_t need, int literal, hpgo_gpuset_t **out, int32_t *n,
+                            hpgo_err_t *err);
+
 #endif

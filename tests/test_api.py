@@ -358,3 +358,23 @@ def test_memory_limit_skips_a_candidate_deterministically():
     assert again.skipped == small.skipped and again.res == small.res
     with pytest.raises(ValueError):
         hpgo.AsyncOrchestrate(m, d, max_memory=-1)
+
+
+@pytest.mark.parametrize("n_states,gbs,seps", [
+    (16, 64, list(range(2, 25, 2))),       # twelve machines of 2
+    (20, 128, [5, 6, 14, 20, 21, 30]),     # uneven machines, one of a single GPU
+    (12, 256, [3, 8, 10, 16, 24, 27, 32]),
+])
+def test_pruned_equals_exhaustive_on_many_machines(n_states, gbs, seps):
+    # uniform layers tie everywhere, the hardest case for the bound, and many
+    # machines make the allocation search (per-machine counts, memoised
+    # across keys) differ most from HPGO's literal walk
+    m = chain_model(n_states, gbs=gbs)
+    d = hpgo.devices_from_seps(seps)
+    a = hpgo.AsyncOrchestrate(m, d)
+    a.orchestrate()
+    b = hpgo.AsyncOrchestrate(m, d, exhaustive=True)
+    b.orchestrate()
+    assert list(a.res) == list(b.res)
+    assert list(a.skipped) == list(b.skipped)
+    assert len(a.res) > len(seps)

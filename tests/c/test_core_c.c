@@ -914,6 +914,78 @@ static double lap(const char *what, double t0)
     return t;
 }
 
+
+/* The planner's memoised per-machine-count enumeration of allocation
+ * candidates against the literal bitset walk, on random clusters with
+ * uneven machines and random reachable occupancies: same sets, same order. */
+static void test_replica_candidates(void)
+{
+    unsigned x = 2024u;
+#define RND(n) ((x = x * 1103515245u + 12345u), (int32_t)((x >> 8) % (unsigned)(n)))
+    int cases = quick ? 60 : 400;
+    long compared = 0;
+    for (int c = 0; c < cases; c++) {
+        int32_t M = 1 + RND(9), seps[16], n = 0;
+        for (int32_t k = 0; k < M; k++)
+            seps[k] = (n += 1 + RND(8));
+        hpgo_topo_t *t = NULL;
+        hpgo_err_t err;
+        CHECK(hpgo_topo_new(n, seps, M, &t, &err) == HPGO_OK);
+        if (!t)
+            continue;
+        /* a reachable key: random allocation steps from the empty cluster */
+        hpgo_gpuset_t key = {{0}};
+        for (int steps = RND(4); steps > 0; steps--) {
+            int32_t fr = n - hpgo_gpuset_count(&key);
+            if (fr < 2)
+                break;
+            hpgo_gpuset_t nx[3];
+            int k = hpgo_next_cards(t, &key, 1 + RND(fr / 2), nx);
+            if (k > 0) {
+                const hpgo_gpuset_t *pick = &nx[RND(k)];
+                for (int w = 0; w < HPGO_GPUSET_WORDS; w++)
+                    key.w[w] |= pick->w[w];
+            }
+        }
+        int32_t fr = n - hpgo_gpuset_count(&key);
+        if (fr < 1) {
+            hpgo_topo_free(t);
+            continue;
+        }
+        int32_t rp = 1 + RND(fr < 10 ? fr : 10), need = 1 + RND(fr / rp + 1);
+        if (need > n)
+            need = n;
+        hpgo_gpuset_t *a = NULL, *b = NULL;
+        int32_t na = 0, nb = 0;
+        CHECK(hpgo_replica_candidates(t, &key, rp, need, 1, &a, &na, &err) == HPGO_OK);
+        CHECK(hpgo_replica_candidates(t, &key, rp, need, 0, &b, &nb, &err) == HPGO_OK);
+        CHECK(na == nb);
+        for (int32_t q = 0; a && b && q < na && q < nb; q++)
+            CHECK(memcmp(&a[q], &b[q], sizeof a[q]) == 0);
+        CHECK((rp * need <= fr) == (na > 0));
+        compared += na;
+        free(a);
+        free(b);
+        hpgo_topo_free(t);
+    }
+    CHECK(compared > cases); /* the cases were not all empty */
+    /* a key that is not a per-machine prefix is refused by the memoised form */
+    int32_t seps2[2] = {4, 8};
+    hpgo_topo_t *t = NULL;
+    hpgo_err_t err;
+    CHECK(hpgo_topo_new(8, seps2, 2, &t, &err) == HPGO_OK);
+    if (t) {
+        hpgo_gpuset_t key = {{0}}, *o = NULL;
+        int32_t no = -1;
+        hpgo_gpuset_add(&key, 1);
+        CHECK(hpgo_replica_candidates(t, &key, 2, 2, 0, &o, &no, &err) == HPGO_E_INVALID);
+        CHECK(o == NULL && no == 0 && err_ok(&err, HPGO_E_INVALID));
+        CHECK(hpgo_replica_candidates(t, &key, 0, 2, 1, &o, &no, &err) == HPGO_E_INVALID);
+        hpgo_topo_free(t);
+    }
+#undef RND
+}
+
 int main(int argc, char **argv)
 {
     int first = 1;
@@ -930,6 +1002,8 @@ int main(int argc, char **argv)
     t0 = lap("simulators", t0);
     test_planner(argv + first, argc - first);
     t0 = lap("planner", t0);
+    test_replica_candidates();
+    t0 = lap("allocation candidates", t0);
     test_ga();
     t0 = lap("ga sizes", t0);
     test_sweep();
