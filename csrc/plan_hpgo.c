@@ -26,8 +26,10 @@
  *    is exactly the original's cell at that key if its value is <= U, and
  *    absent otherwise.  If the final cell's value is <= U the result, its
  *    tie-breaking and its backtracked stages are therefore unchanged.
- *    Non-straight DPs use U = the final cell's initial data-parallel value;
- *    straight DPs try growing guesses, the last try unbounded;
+ *    Non-straight DPs use U = the final cell's initial data-parallel value
+ *    and keep only cells strictly below it (only a strictly faster plan
+ *    replaces that value; see beyond()); straight DPs try growing guesses,
+ *    the last try unbounded;
  *  - rows (j, m) that cannot reach A[L-1][i-1] within U are never built:
  *    each remaining stage needs a state, and by the mediant inequality the
  *    slowest remaining stage takes at least the remaining compute over the
@@ -281,6 +283,7 @@ typedef struct dp {
     int straight;
     int prune;
     int limit_hit;      /* a table would have exceeded max_bytes */
+    int strict;         /* prune values >= bound, not just > bound */
     double bound;
     cmap_t *A;          /* L * i */
     int32_t *n_alive;   /* L: rows of state k that can still be transition sources */
@@ -301,7 +304,10 @@ typedef struct dp {
     uint16_t *ev;       /* en_n vectors of M counts */
     int32_t *e_rem;     /* rounds left; -1: slot unused */
     int32_t *e_need;
-    int32_t *e_loff, *e_llen; /* the state's finals in elist */
+    int32_t *e_loff, *e_llen; /* the state's own finals ("extras") in elist */
+    int32_t *e_first;   /* the state whose finals precede the extras; -1 none */
+    int32_t *e_total;   /* number of finals */
+    int32_t *echain;    /* rp + 2 states: scratch of en_expand */
     uint32_t *e_mark;   /* merge stamps */
     uint64_t *e_hash;
     int32_t *eh;        /* open addressing: state index + 1, 0 = empty */
@@ -309,8 +315,8 @@ typedef struct dp {
     int32_t *elist;
     size_t elist_n, elist_cap;
     uint16_t *escr;     /* (rp + 1) levels of 4 vectors */
-    int32_t *emerge;
-    size_t tmp_cap_e;   /* emerge capacity */
+    int32_t *emerge, *eexp;
+    size_t tmp_cap_e, eexp_cap; /* their capacities */
     /* the row being built: unsorted, indexed by a hash of its keys */
     uint32_t *bh_gen;   /* slot in use when == bgen */
     int32_t *bh_idx;
@@ -746,7 +752,7 @@ static int32_t en_add(dp_t *d, const uint16_t *c, int32_t rem, int32_t need)
     size_t M = (size_t)d->M, n = d->en_n + 1, cap = d->en_cap;
     if (n > cap) {
         size_t nc = cap ? cap * 2 : 256;
-        size_t per = M * sizeof(uint16_t) + 5 * sizeof(int32_t) + sizeof(uint32_t) +
+        size_t per = M * sizeof(uint16_t) + 7 * sizeof(int32_t) + sizeof(uint32_t) +
                      sizeof(uint64_t);
         if (d->bytes + (nc - cap) * per > d->max_bytes)
             return -2;
@@ -765,7 +771,13 @@ static int32_t en_add(dp_t *d, const uint16_t *c, int32_t rem, int32_t need)
         int32_t *f = e ? realloc(d->e_llen, nc * sizeof *f) : NULL;
         if (f)
             d->e_llen = f;
-        uint32_t *g = f ? realloc(d->e_mark, nc * sizeof *g) : NULL;
+        int32_t *f2 = f ? realloc(d->e_first, nc * sizeof *f2) : NULL;
+        if (f2)
+            d->e_first = f2;
+        int32_t *f3 = f2 ? realloc(d->e_total, nc * sizeof *f3) : NULL;
+        if (f3)
+            d->e_total = f3;
+        uint32_t *g = f3 ? realloc(d->e_mark, nc * sizeof *g) : NULL;
         if (g) {
             d->e_mark = g;
             memset(g + cap, 0, (nc - cap) * sizeof *g);
@@ -806,14 +818,18 @@ static int32_t en_add(dp_t *d, const uint16_t *c, int32_t rem, int32_t need)
     d->e_hash[x] = h;
     d->e_loff[x] = 0;
     d->e_llen[x] = 0;
+    d->e_first[x] = -1;
+    d->e_total[x] = 0;
     d->e_mark[x] = 0;
     d->eh[slot] = x + 1;
     return x;
 }
 
-/* Append n finals to the list arena for state x. */
+/* Give state x the extras fin[0..n) (appended to the arena). */
 static int en_set_list(dp_t *d, int32_t x, const int32_t *fin, int32_t n)
 {
+    if (n == 0)
+        return 0;
     int rc = en_grow(d, (void **)&d->elist, &d->elist_cap, d->elist_n + (size_t)n,
                      sizeof *d->elist);
     if (rc < 0)
@@ -824,6 +840,30 @@ static int en_set_list(dp_t *d, int32_t x, const int32_t *fin, int32_t n)
     d->e_loff[x] = (int32_t)d->elist_n;
     d->e_llen[x] = n;
     d->elist_n += (size_t)n;
+    return 0;
+}
+
+/* The finals of state x, in order, into d->eexp (e_total[x] of them): the
+ * finals of e_first[x], recursively, then x's extras.  Lists are stored
+ * this way because most of a state's finals are its first child's: a
+ * materialised list per state took O(states x finals) memory.  0, or -1 /
+ * -2 as en_grow. */
+static int en_expand(dp_t *d, int32_t x)
+{
+    int rc = en_grow(d, (void **)&d->eexp, &d->eexp_cap,
+                     (size_t)(d->e_total[x] ? d->e_total[x] : 1), sizeof *d->eexp);
+    if (rc < 0)
+        return rc;
+    int32_t depth = 0;
+    for (int32_t y = x; y >= 0; y = d->e_first[y])
+        d->echain[depth++] = y; /* each hop loses a round: depth <= rp + 1 */
+    size_t n = 0;
+    while (depth > 0) {
+        int32_t y = d->echain[--depth];
+        if (d->e_llen[y])
+            memcpy(d->eexp + n, d->elist + d->e_loff[y], (size_t)d->e_llen[y] * sizeof *d->eexp);
+        n += (size_t)d->e_llen[y];
+    }
     return 0;
 }
 
@@ -855,13 +895,14 @@ static int32_t en_visit(dp_t *d, int32_t lv, int32_t rem, int32_t need)
             int rc = en_set_list(d, fx, &fx, 1);
             if (rc < 0)
                 return rc;
+            d->e_total[fx] = 1;
         }
         if (rem == 0)
             return fx;
         if ((x = en_add(d, c, rem, need)) < 0)
             return x;
-        d->e_loff[x] = d->e_loff[fx];
-        d->e_llen[x] = 1;
+        d->e_first[x] = fx;
+        d->e_total[x] = 1;
         return x;
     }
     if (free_total < rem * need) /* some round finds too few free GPUs */
@@ -874,37 +915,43 @@ static int32_t en_visit(dp_t *d, int32_t lv, int32_t rem, int32_t need)
         if ((ch[a] = en_visit(d, lv + 1, rem - 1, need)) < 0)
             return ch[a];
     }
-    /* ordered union of the children's finals */
-    size_t total = 0;
-    for (int a = 0; a < nch; a++)
-        total += (size_t)d->e_llen[ch[a]];
-    int rc = en_grow(d, (void **)&d->emerge, &d->tmp_cap_e, total ? total : 1,
-                     sizeof *d->emerge);
-    if (rc < 0)
-        return rc;
+    if ((x = en_add(d, d->escr + (size_t)lv * 4 * M, rem, need)) < 0)
+        return x;
+    if (nch == 0)
+        return x;
+    /* ordered union of the children's finals: the first child's, then the
+     * others' finals not seen before (the extras) */
+    d->e_first[x] = ch[0];
+    d->e_total[x] = d->e_total[ch[0]];
+    if (nch == 1)
+        return x;
     if (++d->egen == 0) {
         memset(d->e_mark, 0, d->en_cap * sizeof *d->e_mark);
         d->egen = 1;
     }
     int32_t n = 0;
     for (int a = 0; a < nch; a++) {
-        for (int32_t q = 0; q < d->e_llen[ch[a]]; q++) {
-            int32_t f = d->elist[d->e_loff[ch[a]] + q];
+        int rc = en_expand(d, ch[a]);
+        if (rc < 0)
+            return rc;
+        if (a > 0 && (rc = en_grow(d, (void **)&d->emerge, &d->tmp_cap_e,
+                                   (size_t)n + (size_t)d->e_total[ch[a]] + 1,
+                                   sizeof *d->emerge)) < 0)
+            return rc;
+        for (int32_t q = 0; q < d->e_total[ch[a]]; q++) {
+            int32_t f = d->eexp[q];
             if (d->e_mark[f] != d->egen) {
                 d->e_mark[f] = d->egen;
-                d->emerge[n++] = f;
+                if (a > 0)
+                    d->emerge[n++] = f;
             }
         }
     }
-    if ((x = en_add(d, d->escr + (size_t)lv * 4 * M, rem, need)) < 0)
-        return x;
-    if (nch == 1) { /* share the child's list */
-        d->e_loff[x] = d->e_loff[ch[0]];
-        d->e_llen[x] = d->e_llen[ch[0]];
-        return x;
-    }
-    rc = en_set_list(d, x, d->emerge, n);
-    return rc < 0 ? rc : x;
+    int rc = en_set_list(d, x, d->emerge, n);
+    if (rc < 0)
+        return rc;
+    d->e_total[x] += n;
+    return x;
 }
 
 /* The occupancy of counts c: machine k's first c[k] GPUs. */
@@ -927,7 +974,8 @@ static int en_candidates(dp_t *d, const hpgo_gpuset_t *key, int32_t mp)
     if (!d->msize) {
         d->msize = malloc(M * sizeof *d->msize);
         d->escr = malloc((size_t)(d->rp + 2) * 4 * M * sizeof *d->escr);
-        if (!d->msize || !d->escr)
+        d->echain = malloc((size_t)(d->rp + 2) * sizeof *d->echain);
+        if (!d->msize || !d->escr || !d->echain)
             return -1;
         for (size_t k = 0; k < M; k++)
             d->msize[k] = (uint16_t)(t->seps[k] - (k ? t->seps[k - 1] : 0));
@@ -944,9 +992,12 @@ static int en_candidates(dp_t *d, const hpgo_gpuset_t *key, int32_t mp)
     int32_t x = en_visit(d, 0, d->rp, mp);
     if (x < 0)
         return x;
-    for (int32_t q = 0; q < d->e_llen[x]; q++) {
+    int rc = en_expand(d, x);
+    if (rc < 0)
+        return rc;
+    for (int32_t q = 0; q < d->e_total[x]; q++) {
         hpgo_gpuset_t occ, gpus;
-        en_prefix(d, d->ev + (size_t)d->elist[d->e_loff[x] + q] * M, &occ);
+        en_prefix(d, d->ev + (size_t)d->eexp[q] * M, &occ);
         for (int w = 0; w < HPGO_GPUSET_WORDS; w++)
             gpus.w[w] = occ.w[w] & ~key->w[w];
         if (tmp_push(d, &gpus, &occ) < 0)
@@ -1031,6 +1082,10 @@ static void dp_free(dp_t *d)
     free(d->e_need);
     free(d->e_loff);
     free(d->e_llen);
+    free(d->e_first);
+    free(d->e_total);
+    free(d->echain);
+    free(d->eexp);
     free(d->e_mark);
     free(d->e_hash);
     free(d->eh);
@@ -1110,6 +1165,15 @@ static int row_useful(const dp_t *d, int32_t j, int32_t m)
     return !(rem > d->bound + 1e-9 * (d->bound > 0 ? d->bound : 1.0));
 }
 
+/* Is a value outside the bound?  Non-straight DPs prune at the final cell's
+ * initial value U itself: the final cell only changes for a plan strictly
+ * below U and values only grow along a plan, so a cell at U or above never
+ * matters (models whose layers split evenly tie at U almost everywhere). */
+static inline int beyond(const dp_t *d, double v)
+{
+    return d->strict ? !(v < d->bound) : v > d->bound;
+}
+
 /* split_concat_all2all_time specialised for the DP (same arithmetic as
  * hpgo_topo_split_concat_time): machine masks make "GPUs of F outside T's
  * machine" two popcounts. */
@@ -1170,8 +1234,9 @@ static int dp_init_cell(dp_t *d, int32_t j, int32_t mm, cell_t *c)
     memset(c, 0, d->stride);
     double v = hpgo_model_ct(d->m, 0, j) / (double)(mm + 1) / (double)d->rp;
     c->value = v > 0.0 ? v : 0.0;
-    if (d->prune && c->value > d->bound)
-        return 0; /* can never be part of a plan within the bound */
+    if (d->prune && beyond(d, c->value) && !(j == d->L - 1 && mm == d->i - 1))
+        return 0; /* can never be part of a plan within the bound (the final
+                   * cell's own initial value is the bound: always kept) */
     c->split_k = -1;
     c->split_m = -1;
     c->units = mm + 1;
@@ -1230,7 +1295,7 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
             if (ok && d->prune) {
                 ok = 0;
                 for (int32_t e = 0; e < src->n && !ok; e++)
-                    ok = !(cmap_at(src, stride, e)->value > d->bound);
+                    ok = !beyond(d, cmap_at(src, stride, e)->value);
             }
             if (ok)
                 d->alive_m[(size_t)k * i + (size_t)d->n_alive[k]++] = mm - 1;
@@ -1265,12 +1330,12 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
                     if (d->straight && mp != 1)
                         break;
                     double t_st = ct / (double)(mp * rp);
-                    if (d->prune && t_st > d->bound)
+                    if (d->prune && beyond(d, t_st))
                         continue;
                     const cmap_t *src = AT(d, k, mm - mp);
                     for (int32_t e = 0; e < src->n; e++) {
                         const cell_t *cell = cmap_at(src, stride, e);
-                        if (d->prune && cell->value > d->bound)
+                        if (d->prune && beyond(d, cell->value))
                             continue;
                         cc_slot_t *cs = candidates(d, CKEY(cell), mp);
                         if (!cs)
@@ -1281,13 +1346,13 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
                             double tv = cell->value;
                             if (t_st > tv)
                                 tv = t_st;
-                            if (d->prune && tv > d->bound)
+                            if (d->prune && beyond(d, tv))
                                 continue;
                             double t_in =
                                 dp_transfer(d, CGPUS(cell, nw), cell->units * rp, cg, oa2);
                             if (t_in > tv)
                                 tv = t_in;
-                            if (d->prune && tv > d->bound)
+                            if (d->prune && beyond(d, tv))
                                 continue;
                             size_t slot;
                             cell_t *ex = row_find(d, dst, co, &slot);
@@ -1446,6 +1511,7 @@ int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int st
     if (!straight) {
         /* the initial data-parallel value of the final cell bounds the result */
         d.bound = lb;
+        d.strict = 1;
         rc = dp_run(&d, &lerr);
     } else {
         /* no initial value: bound the search with growing guesses; a run
