@@ -1437,6 +1437,38 @@ static void cand_fail(hpgo_candidate_t *out, const char *fmt, int32_t a, int32_t
     snprintf(out->reason, sizeof out->reason, fmt, (int)a, (int)b);
 }
 
+/* Can a straight pipeline of i one-unit stages end at the last state?  A
+ * cell (j, m) exists iff m == 0 or some k in preds(j) has a cell (k, m - 1)
+ * (every such transition finds GPUs: ScatterFirst needs only enough free
+ * ones), so this is a bitset walk over the predecessor lists, the same in
+ * the exhaustive and the pruned programme.  Without it a model whose state
+ * graph has no chain of i states would run every bounded try and then the
+ * unbounded search to find nothing (GNMT-16 on 256 GPUs: 21 s).
+ * 1 yes, 0 no, -1 out of memory. */
+static int straight_reachable(const hpgo_model_t *m, int32_t i)
+{
+    int32_t L = m->L, nw = (i + 63) / 64;
+    uint64_t *r = calloc((size_t)L * (size_t)nw, sizeof *r);
+    if (!r)
+        return -1;
+    for (int32_t j = 0; j < L; j++) {
+        uint64_t *rj = r + (size_t)j * (size_t)nw;
+        int32_t np;
+        const int32_t *preds = hpgo_model_preds(m, j, &np);
+        for (int32_t p = 0; p < np; p++) {
+            const uint64_t *rk = r + (size_t)preds[p] * (size_t)nw;
+            for (int32_t w = 0; w < nw; w++) /* rj |= rk << 1 */
+                rj[w] |= rk[w] << 1 | (w ? rk[w - 1] >> 63 : 0);
+        }
+        rj[0] |= 1;
+        if (i % 64)
+            rj[nw - 1] &= ((uint64_t)1 << (i % 64)) - 1;
+    }
+    int ok = (int)(r[(size_t)(L - 1) * (size_t)nw + (size_t)(i - 1) / 64] >> ((i - 1) % 64) & 1);
+    free(r);
+    return ok;
+}
+
 int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int straight,
                   const hpgo_plan_opts_t *opts, hpgo_candidate_t *out, hpgo_err_t *err)
 {
@@ -1507,6 +1539,19 @@ int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int st
                   "a straight pipeline needs at least as many states as stages)",
                   i, d.L);
         return HPGO_OK;
+    }
+    if (straight) {
+        int ok = straight_reachable(m, i);
+        if (ok < 0)
+            return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the planner");
+        if (!ok) {
+            cand_fail(out,
+                      "no plan with %d one-unit stages: no chain of that many layer states, each "
+                      "a predecessor of the next, ends at the last of the %d states (HPGO panics "
+                      "here)",
+                      i, d.L);
+            return HPGO_OK;
+        }
     }
     if (!straight) {
         /* the initial data-parallel value of the final cell bounds the result */

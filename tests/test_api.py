@@ -408,3 +408,42 @@ def test_pruned_equals_exhaustive_where_rounding_beats_data_parallel():
         assert list(a.res) == list(b.res), (per, d)
         wins += sum(1 for c in a.res if c.label.startswith("i=") and len(c.stages) > 1)
     assert wins > 0
+
+
+def test_straight_pipeline_on_sparse_state_graphs():
+    # A straight pipeline of i stages needs a chain of i states, each a
+    # predecessor of the next, ending at the last state.  The planner decides
+    # that up front; check both answers against the state graph.
+    import itertools
+    import random
+
+    rng = random.Random(7)
+    decided = {"planned": 0, "refused": 0}
+    for _ in range(150):
+        n = rng.randint(2, 14)
+        ct = list(itertools.accumulate(rng.uniform(0.01, 0.2) for _ in range(n)))
+        preds = [sorted(rng.sample(range(s), rng.randint(1, s))) if s else [] for s in range(n)]
+        m = hpgo.model_from_states(ct, [1e6 * (s + 1) for s in range(n)],
+                                   [4e6 * (s + 1) for s in range(n)], [1e6] * n, preds,
+                                   ["l%d" % s for s in range(n)], 1, rng.choice([64, 256, 1024]))
+        d = hpgo.devices_from_seps(rng.choice([[4], [8], [2, 4], [4, 8], [8, 16], [3, 6, 9, 12]]))
+        a = hpgo.AsyncOrchestrate(m, d, threads=1)
+        a.orchestrate()
+        lengths = []  # lengths[j]: the numbers of stages a chain ending at state j can have
+        for j in range(n):
+            lengths.append({1} | {x + 1 for k in preds[j] for x in lengths[k]})
+        for c in a.res:
+            if c.label.startswith("straight"):
+                assert len(c.stages) == int(c.label.split("=")[1])
+                # HPGO's stage tuples: (first state, next stage's first state,
+                # ...); the last stage's second field is the last state
+                ends = [s[1] - 1 for s in c.stages[:-1]] + [n - 1]
+                assert c.stages[0][0] == 0 and c.stages[-1][1] == n - 1
+                for k, nxt, end in zip(ends, c.stages[1:], ends[1:]):
+                    assert nxt[0] == k + 1 and k in preds[end], c.stages
+                decided["planned"] += 1
+        for label, why in a.skipped:
+            if label.startswith("straight") and "no chain" in why:
+                assert int(label.split("=")[1]) not in lengths[n - 1]
+                decided["refused"] += 1
+    assert decided["planned"] > 10 and decided["refused"] > 10, decided
