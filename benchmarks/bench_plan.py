@@ -74,15 +74,22 @@ def sweep():
 CASE = r"""
 import json, random, resource, sys, time
 import hpgo
-L, N = int(sys.argv[1]), int(sys.argv[2])
-rnd = random.Random(L)
-ct, s = [], 0.0
-for _ in range(L):
-    s += 0.001 + 0.004 * rnd.random()
-    ct.append(s)
-m = hpgo.model_from_states(ct, [1e6 * (k + 1) for k in range(L)], [4e6 * (k + 1) for k in range(L)],
-                           [1e6 + 1e5 * rnd.random() for _ in range(L)], [list(range(k)) for k in range(L)],
-                           ["l%d" % k for k in range(L)], 1, 1024)
+L, N, kind = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+if kind == "gnmt16":
+    m = hpgo.model_from_torch_graph(sys.argv[4], 64, 4096)
+    L = m.num_layers
+else:
+    rnd = random.Random(L)
+    ct, s = [], 0.0
+    for _ in range(L):
+        # random layer times, or identical layers (every even split ties)
+        s += 0.001 + 0.004 * rnd.random() if kind == "random" else 0.01
+        ct.append(s)
+    oa = [1e6 + 1e5 * rnd.random() if kind == "random" else 1e6 for _ in range(L)]
+    m = hpgo.model_from_states(ct, [1e6 * (k + 1) for k in range(L)],
+                               [4e6 * (k + 1) for k in range(L)], oa,
+                               [list(range(k)) for k in range(L)], ["l%d" % k for k in range(L)],
+                               1, 1024)
 d = hpgo.devices_from_seps(list(range(8, N + 1, 8)))
 t = time.perf_counter()
 c = hpgo.AsyncOrchestrate(m, d, threads=1)
@@ -92,6 +99,30 @@ limited = [lab for lab, why in c.skipped if "MiB" in why]
 print(json.dumps({"L": L, "N": N, "s": dt, "mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "speedup": best[0], "limited": limited}))
 """
+
+
+def run_case(L, N, kind="random", extra=()):
+    out = subprocess.run([sys.executable, "-c", CASE, str(L), str(N), kind, *extra],
+                         capture_output=True, text=True, timeout=900)
+    if out.returncode:
+        return "error"
+    r = json.loads(out.stdout)
+    note = " *" if r["limited"] else ""
+    return f"{r['s']:.2f} s, {r['mb']:.0f} MB{note}"
+
+
+def hard_cases(quick):
+    print("\n## Hard cases: identical layers (every even split ties with data parallelism) "
+          "and GNMT-16 (1,495 states), one thread, whole orchestrate")
+    Ns = [256, 512, 1024]
+    print("| model \\ GPUs | " + " | ".join(str(n) for n in Ns) + " |")
+    print("|---|" + "---|" * len(Ns))
+    for L in ([100, 400] if quick else [100, 400, 1000, 2000]):
+        print(f"| {L} identical layers | " + " | ".join(run_case(L, n, "uniform") for n in Ns) + " |")
+    gnmt = SHARED / "gnmt_16" / "graph.txt"
+    if gnmt.exists():
+        print("| GNMT-16, pbs 64, gbs 4096 | "
+              + " | ".join(run_case(0, n, "gnmt16", (str(gnmt),)) for n in Ns) + " |")
 
 
 def scaling(quick):
@@ -107,14 +138,7 @@ def scaling(quick):
             if quick and L * N > 256000:
                 cells.append("(skipped)")
                 continue
-            out = subprocess.run([sys.executable, "-c", CASE, str(L), str(N)], capture_output=True,
-                                 text=True, timeout=900)
-            if out.returncode:
-                cells.append("error")
-                continue
-            r = json.loads(out.stdout)
-            note = " *" if r["limited"] else ""
-            cells.append(f"{r['s']:.2f} s, {r['mb']:.0f} MB{note}")
+            cells.append(run_case(L, N))
         print(f"| {L} | " + " | ".join(cells) + " |")
     print("(* a candidate hit the 512 MiB per-candidate search limit and was skipped)")
 
@@ -128,6 +152,7 @@ def main():
     per_case()
     sweep()
     scaling(args.quick)
+    hard_cases(args.quick)
 
 
 if __name__ == "__main__":
