@@ -1472,6 +1472,8 @@ static int straight_reachable(const hpgo_model_t *m, int32_t i)
 int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int straight,
                   const hpgo_plan_opts_t *opts, hpgo_candidate_t *out, hpgo_err_t *err)
 {
+    if (!out || !m || !t)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "hpgo_plan_for: NULL argument");
     memset(out, 0, sizeof *out);
     out->kind = straight ? HPGO_CAND_STRAIGHT : HPGO_CAND_DP;
     out->i = i;
@@ -1767,7 +1769,12 @@ static void orch_run_one(void *ctx, int64_t job)
 int hpgo_orchestrate(const hpgo_model_t *m, const hpgo_topo_t *t, const hpgo_plan_opts_t *opts,
                      hpgo_orch_t **out, hpgo_err_t *err)
 {
+    if (!out)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "hpgo_orchestrate: out is NULL");
     *out = NULL;
+    if (!m || !t)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "hpgo_orchestrate: %s is NULL",
+                            m ? "the topology" : "the model");
     int32_t N = t->n;
     hpgo_orch_t *o = calloc(1, sizeof *o);
     if (!o)

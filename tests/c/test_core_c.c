@@ -216,6 +216,14 @@ static void test_contract(void)
 
     /* planner results */
     hpgo_orch_free(NULL);
+    {
+        /* NULL model or topology: an error, not a crash */
+        hpgo_orch_t dummy, *o = &dummy; /* must come back NULL */
+        CHECK(hpgo_orchestrate(NULL, NULL, NULL, &o, &err) == HPGO_E_INVALID);
+        CHECK(o == NULL && err_ok(&err, HPGO_E_INVALID));
+        hpgo_candidate_t c;
+        CHECK(hpgo_plan_for(NULL, NULL, 2, 0, NULL, &c, &err) == HPGO_E_INVALID);
+    }
     hpgo_sweep_free(NULL);
     hpgo_candidate_t zero_cand;
     memset(&zero_cand, 0, sizeof zero_cand);
