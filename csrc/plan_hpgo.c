@@ -302,7 +302,7 @@ typedef struct dp {
     int32_t M;          /* machines */
     uint16_t *msize;    /* GPUs per machine */
     uint16_t *ev;       /* en_n vectors of M counts */
-    int32_t *e_rem;     /* rounds left; -1: slot unused */
+    int32_t *e_rem;     /* rounds left */
     int32_t *e_need;
     int32_t *e_loff, *e_llen; /* the state's own finals ("extras") in elist */
     int32_t *e_first;   /* the state whose finals precede the extras; -1 none */
@@ -745,6 +745,15 @@ static int32_t en_find(const dp_t *d, const uint16_t *c, int32_t rem, int32_t ne
     return -1;
 }
 
+static int re_alloc(void **p, size_t n, size_t size)
+{
+    void *q = realloc(*p, n * size);
+    if (!q)
+        return -1;
+    *p = q;
+    return 0;
+}
+
 /* Add state (rem, need, c) with an empty final list; its index, or -1 / -2
  * as en_grow. */
 static int32_t en_add(dp_t *d, const uint16_t *c, int32_t rem, int32_t need)
@@ -756,37 +765,18 @@ static int32_t en_add(dp_t *d, const uint16_t *c, int32_t rem, int32_t need)
                      sizeof(uint64_t);
         if (d->bytes + (nc - cap) * per > d->max_bytes)
             return -2;
-        uint16_t *ev = realloc(d->ev, nc * M * sizeof *ev);
-        if (ev)
-            d->ev = ev;
-        int32_t *a = ev ? realloc(d->e_rem, nc * sizeof *a) : NULL;
-        if (a)
-            d->e_rem = a;
-        int32_t *b = a ? realloc(d->e_need, nc * sizeof *b) : NULL;
-        if (b)
-            d->e_need = b;
-        int32_t *e = b ? realloc(d->e_loff, nc * sizeof *e) : NULL;
-        if (e)
-            d->e_loff = e;
-        int32_t *f = e ? realloc(d->e_llen, nc * sizeof *f) : NULL;
-        if (f)
-            d->e_llen = f;
-        int32_t *f2 = f ? realloc(d->e_first, nc * sizeof *f2) : NULL;
-        if (f2)
-            d->e_first = f2;
-        int32_t *f3 = f2 ? realloc(d->e_total, nc * sizeof *f3) : NULL;
-        if (f3)
-            d->e_total = f3;
-        uint32_t *g = f3 ? realloc(d->e_mark, nc * sizeof *g) : NULL;
-        if (g) {
-            d->e_mark = g;
-            memset(g + cap, 0, (nc - cap) * sizeof *g);
-        }
-        uint64_t *hh = g ? realloc(d->e_hash, nc * sizeof *hh) : NULL;
-        if (hh)
-            d->e_hash = hh;
-        if (!hh)
-            return -1; /* the arrays that did grow are kept; en_cap is unchanged */
+        /* an array that grew before a failure keeps its size: harmless */
+        if (re_alloc((void **)&d->ev, nc * M, sizeof *d->ev) ||
+            re_alloc((void **)&d->e_rem, nc, sizeof *d->e_rem) ||
+            re_alloc((void **)&d->e_need, nc, sizeof *d->e_need) ||
+            re_alloc((void **)&d->e_loff, nc, sizeof *d->e_loff) ||
+            re_alloc((void **)&d->e_llen, nc, sizeof *d->e_llen) ||
+            re_alloc((void **)&d->e_first, nc, sizeof *d->e_first) ||
+            re_alloc((void **)&d->e_total, nc, sizeof *d->e_total) ||
+            re_alloc((void **)&d->e_mark, nc, sizeof *d->e_mark) ||
+            re_alloc((void **)&d->e_hash, nc, sizeof *d->e_hash))
+            return -1;
+        memset(d->e_mark + cap, 0, (nc - cap) * sizeof *d->e_mark);
         d->bytes += (nc - cap) * per;
         d->en_cap = nc;
     }
