@@ -392,6 +392,18 @@ static int cmap_put(cmap_t *mp, size_t stride, const cell_t *c, int nw, size_t *
  * index (slots are in use when stamped with the row's generation, so
  * starting a row costs nothing) and sorted once at the end (row_end). */
 
+/* Index every entry of mp under the current generation. */
+static void bh_index(dp_t *d, const cmap_t *mp)
+{
+    for (int32_t e = 0; e < mp->n; e++) {
+        size_t h = set_hash(CKEY(cmap_at(mp, d->stride, e)), d->nw, 0) & (d->bh_cap - 1);
+        while (d->bh_gen[h] == d->bgen)
+            h = (h + 1) & (d->bh_cap - 1);
+        d->bh_gen[h] = d->bgen;
+        d->bh_idx[h] = e;
+    }
+}
+
 static int bh_resize(dp_t *d, const cmap_t *mp, size_t nc)
 {
     if (d->bytes + (nc - d->bh_cap) * (sizeof(uint32_t) + sizeof(int32_t)) > d->max_bytes)
@@ -410,13 +422,7 @@ static int bh_resize(dp_t *d, const cmap_t *mp, size_t nc)
     d->bh_idx = ix;
     d->bh_cap = nc;
     d->bgen = 1;
-    for (int32_t e = 0; e < mp->n; e++) {
-        size_t h = set_hash(CKEY(cmap_at(mp, d->stride, e)), d->nw, 0) & (nc - 1);
-        while (g[h] == d->bgen)
-            h = (h + 1) & (nc - 1);
-        g[h] = d->bgen;
-        ix[h] = e;
-    }
+    bh_index(d, mp);
     return 0;
 }
 
@@ -433,13 +439,7 @@ static int row_begin(dp_t *d, const cmap_t *mp)
         need *= 2;
     if (need > d->bh_cap)
         return bh_resize(d, mp, need);
-    for (int32_t e = 0; e < mp->n; e++) {
-        size_t h = set_hash(CKEY(cmap_at(mp, d->stride, e)), d->nw, 0) & (d->bh_cap - 1);
-        while (d->bh_gen[h] == d->bgen)
-            h = (h + 1) & (d->bh_cap - 1);
-        d->bh_gen[h] = d->bgen;
-        d->bh_idx[h] = e;
-    }
+    bh_index(d, mp);
     return 0;
 }
 
