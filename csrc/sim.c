@@ -46,6 +46,10 @@ static const char *const event_names[HPGO_EV__COUNT] = {
     [HPGO_EV_BATCH_MATMUL_GRAD] = "BatchMatMulGrad",
     [HPGO_EV_RESIDUAL_ADD] = "ResidualAdd",
     [HPGO_EV_RESIDUAL_ADD_GRAD] = "ResidualAddGrad",
+    [HPGO_EV_BACKWARD_INPUT] = "backward_input",
+    [HPGO_EV_BACKWARD_WEIGHT] = "backward_weight",
+    [HPGO_EV_REDUCE_SCATTER] = "reduce_scatter",
+    [HPGO_EV_OPTIMIZER] = "optimizer",
 };
 
 const char *hpgo_sim_event_name(int kind)

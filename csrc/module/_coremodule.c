@@ -9,6 +9,7 @@
 #include "glue.h"
 
 #include <errno.h>
+#include <math.h>
 
 hpgo_modstate *glue_state(PyObject *module)
 {
@@ -122,6 +123,33 @@ int glue_i32(PyObject *o, const char *what, int32_t *out)
     return 0;
 }
 
+int glue_f64(PyObject *o, const char *what, double *out)
+{
+    if (PyBool_Check(o) || PyUnicode_Check(o) || PyBytes_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a number, not %.100s", what,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    double v = PyFloat_AsDouble(o);
+    if (v == -1.0 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s must be a number, not %.100s", what,
+                         Py_TYPE(o)->tp_name);
+        } else if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s is out of range: %R", what, o);
+        }
+        return -1;
+    }
+    if (!isfinite(v)) {
+        PyErr_Format(PyExc_ValueError, "%s must be finite, got %R", what, o);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 PyObject *glue_seq_copy(PyObject *o, const char *what)
 {
     PyObject *fast = PySequence_Fast(o, what);
@@ -168,7 +196,7 @@ static int core_exec(PyObject *module)
         return -1;
     if (glue_profile_init(module) < 0 || glue_plan_init(module) < 0 || glue_sim_init(module) < 0)
         return -1;
-    if (glue_replan_init(module) < 0)
+    if (glue_replan_init(module) < 0 || glue_step_init(module) < 0)
         return -1;
     return 0;
 }

@@ -34,6 +34,10 @@ int glue_u32(PyObject *o, const char *what, uint32_t *out);
 int glue_i32(PyObject *o, const char *what, int32_t *out);
 int glue_i64(PyObject *o, const char *what, int64_t *out);
 
+/* Convert a real number (anything with __float__, not a bool or a str) to
+ * a double; ValueError naming `what` when it is not finite. */
+int glue_f64(PyObject *o, const char *what, double *out);
+
 /* A private tuple of a sequence's items (TypeError naming `what` otherwise):
  * converting an item may run Python code (__float__, __index__) that would
  * resize or free a list being read in place. */
@@ -47,5 +51,6 @@ int glue_profile_init(PyObject *module);
 int glue_plan_init(PyObject *module);
 int glue_sim_init(PyObject *module);
 int glue_replan_init(PyObject *module);
+int glue_step_init(PyObject *module);
 
 #endif

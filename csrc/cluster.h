@@ -1,0 +1,91 @@
+/* cluster.h - the cluster a training step runs on: one GPU type and a
+ * hierarchy of interconnect levels, shared by every planner and simulator.
+ *
+ * A GPU has dense matrix peaks per data type, a vector (non-tensor) peak,
+ * HBM size and bandwidth, and three efficiency curves (matrix, vector,
+ * memory) as step tables: the achieved fraction of peak for an operation
+ * of a given size.  Level 0 is the inside of a node (GPUs per node,
+ * NVLink-class bandwidth), level 1 the nodes of the fabric, and so on; the
+ * cluster has prod(level sizes) GPUs, numbered node-major.  Bandwidths are
+ * bytes/s per GPU and per direction; latency in seconds; `efficiency` is
+ * the achieved fraction of the link rate (measured bus bandwidth / link
+ * rate, see the presets in cluster.c).
+ *
+ * Presets (hpgo_cluster_preset) carry their sources in cluster.c.  A
+ * cluster is a plain value: copy it, change a field, validate it with
+ * hpgo_cluster_check.  Thread-safe: nothing here has state. */
+#ifndef HPGO_CLUSTER_H
+#define HPGO_CLUSTER_H
+
+#include <stdint.h>
+
+#include "err.h"
+
+#define HPGO_CLUSTER_MAX_LEVELS 4
+#define HPGO_EFF_MAX_STEPS 8
+#define HPGO_CLUSTER_MAX_GPUS ((int64_t)1 << 24)
+#define HPGO_NAME_LEN 48
+
+/* Data types of the matrix peaks. */
+enum { HPGO_DT_FP32 = 0, HPGO_DT_TF32, HPGO_DT_BF16, HPGO_DT_FP8, HPGO_DT__COUNT };
+
+/* Efficiency curves of a GPU. */
+enum { HPGO_EFF_MATRIX = 0, HPGO_EFF_VECTOR, HPGO_EFF_MEMORY, HPGO_EFF__COUNT };
+
+/* One step of an efficiency table: operations of size >= threshold (FLOP
+ * for matrix and vector, bytes for memory) reach `efficiency` of peak.
+ * Steps are sorted by descending threshold; the last has threshold 0. */
+typedef struct hpgo_eff_step {
+    double threshold;
+    double efficiency;
+} hpgo_eff_step_t;
+
+typedef struct hpgo_gpu {
+    char name[HPGO_NAME_LEN];
+    double peak[HPGO_DT__COUNT]; /* dense matrix FLOP/s; 0 = not supported */
+    double vector_flops;         /* 16-bit element-wise FLOP/s */
+    double hbm_bytes;            /* usable memory, bytes */
+    double hbm_bandwidth;        /* bytes/s */
+    int32_t n_steps[HPGO_EFF__COUNT];
+    hpgo_eff_step_t steps[HPGO_EFF__COUNT][HPGO_EFF_MAX_STEPS];
+} hpgo_gpu_t;
+
+typedef struct hpgo_level {
+    int32_t size;          /* units of the level below in one unit of this level */
+    double bandwidth;      /* bytes/s per GPU and direction, point to point */
+    double coll_bandwidth; /* bytes/s per GPU for collectives (HPGO prices them apart) */
+    double latency;        /* seconds per step */
+    double efficiency;     /* achieved fraction of both bandwidths, (0, 1] */
+} hpgo_level_t;
+
+typedef struct hpgo_cluster {
+    char name[HPGO_NAME_LEN];
+    hpgo_gpu_t gpu;
+    int32_t n_levels;
+    hpgo_level_t levels[HPGO_CLUSTER_MAX_LEVELS];
+} hpgo_cluster_t;
+
+/* Fill *out with the preset `name` ("dapple-v100", "dgx1-v100",
+ * "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "dgx-h200") with `nodes`
+ * nodes (0: the preset's own count).  HPGO_E_INVALID for an unknown name or
+ * a bad node count. */
+int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hpgo_err_t *err);
+/* Name of preset i (0-based), NULL past the last. */
+const char *hpgo_cluster_preset_name(int i);
+
+/* HPGO_E_INVALID naming the first bad field (non-finite or negative
+ * numbers, empty levels, unsorted efficiency steps, too many GPUs). */
+int hpgo_cluster_check(const hpgo_cluster_t *c, hpgo_err_t *err);
+
+/* Total GPUs; GPUs in one unit of level l (level 0: GPUs per node). */
+int64_t hpgo_cluster_gpus(const hpgo_cluster_t *c);
+int64_t hpgo_cluster_unit(const hpgo_cluster_t *c, int32_t level);
+
+/* Efficiency of curve `which` for an operation of `size`. */
+double hpgo_gpu_efficiency(const hpgo_gpu_t *g, int which, double size);
+/* Seconds of one kernel: matrix (is_matrix) or vector FLOPs at the curve's
+ * efficiency plus its HBM traffic at the memory curve (no overlap, as
+ * Calculon's presets do). */
+double hpgo_gpu_op_time(const hpgo_gpu_t *g, int dtype, int is_matrix, double flops, double bytes);
+
+#endif

@@ -1,0 +1,74 @@
+/* engine.h - one training step simulated on a cluster: a model of the work
+ * (work.h), a parallel plan (parplan.h) and a schedule (schedule.h) run by
+ * one event engine, with the memory verdict of memory.h.
+ *
+ * Semantics: the p devices of one pipeline (one GPU of each stage's tp
+ * group stands for the group; all dp replicas are alike) run their op
+ * lists in order; an op starts when its device is free and its input is
+ * there.  Stage-to-stage transfers go over the directed link between the
+ * two devices' GPUs (FIFO; priced by cost.h at the level the GPUs share).
+ * Gradient synchronisation over dp runs per layer bucket on its own
+ * stream as soon as a chunk's last weight gradient produces the bucket
+ * (overlap_grad_reduce) or after the last backward; all-reduce for ZeRO 0,
+ * reduce-scatter for ZeRO >= 1 followed by the parameter all-gather after
+ * the optimizer step (hidden behind the next forward except its first
+ * bucket when overlapping).  The optimizer step reads and writes 30 bytes
+ * per local parameter (fp32 master, moments and gradient, bf16 copy) at
+ * the GPU's memory bandwidth.  The iteration ends when the last device has
+ * synchronised and stepped (a flush, as Megatron's and DAPPLE's schedules).
+ *
+ * Units: seconds, bytes, FLOP.  The result is owned by the caller (free
+ * with hpgo_step_result_free), immutable, readable from any thread.  No
+ * global state: thread-safe on distinct results. */
+#ifndef HPGO_ENGINE_H
+#define HPGO_ENGINE_H
+
+#include <stdint.h>
+
+#include "cluster.h"
+#include "memory.h"
+#include "parplan.h"
+#include "sim.h"
+#include "work.h"
+
+typedef struct hpgo_step_opts {
+    int record_events;     /* fill the timeline */
+    double overhead_bytes; /* `other` memory per GPU; < 0: HPGO_MEM_DEFAULT_OVERHEAD */
+} hpgo_step_opts_t;
+
+typedef struct hpgo_step_device {
+    double busy;          /* compute seconds */
+    double bubble;        /* 1 - busy / iteration_time */
+    double compute_end;   /* seconds: end of its last compute op */
+    double sync_end;      /* seconds: end of its gradient synchronisation */
+    double optimizer;     /* seconds of its optimizer step (+ exposed parameter all-gather) */
+    int32_t peak_in_flight; /* most chunk micro-batches whose activations are alive */
+    double params;        /* parameters held (tp-sharded, before ZeRO) */
+    hpgo_mem_t mem;       /* at the activation peak */
+} hpgo_step_device_t;
+
+typedef struct hpgo_step_result {
+    double iteration_time;
+    double compute_time;   /* latest end of a compute op */
+    double model_flops;    /* per iteration, all GPUs (0: unknown for profiles) */
+    double hw_flops;       /* per iteration, all GPUs, executed (with recomputation) */
+    double mfu, hfu;       /* against the bf16 (or the precision's) dense peak */
+    double samples_per_second, tokens_per_second;
+    int64_t gpus;          /* tp x pp x dp */
+    int64_t microbatches;
+    int32_t p, v, n_stages;
+    int fits;              /* every device fits */
+    hpgo_step_device_t *devices; /* p */
+    hpgo_stage_cost_t *stages;   /* p * v model stages */
+    hpgo_sim_result_t *timeline; /* events (lane 0 compute, 1 send to the next device, 2 send
+                                    to the previous, 3 gradient sync); NULL unless recorded */
+} hpgo_step_result_t;
+
+/* Simulate one iteration.  HPGO_E_INVALID for a plan the model or cluster
+ * cannot run (message names the conflict), HPGO_E_LIMIT, HPGO_E_NOMEM.
+ * *out is NULL on error.  Thread-safe. */
+int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
+                       const hpgo_step_opts_t *opts, hpgo_step_result_t **out, hpgo_err_t *err);
+void hpgo_step_result_free(hpgo_step_result_t *r);
+
+#endif

@@ -1,0 +1,28 @@
+/* memory.c - per-GPU memory breakdown and verdict (see memory.h).
+ *
+ * DESIGN: model states are bytes per parameter by precision
+ * (hpgo_work_state_bytes) divided by dp where ZeRO shards them; ZeRO-3
+ * additionally holds the gathered 16-bit weights of the chunk being
+ * computed and of the next one (prefetch), counted in `other`.  The
+ * verdict compares the sum with the GPU's memory; no hidden margin. */
+#include "memory.h"
+
+#include "work.h"
+
+void hpgo_memory_breakdown(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
+                           double params, double max_chunk_params, double activations,
+                           double other, hpgo_mem_t *out)
+{
+    double wb, gb, ob;
+    hpgo_work_state_bytes(precision, &wb, &gb, &ob);
+    double d = (double)p->dp;
+    out->weights = params * wb / (p->zero >= 3 ? d : 1);
+    out->gradients = params * gb / (p->zero >= 2 ? d : 1);
+    out->optimizer = params * ob / (p->zero >= 1 ? d : 1);
+    out->activations = activations;
+    out->other = other + (p->zero >= 3 && p->dp > 1 ? 2 * max_chunk_params * wb : 0);
+    out->total = out->weights + out->gradients + out->optimizer + out->activations + out->other;
+    out->capacity = c->gpu.hbm_bytes;
+    out->margin = out->capacity - out->total;
+    out->fits = out->total <= out->capacity;
+}

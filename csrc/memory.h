@@ -1,0 +1,38 @@
+/* memory.h - the one memory model: what a GPU holds during a training step
+ * and whether it fits.
+ *
+ * Per GPU: weights, gradients and optimizer state of its parameters by
+ * precision and ZeRO stage (spec/training-model.md 3.1: bf16 with fp32
+ * main gradients and Adam = 2 + 4 + 12 bytes per parameter; ZeRO-1 / the
+ * distributed optimizer shards the optimizer state over dp, ZeRO-2 the
+ * gradients too, ZeRO-3 the weights too), the activations at their peak
+ * (from the schedule: the simulator tracks what each op stores and frees),
+ * and other bytes (CUDA context and communication buffers, the weights a
+ * ZeRO-3 step gathers).  Thread-safe, no state. */
+#ifndef HPGO_MEMORY_H
+#define HPGO_MEMORY_H
+
+#include <stdint.h>
+
+#include "cluster.h"
+#include "parplan.h"
+
+/* CUDA context (about 0.3-0.7 GB, pytorch #86509) and NCCL buffers (about
+ * 1-2 GB per process in the reports of spec 3.7): the default of `other`. */
+#define HPGO_MEM_DEFAULT_OVERHEAD 2e9
+
+typedef struct hpgo_mem {
+    double weights, gradients, optimizer, activations, other;
+    double total;    /* bytes */
+    double capacity; /* the GPU's memory, bytes */
+    double margin;   /* capacity - total (negative: does not fit) */
+    int fits;        /* total <= capacity */
+} hpgo_mem_t;
+
+/* Breakdown of a GPU holding `params` parameters (tp-sharded), whose
+ * activations peak at `activations` bytes, plus `other` bytes. */
+void hpgo_memory_breakdown(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
+                           double params, double max_chunk_params, double activations,
+                           double other, hpgo_mem_t *out);
+
+#endif

@@ -1,0 +1,587 @@
+/* step_glue.c - CPython glue of the training-step model: cluster presets
+ * and costs (cluster.h, cost.h), the model of the work (work.h) and the
+ * step engine (engine.h).
+ *
+ * DESIGN: the Python layer (hpgo/cluster.py, hpgo/transformer.py,
+ * hpgo/parallel.py) holds immutable dataclasses and passes them here as
+ * flat tuples in a fixed layout (documented at each parser); the glue only
+ * converts them into the core's structs (one converter per kind of
+ * number, non-finite numbers refused), releases the GIL around the core
+ * call and converts the result into plain Python values.  Validation is
+ * in the core, where C callers and the fuzzer get it too. */
+#include "glue.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "../cost.h"
+#include "../engine.h"
+
+/* ---- converters ---------------------------------------------------------- */
+
+static PyObject *item(PyObject *tup, Py_ssize_t i, Py_ssize_t n, const char *what)
+{
+    if (!PyTuple_Check(tup) || PyTuple_GET_SIZE(tup) != n) {
+        PyErr_Format(PyExc_TypeError, "%s must be a tuple of %zd items", what, n);
+        return NULL;
+    }
+    return PyTuple_GET_ITEM(tup, i);
+}
+
+static int get_f(PyObject *tup, Py_ssize_t i, Py_ssize_t n, const char *what, double *out)
+{
+    PyObject *o = item(tup, i, n, what);
+    return o ? glue_f64(o, what, out) : -1;
+}
+
+static int get_i32(PyObject *tup, Py_ssize_t i, Py_ssize_t n, const char *what, int32_t *out)
+{
+    PyObject *o = item(tup, i, n, what);
+    return o ? glue_i32(o, what, out) : -1;
+}
+
+static int get_i64(PyObject *tup, Py_ssize_t i, Py_ssize_t n, const char *what, int64_t *out)
+{
+    PyObject *o = item(tup, i, n, what);
+    return o ? glue_i64(o, what, out) : -1;
+}
+
+static int get_str(PyObject *tup, Py_ssize_t i, Py_ssize_t n, const char *what, char *out,
+                   size_t cap)
+{
+    PyObject *o = item(tup, i, n, what);
+    if (!o)
+        return -1;
+    if (!PyUnicode_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a str", what);
+        return -1;
+    }
+    Py_ssize_t len;
+    const char *s = PyUnicode_AsUTF8AndSize(o, &len);
+    if (!s)
+        return -1;
+    snprintf(out, cap, "%s", s);
+    return 0;
+}
+
+/* steps: tuple of (threshold, efficiency) pairs */
+static int get_steps(PyObject *o, const char *what, hpgo_gpu_t *g, int which)
+{
+    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) < 1 ||
+        PyTuple_GET_SIZE(o) > HPGO_EFF_MAX_STEPS) {
+        PyErr_Format(PyExc_ValueError, "%s must be a tuple of 1 to %d (threshold, efficiency) pairs",
+                     what, HPGO_EFF_MAX_STEPS);
+        return -1;
+    }
+    g->n_steps[which] = (int32_t)PyTuple_GET_SIZE(o);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(o, i);
+        if (get_f(pair, 0, 2, what, &g->steps[which][i].threshold) < 0 ||
+            get_f(pair, 1, 2, what, &g->steps[which][i].efficiency) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* cluster: (name, gpu_name, (fp32, tf32, bf16, fp8), vector_flops, hbm_bytes,
+ *           hbm_bandwidth, matrix_steps, vector_steps, memory_steps,
+ *           ((size, bandwidth, coll_bandwidth, latency, efficiency), ...)) */
+static int to_cluster(PyObject *t, hpgo_cluster_t *c)
+{
+    const Py_ssize_t N = 10;
+    memset(c, 0, sizeof *c);
+    if (get_str(t, 0, N, "cluster", c->name, sizeof c->name) < 0 ||
+        get_str(t, 1, N, "cluster", c->gpu.name, sizeof c->gpu.name) < 0)
+        return -1;
+    PyObject *peaks = PyTuple_GET_ITEM(t, 2);
+    for (int i = 0; i < HPGO_DT__COUNT; i++)
+        if (get_f(peaks, i, HPGO_DT__COUNT, "gpu peak_flops", &c->gpu.peak[i]) < 0)
+            return -1;
+    if (get_f(t, 3, N, "gpu vector_flops", &c->gpu.vector_flops) < 0 ||
+        get_f(t, 4, N, "gpu memory_bytes", &c->gpu.hbm_bytes) < 0 ||
+        get_f(t, 5, N, "gpu memory_bandwidth", &c->gpu.hbm_bandwidth) < 0)
+        return -1;
+    if (get_steps(PyTuple_GET_ITEM(t, 6), "gpu matrix_efficiency", &c->gpu, HPGO_EFF_MATRIX) < 0 ||
+        get_steps(PyTuple_GET_ITEM(t, 7), "gpu vector_efficiency", &c->gpu, HPGO_EFF_VECTOR) < 0 ||
+        get_steps(PyTuple_GET_ITEM(t, 8), "gpu memory_efficiency", &c->gpu, HPGO_EFF_MEMORY) < 0)
+        return -1;
+    PyObject *lv = PyTuple_GET_ITEM(t, 9);
+    if (!PyTuple_Check(lv) || PyTuple_GET_SIZE(lv) < 1 ||
+        PyTuple_GET_SIZE(lv) > HPGO_CLUSTER_MAX_LEVELS) {
+        PyErr_Format(PyExc_ValueError, "a cluster needs 1 to %d levels", HPGO_CLUSTER_MAX_LEVELS);
+        return -1;
+    }
+    c->n_levels = (int32_t)PyTuple_GET_SIZE(lv);
+    for (int32_t l = 0; l < c->n_levels; l++) {
+        PyObject *x = PyTuple_GET_ITEM(lv, l);
+        hpgo_level_t *v = &c->levels[l];
+        if (get_i32(x, 0, 5, "level size", &v->size) < 0 ||
+            get_f(x, 1, 5, "level bandwidth", &v->bandwidth) < 0 ||
+            get_f(x, 2, 5, "level collective_bandwidth", &v->coll_bandwidth) < 0 ||
+            get_f(x, 3, 5, "level latency", &v->latency) < 0 ||
+            get_f(x, 4, 5, "level efficiency", &v->efficiency) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *steps_tuple(const hpgo_gpu_t *g, int which)
+{
+    PyObject *t = PyTuple_New(g->n_steps[which]);
+    if (!t)
+        return NULL;
+    for (int32_t i = 0; i < g->n_steps[which]; i++) {
+        PyObject *p = Py_BuildValue("(dd)", g->steps[which][i].threshold,
+                                    g->steps[which][i].efficiency);
+        if (!p) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, p);
+    }
+    return t;
+}
+
+static PyObject *from_cluster(const hpgo_cluster_t *c)
+{
+    PyObject *lv = PyTuple_New(c->n_levels);
+    if (!lv)
+        return NULL;
+    for (int32_t l = 0; l < c->n_levels; l++) {
+        const hpgo_level_t *v = &c->levels[l];
+        PyObject *x = Py_BuildValue("(idddd)", (int)v->size, v->bandwidth, v->coll_bandwidth,
+                                    v->latency, v->efficiency);
+        if (!x) {
+            Py_DECREF(lv);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(lv, l, x);
+    }
+    const hpgo_gpu_t *g = &c->gpu;
+    return Py_BuildValue("(ss(dddd)dddNNNN)", c->name, g->name, g->peak[0], g->peak[1],
+                         g->peak[2], g->peak[3], g->vector_flops, g->hbm_bytes, g->hbm_bandwidth,
+                         steps_tuple(g, HPGO_EFF_MATRIX), steps_tuple(g, HPGO_EFF_VECTOR),
+                         steps_tuple(g, HPGO_EFF_MEMORY), lv);
+}
+
+/* model: ("transformer", precision, hidden, ffn, heads, kv_heads, head_dim,
+ *         layers, vocab, seq, mlp, tied, bias, layernorm, dropout, flash,
+ *         causal_flops, learned_pos)
+ *     or ("chain", precision, batch, fwd, bwd, params, act, out) with five
+ *        equally long tuples of floats.  `arrays` receives the chain's
+ *        storage (PyMem); free it with PyMem_Free. */
+static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
+{
+    memset(w, 0, sizeof *w);
+    *arrays = NULL;
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 2 || !PyUnicode_Check(PyTuple_GET_ITEM(t, 0))) {
+        PyErr_SetString(PyExc_TypeError, "model must be a tuple starting with its kind");
+        return -1;
+    }
+    const char *kind = PyUnicode_AsUTF8(PyTuple_GET_ITEM(t, 0));
+    if (!kind)
+        return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(t);
+    if (strcmp(kind, "transformer") == 0) {
+        const Py_ssize_t N = 18;
+        hpgo_xformer_t *x = &w->x;
+        w->kind = HPGO_WORK_TRANSFORMER;
+        int64_t *dims[8] = {&x->hidden, &x->ffn,    &x->heads, &x->kv_heads,
+                            &x->head_dim, &x->layers, &x->vocab, &x->seq};
+        static const char *const names[8] = {"hidden", "ffn",    "heads", "kv_heads",
+                                             "head_dim", "layers", "vocab", "seq"};
+        if (get_i32(t, 1, N, "precision", &w->precision) < 0)
+            return -1;
+        for (int i = 0; i < 8; i++)
+            if (get_i64(t, 2 + i, N, names[i], dims[i]) < 0)
+                return -1;
+        int32_t *flags[8] = {&x->mlp,   &x->tied,  &x->bias,         &x->layernorm,
+                             &x->dropout, &x->flash, &x->causal_flops, &x->learned_pos};
+        for (int i = 0; i < 8; i++)
+            if (get_i32(t, 10 + i, N, "transformer flag", flags[i]) < 0)
+                return -1;
+        return 0;
+    }
+    if (strcmp(kind, "chain") != 0 || n != 8) {
+        PyErr_SetString(PyExc_ValueError, "model kind must be 'transformer' or 'chain'");
+        return -1;
+    }
+    w->kind = HPGO_WORK_CHAIN;
+    if (get_i32(t, 1, 8, "precision", &w->precision) < 0 ||
+        get_f(t, 2, 8, "profile batch", &w->chain.batch) < 0)
+        return -1;
+    Py_ssize_t L = -1;
+    for (int a = 0; a < 5; a++) {
+        PyObject *arr = PyTuple_GET_ITEM(t, 3 + a);
+        if (!PyTuple_Check(arr) || (L >= 0 && PyTuple_GET_SIZE(arr) != L)) {
+            PyErr_SetString(PyExc_ValueError, "a layer chain needs five tuples of equal length");
+            return -1;
+        }
+        L = PyTuple_GET_SIZE(arr);
+    }
+    if (L < 1 || L > HPGO_WORK_MAX_LAYERS) {
+        PyErr_Format(PyExc_ValueError, "a layer chain needs 1 to %d layers", HPGO_WORK_MAX_LAYERS);
+        return -1;
+    }
+    double *buf = PyMem_Malloc(sizeof(double) * 5 * (size_t)L);
+    if (!buf) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *arrays = buf;
+    for (int a = 0; a < 5; a++) {
+        PyObject *arr = PyTuple_GET_ITEM(t, 3 + a);
+        for (Py_ssize_t i = 0; i < L; i++)
+            if (glue_f64(PyTuple_GET_ITEM(arr, i), "layer value", &buf[a * L + i]) < 0)
+                return -1;
+    }
+    w->chain.n = (int32_t)L;
+    w->chain.fwd = buf;
+    w->chain.bwd = buf + L;
+    w->chain.params = buf + 2 * L;
+    w->chain.act = buf + 3 * L;
+    w->chain.out = buf + 4 * L;
+    return 0;
+}
+
+/* plan: (tp, pp, dp, cp, ep, vstages, micro_batch, global_batch, schedule,
+ *        recompute, sequence_parallel, zero, overlap_grad_reduce, split)
+ *        with split None or a tuple of pp * vstages + 1 ints.  `split`
+ *        receives its storage (PyMem). */
+static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
+{
+    const Py_ssize_t N = 14;
+    memset(p, 0, sizeof *p);
+    *split = NULL;
+    int32_t *ints[6] = {&p->tp, &p->pp, &p->dp, &p->cp, &p->ep, &p->vstages};
+    static const char *const names[6] = {"tp", "pp", "dp", "cp", "ep", "virtual_stages"};
+    for (int i = 0; i < 6; i++)
+        if (get_i32(t, i, N, names[i], ints[i]) < 0)
+            return -1;
+    if (get_i64(t, 6, N, "micro_batch", &p->micro_batch) < 0 ||
+        get_i64(t, 7, N, "global_batch", &p->global_batch) < 0 ||
+        get_i32(t, 8, N, "schedule", &p->schedule) < 0 ||
+        get_i32(t, 9, N, "recompute", &p->recompute) < 0 ||
+        get_i32(t, 10, N, "sequence_parallel", &p->sequence_parallel) < 0 ||
+        get_i32(t, 11, N, "zero", &p->zero) < 0 ||
+        get_i32(t, 12, N, "overlap_grad_reduce", &p->overlap_grad_reduce) < 0)
+        return -1;
+    PyObject *s = PyTuple_GET_ITEM(t, 13);
+    if (s == Py_None)
+        return 0;
+    if (!PyTuple_Check(s) || PyTuple_GET_SIZE(s) > HPGO_PLAN_MAX_STAGES + 1) {
+        PyErr_SetString(PyExc_ValueError, "split must be None or a tuple of layer boundaries");
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(s);
+    int32_t *b = PyMem_Malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    if (!b) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *split = b;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (glue_i32(PyTuple_GET_ITEM(s, i), "split boundary", &b[i]) < 0)
+            return -1;
+    p->n_split = (int32_t)n;
+    p->split = b;
+    return 0;
+}
+
+/* ---- functions ----------------------------------------------------------- */
+
+PyDoc_STRVAR(cluster_preset_doc,
+             "_step_cluster_preset(name, nodes) -> cluster tuple (see step_glue.c)");
+
+static PyObject *cluster_preset(PyObject *module, PyObject *args)
+{
+    const char *name;
+    int nodes;
+    if (!PyArg_ParseTuple(args, "si:_step_cluster_preset", &name, &nodes))
+        return NULL;
+    hpgo_cluster_t c;
+    hpgo_err_t err;
+    int rc = hpgo_cluster_preset(name, nodes, &c, &err);
+    if (rc != HPGO_OK)
+        return glue_raise(module, rc, &err);
+    return from_cluster(&c);
+}
+
+PyDoc_STRVAR(cluster_presets_doc, "_step_cluster_presets() -> tuple of preset names");
+
+static PyObject *cluster_presets(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    int n = 0;
+    while (hpgo_cluster_preset_name(n))
+        n++;
+    PyObject *t = PyTuple_New(n);
+    if (!t)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *s = PyUnicode_FromString(hpgo_cluster_preset_name(i));
+        if (!s) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, s);
+    }
+    return t;
+}
+
+PyDoc_STRVAR(cluster_check_doc, "_step_cluster_check(cluster) -> None; ValueError naming the field");
+
+static PyObject *cluster_check(PyObject *module, PyObject *arg)
+{
+    hpgo_cluster_t c;
+    hpgo_err_t err;
+    if (to_cluster(arg, &c) < 0)
+        return NULL;
+    int rc = hpgo_cluster_check(&c, &err);
+    if (rc != HPGO_OK)
+        return glue_raise(module, rc, &err);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(collective_doc,
+             "_step_collective_time(cluster, op, size, stride, bytes, algorithm) -> seconds");
+
+static PyObject *collective_time(PyObject *module, PyObject *args)
+{
+    PyObject *ct, *size_o, *stride_o, *bytes_o;
+    int op, algo;
+    if (!PyArg_ParseTuple(args, "OiOOOi:_step_collective_time", &ct, &op, &size_o, &stride_o,
+                          &bytes_o, &algo))
+        return NULL;
+    hpgo_cluster_t c;
+    hpgo_err_t err;
+    int64_t size, stride;
+    double bytes;
+    if (to_cluster(ct, &c) < 0 || glue_i64(size_o, "group size", &size) < 0 ||
+        glue_i64(stride_o, "stride", &stride) < 0 || glue_f64(bytes_o, "bytes", &bytes) < 0)
+        return NULL;
+    if (op < 0 || op >= HPGO_COLL__COUNT || algo < HPGO_ALGO_AUTO || algo > HPGO_ALGO_HIERARCHICAL) {
+        PyErr_SetString(PyExc_ValueError, "unknown collective or algorithm");
+        return NULL;
+    }
+    if (bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "bytes must be >= 0");
+        return NULL;
+    }
+    int64_t fan[HPGO_CLUSTER_MAX_LEVELS];
+    int rc = hpgo_cluster_check(&c, &err);
+    if (rc == HPGO_OK)
+        rc = hpgo_group_fanout(&c, size, stride, fan, &err);
+    if (rc != HPGO_OK)
+        return glue_raise(module, rc, &err);
+    return PyFloat_FromDouble(hpgo_cost_collective(&c, op, size, stride, bytes, algo));
+}
+
+PyDoc_STRVAR(p2p_doc, "_step_p2p_time(cluster, level, bytes) -> seconds");
+
+static PyObject *p2p_time(PyObject *module, PyObject *args)
+{
+    PyObject *ct, *bytes_o;
+    int level;
+    if (!PyArg_ParseTuple(args, "OiO:_step_p2p_time", &ct, &level, &bytes_o))
+        return NULL;
+    hpgo_cluster_t c;
+    hpgo_err_t err;
+    double bytes;
+    if (to_cluster(ct, &c) < 0 || glue_f64(bytes_o, "bytes", &bytes) < 0)
+        return NULL;
+    int rc = hpgo_cluster_check(&c, &err);
+    if (rc != HPGO_OK)
+        return glue_raise(module, rc, &err);
+    if (level < 0 || level >= c.n_levels || bytes < 0) {
+        PyErr_Format(PyExc_ValueError, "level must be in 0..%d and bytes >= 0",
+                     (int)c.n_levels - 1);
+        return NULL;
+    }
+    return PyFloat_FromDouble(hpgo_cost_p2p(&c, level, bytes));
+}
+
+PyDoc_STRVAR(model_params_doc, "_step_model_params(model) -> (total, embedding) parameter counts");
+
+static PyObject *model_params(PyObject *module, PyObject *arg)
+{
+    hpgo_work_t w;
+    double *arrays = NULL, total = 0, emb = 0;
+    hpgo_err_t err;
+    PyObject *res = NULL;
+    if (to_work(arg, &w, &arrays) == 0) {
+        int rc = hpgo_work_check(&w, &err);
+        if (rc != HPGO_OK)
+            glue_raise(module, rc, &err);
+        else {
+            hpgo_work_params(&w, &total, &emb);
+            res = Py_BuildValue("(dd)", total, emb);
+        }
+    }
+    PyMem_Free(arrays);
+    return res;
+}
+
+static int dict_set(PyObject *d, const char *k, PyObject *v)
+{
+    if (!v)
+        return -1;
+    int rc = PyDict_SetItemString(d, k, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+static PyObject *mem_dict(const hpgo_mem_t *m)
+{
+    return Py_BuildValue("{sdsdsdsdsdsdsdsdsO}", "weights", m->weights, "gradients", m->gradients,
+                         "optimizer", m->optimizer, "activations", m->activations, "other",
+                         m->other, "total", m->total, "capacity", m->capacity, "margin",
+                         m->margin, "fits", m->fits ? Py_True : Py_False);
+}
+
+static PyObject *result_dict(const hpgo_step_result_t *r)
+{
+    PyObject *d = Py_BuildValue(
+        "{sdsdsdsdsdsdsdsdsLsLsisisisO}", "iteration_time", r->iteration_time, "compute_time",
+        r->compute_time, "model_flops", r->model_flops, "hw_flops", r->hw_flops, "mfu", r->mfu,
+        "hfu", r->hfu, "samples_per_second", r->samples_per_second, "tokens_per_second",
+        r->tokens_per_second, "gpus", (long long)r->gpus, "microbatches",
+        (long long)r->microbatches, "pp", (int)r->p, "vstages", (int)r->v, "n_stages",
+        (int)r->n_stages, "fits", r->fits ? Py_True : Py_False);
+    if (!d)
+        return NULL;
+    PyObject *devs = PyList_New(r->p), *stages = PyList_New(r->n_stages);
+    if (dict_set(d, "devices", devs) < 0 || dict_set(d, "stages", stages) < 0)
+        goto fail;
+    for (int32_t i = 0; i < r->p; i++) {
+        const hpgo_step_device_t *x = &r->devices[i];
+        PyObject *o = Py_BuildValue("{sdsdsdsdsdsisdsN}", "busy", x->busy, "bubble", x->bubble,
+                                    "compute_end", x->compute_end, "sync_end", x->sync_end,
+                                    "optimizer", x->optimizer, "peak_in_flight",
+                                    (int)x->peak_in_flight, "params", x->params, "memory",
+                                    mem_dict(&x->mem));
+        if (!o)
+            goto fail;
+        PyList_SET_ITEM(devs, i, o);
+    }
+    for (int32_t k = 0; k < r->n_stages; k++) {
+        const hpgo_stage_cost_t *s = &r->stages[k];
+        PyObject *o = Py_BuildValue(
+            "{sisisdsdsdsdsdsdsdsdsdsdsdsdsdsd}", "first_layer", (int)s->first_layer, "layers",
+            (int)s->n_layers, "forward", s->f, "backward_input", s->b, "backward_weight", s->w,
+            "tp_forward", s->tp_f, "tp_backward", s->tp_b, "recompute", s->recompute,
+            "activation_bytes", s->act, "activation_bytes_layers", s->act_layers,
+            "transient_bytes", s->transient, "params", s->params, "embedding_params",
+            s->emb_params, "send_bytes", s->send_bytes, "model_flops", s->model_flops,
+            "hw_flops", s->hw_flops);
+        if (!o)
+            goto fail;
+        PyList_SET_ITEM(stages, k, o);
+    }
+    const hpgo_sim_result_t *tl = r->timeline;
+    PyObject *evs = tl ? PyList_New((Py_ssize_t)tl->n_events) : Py_NewRef(Py_None);
+    if (dict_set(d, "events", evs) < 0)
+        goto fail;
+    for (int64_t i = 0; tl && i < tl->n_events; i++) {
+        const hpgo_sim_event_t *ev = &tl->events[i];
+        PyObject *o = Py_BuildValue("(ddisiiii)", ev->start, ev->duration, (int)ev->device,
+                                    hpgo_sim_event_name(ev->kind), (int)ev->lane, (int)ev->stage,
+                                    (int)ev->microbatch, (int)ev->peer);
+        if (!o)
+            goto fail;
+        PyList_SET_ITEM(evs, (Py_ssize_t)i, o);
+    }
+    return d;
+fail:
+    Py_DECREF(d);
+    return NULL;
+}
+
+PyDoc_STRVAR(simulate_doc,
+             "_step_simulate(model, cluster, plan, record, overhead_bytes) -> dict\n\n"
+             "One training step (engine.h); tuple layouts in step_glue.c.  The GIL is\n"
+             "released while the engine runs.");
+
+static PyObject *step_simulate(PyObject *module, PyObject *args)
+{
+    PyObject *mt, *ct, *pt, *ov_o;
+    int record;
+    if (!PyArg_ParseTuple(args, "OOOpO:_step_simulate", &mt, &ct, &pt, &record, &ov_o))
+        return NULL;
+    hpgo_work_t w;
+    hpgo_cluster_t c;
+    hpgo_parplan_t p;
+    double *arrays = NULL;
+    int32_t *split = NULL;
+    hpgo_step_opts_t opts = {record, -1};
+    PyObject *res = NULL;
+    if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c) < 0 || to_plan(pt, &p, &split) < 0)
+        goto done;
+    if (ov_o != Py_None && glue_f64(ov_o, "overhead_bytes", &opts.overhead_bytes) < 0)
+        goto done;
+    hpgo_step_result_t *r = NULL;
+    hpgo_err_t err;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = hpgo_step_simulate(&w, &c, &p, &opts, &r, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != HPGO_OK) {
+        glue_raise(module, rc, &err);
+        goto done;
+    }
+    res = result_dict(r);
+    hpgo_step_result_free(r);
+done:
+    PyMem_Free(arrays);
+    PyMem_Free(split);
+    return res;
+}
+
+static PyMethodDef step_methods[] = {
+    {"_step_cluster_preset", cluster_preset, METH_VARARGS, cluster_preset_doc},
+    {"_step_cluster_presets", cluster_presets, METH_NOARGS, cluster_presets_doc},
+    {"_step_cluster_check", cluster_check, METH_O, cluster_check_doc},
+    {"_step_collective_time", collective_time, METH_VARARGS, collective_doc},
+    {"_step_p2p_time", p2p_time, METH_VARARGS, p2p_doc},
+    {"_step_model_params", model_params, METH_O, model_params_doc},
+    {"_step_simulate", step_simulate, METH_VARARGS, simulate_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+int glue_step_init(PyObject *module)
+{
+    if (PyModule_AddFunctions(module, step_methods) < 0)
+        return -1;
+    /* C enum values as module constants, so Python never repeats them */
+    static const struct {
+        const char *name;
+        int value;
+    } consts[] = {
+        {"SCHEDULE_GPIPE", HPGO_PS_GPIPE},
+        {"SCHEDULE_1F1B", HPGO_PS_1F1B},
+        {"SCHEDULE_INTERLEAVED", HPGO_PS_INTERLEAVED},
+        {"SCHEDULE_ZBH1", HPGO_PS_ZBH1},
+        {"SCHEDULE_ZBV", HPGO_PS_ZBV},
+        {"RECOMPUTE_NONE", HPGO_RC_NONE},
+        {"RECOMPUTE_SELECTIVE", HPGO_RC_SELECTIVE},
+        {"RECOMPUTE_FULL", HPGO_RC_FULL},
+        {"PRECISION_BF16", HPGO_PREC_BF16},
+        {"PRECISION_FP16", HPGO_PREC_FP16},
+        {"PRECISION_FP8", HPGO_PREC_FP8},
+        {"PRECISION_FP32", HPGO_PREC_FP32},
+        {"MLP_GELU", HPGO_MLP_GELU},
+        {"MLP_SWIGLU", HPGO_MLP_SWIGLU},
+        {"COLL_ALLREDUCE", HPGO_COLL_ALLREDUCE},
+        {"COLL_REDUCE_SCATTER", HPGO_COLL_REDUCE_SCATTER},
+        {"COLL_ALLGATHER", HPGO_COLL_ALLGATHER},
+        {"COLL_ALLTOALL", HPGO_COLL_ALLTOALL},
+        {"ALGO_AUTO", HPGO_ALGO_AUTO},
+        {"ALGO_RING", HPGO_ALGO_RING},
+        {"ALGO_HIERARCHICAL", HPGO_ALGO_HIERARCHICAL},
+    };
+    for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++)
+        if (PyModule_AddIntConstant(module, consts[i].name, consts[i].value) < 0)
+            return -1;
+    return 0;
+}

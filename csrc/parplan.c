@@ -1,0 +1,59 @@
+/* parplan.c - checks of the neutral parallel plan (see parplan.h). */
+#include "parplan.h"
+
+int64_t hpgo_parplan_microbatches(const hpgo_parplan_t *p)
+{
+    return p->global_batch / (p->micro_batch * p->dp);
+}
+
+int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
+{
+    if (!p)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "plan: NULL");
+    if (p->tp < 1 || p->tp > 1024 || p->dp < 1 || p->dp > (1 << 24) || p->cp < 1 || p->ep < 1)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "tp (1..1024), dp (1..2^24), cp and ep must be >= 1");
+    if (p->pp < 1 || p->pp > HPGO_PLAN_MAX_PP)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "pp must be in 1..%d", HPGO_PLAN_MAX_PP);
+    if (p->cp != 1 || p->ep != 1)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "context and expert parallelism (cp, ep) are not modelled yet: "
+                            "use cp=1, ep=1");
+    if (p->vstages < 1 || (int64_t)p->pp * p->vstages > HPGO_PLAN_MAX_STAGES)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "vstages must be >= 1 with pp x vstages <= %d", HPGO_PLAN_MAX_STAGES);
+    if (p->schedule < 0 || p->schedule >= HPGO_PS__COUNT)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "unknown schedule %d", (int)p->schedule);
+    if (p->schedule == HPGO_PS_INTERLEAVED) {
+        if (p->vstages < 2 || p->pp < 2)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "the interleaved schedule needs pp >= 2 and vstages >= 2");
+    } else if (p->schedule == HPGO_PS_ZBV) {
+        if (p->vstages != 2)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "zb-v holds exactly two chunks per device: vstages must be 2");
+    } else if (p->vstages != 1) {
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "vstages > 1 needs the interleaved-1f1b or zb-v schedule");
+    }
+    if (p->recompute < HPGO_RC_NONE || p->recompute > HPGO_RC_FULL)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "recompute must be none, selective or full");
+    if (p->zero < 0 || p->zero > 3)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "zero must be 0, 1, 2 or 3");
+    if (p->micro_batch < 1 || p->global_batch < 1 || p->global_batch > ((int64_t)1 << 40))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "micro_batch and global_batch must be >= 1 (global_batch <= 2^40)");
+    if (p->global_batch % ((int64_t)p->micro_batch * p->dp) != 0)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "global_batch %lld is not a multiple of micro_batch x dp = %lld",
+                            (long long)p->global_batch, (long long)p->micro_batch * p->dp);
+    int64_t m = hpgo_parplan_microbatches(p);
+    if (m > HPGO_PLAN_MAX_MICROBATCHES)
+        return hpgo_err_set(err, HPGO_E_LIMIT, 0, "%lld micro-batches: at most %d", (long long)m,
+                            HPGO_PLAN_MAX_MICROBATCHES);
+    if (m * p->pp * p->vstages > HPGO_PLAN_MAX_OPS)
+        return hpgo_err_set(err, HPGO_E_LIMIT, 0,
+                            "micro-batches x model stages = %lld: at most %lld", 
+                            (long long)(m * p->pp * p->vstages), (long long)HPGO_PLAN_MAX_OPS);
+    return HPGO_OK;
+}

@@ -1,0 +1,51 @@
+/* parplan.h - the neutral parallel plan every planner produces and every
+ * simulator runs: tensor (tp), pipeline (pp), data (dp), context (cp) and
+ * expert (ep) parallel sizes, virtual stages per device, micro-batch and
+ * global batch, schedule, recomputation, sequence parallelism, ZeRO stage
+ * and the layer split of the pp * vstages model stages.
+ *
+ * GPUs are numbered node-major (cluster.h) and ranks laid out as Megatron
+ * does: tp fastest, then dp, then pp, so a tp group is tp consecutive GPUs
+ * and the data-parallel peers of a GPU are tp apart. */
+#ifndef HPGO_PARPLAN_H
+#define HPGO_PARPLAN_H
+
+#include <stdint.h>
+
+#include "err.h"
+
+#define HPGO_PLAN_MAX_PP 4096
+#define HPGO_PLAN_MAX_STAGES 16384            /* pp * vstages */
+#define HPGO_PLAN_MAX_MICROBATCHES (1 << 20)
+#define HPGO_PLAN_MAX_OPS ((int64_t)1 << 23)  /* model stages x micro-batches */
+
+enum {
+    HPGO_PS_GPIPE = 0,      /* all forwards, then all backwards */
+    HPGO_PS_1F1B = 1,       /* DAPPLE / PipeDream-flush */
+    HPGO_PS_INTERLEAVED = 2,/* Megatron's interleaved 1F1B over vstages chunks */
+    HPGO_PS_ZBH1 = 3,       /* zero bubble H1: weight gradients deferred into the cool-down */
+    HPGO_PS_ZBV = 4,        /* zero bubble V: two chunks per device in a V */
+    HPGO_PS__COUNT
+};
+enum { HPGO_RC_NONE = 0, HPGO_RC_SELECTIVE = 1, HPGO_RC_FULL = 2 };
+
+typedef struct hpgo_parplan {
+    int32_t tp, pp, dp, cp, ep, vstages;
+    int64_t micro_batch, global_batch; /* sequences (samples) */
+    int32_t schedule;                  /* HPGO_PS_* */
+    int32_t recompute;                 /* HPGO_RC_* */
+    int32_t sequence_parallel;         /* 0 / 1 */
+    int32_t zero;                      /* 0..3; 1 = Megatron's distributed optimizer */
+    int32_t overlap_grad_reduce;       /* 0 / 1: DP gradient sync overlaps the backward */
+    int32_t n_split;                   /* 0, or pp * vstages + 1 */
+    const int32_t *split;              /* model stage k holds layers [split[k], split[k+1]) */
+} hpgo_parplan_t;
+
+/* Checks that depend only on the plan (sizes, schedule, batch arithmetic);
+ * the model-dependent ones are in work.c.  HPGO_E_INVALID naming the field. */
+int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err);
+
+/* Micro-batches per iteration and pipeline: global_batch / (micro_batch * dp). */
+int64_t hpgo_parplan_microbatches(const hpgo_parplan_t *p);
+
+#endif

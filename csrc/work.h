@@ -1,0 +1,107 @@
+/* work.h - the model of the work of one training step: what each layer
+ * computes, stores and holds, and how it shards over tensor and sequence
+ * parallelism; priced on a cluster as per-model-stage costs.
+ *
+ * Two kinds of models:
+ * - a transformer description (hidden, ffn, heads, kv heads, layers, seq,
+ *   vocab, MLP kind, ...): every kernel of a Megatron-style layer is listed
+ *   with its FLOPs and HBM bytes (spec/training-model.md sections 2, 3.3,
+ *   6.1) and timed on the cluster's GPU; tensor-parallel collectives come
+ *   from cost.h;
+ * - a layer chain with measured per-layer times (a PipeDream profile):
+ *   times scale linearly with the micro-batch; tensor parallelism 1.
+ *
+ * Units: seconds, bytes, parameters as counts.  Models are plain values,
+ * read-only here; thread-safe. */
+#ifndef HPGO_WORK_H
+#define HPGO_WORK_H
+
+#include <stdint.h>
+
+#include "cluster.h"
+#include "err.h"
+#include "parplan.h"
+
+#define HPGO_WORK_MAX_LAYERS 1000000
+
+enum { HPGO_WORK_TRANSFORMER = 0, HPGO_WORK_CHAIN = 1 };
+enum { HPGO_MLP_GELU = 0, HPGO_MLP_SWIGLU = 1 };
+/* Training precision: weights and activations in 16 bits with fp32 master
+ * weights and gradients (bf16 / fp16), fp8 GEMMs on top of that, or fp32. */
+enum { HPGO_PREC_BF16 = 0, HPGO_PREC_FP16 = 1, HPGO_PREC_FP8 = 2, HPGO_PREC_FP32 = 3 };
+
+typedef struct hpgo_xformer {
+    int64_t hidden, ffn, heads, kv_heads, head_dim, layers, vocab, seq;
+    int32_t mlp;            /* HPGO_MLP_* */
+    int32_t tied;           /* input and output embeddings shared */
+    int32_t bias;           /* linear layers have biases (GPT) */
+    int32_t layernorm;      /* 1: LayerNorm (weight + bias), 0: RMSNorm */
+    int32_t dropout;        /* dropout layers (masks stored) */
+    int32_t flash;          /* fused attention: no s x s tensors stored */
+    int32_t causal_flops;   /* model FLOPs halve the attention core (current Megatron) */
+    int32_t learned_pos;    /* learned position embeddings (GPT) */
+} hpgo_xformer_t;
+
+typedef struct hpgo_chain {
+    int32_t n;            /* layers, in topological order */
+    double batch;         /* samples the times and activations were measured at */
+    const double *fwd;    /* seconds per layer at `batch` */
+    const double *bwd;
+    const double *params; /* parameters (count) */
+    const double *act;    /* bytes stored for the backward pass at `batch` */
+    const double *out;    /* bytes of the layer's output at `batch` */
+} hpgo_chain_t;
+
+typedef struct hpgo_work {
+    int32_t kind;      /* HPGO_WORK_* */
+    int32_t precision; /* HPGO_PREC_* */
+    hpgo_xformer_t x;
+    hpgo_chain_t chain;
+} hpgo_work_t;
+
+/* Costs of one model stage (a chunk of consecutive layers) for one
+ * micro-batch on one GPU of its tensor-parallel group. */
+typedef struct hpgo_stage_cost {
+    int32_t first_layer, n_layers;
+    double f, b, w;          /* seconds: forward, input gradient (with recomputation), weight gradient */
+    double tp_f, tp_b;       /* seconds of tensor-parallel communication inside f and b */
+    double recompute;        /* seconds of recomputation inside b */
+    double act;              /* bytes stored after the forward, per micro-batch */
+    double act_w;            /* bytes still held after the input gradient, until the weight gradient */
+    double act_layers;       /* part of act stored by the transformer layers (no edge extras) */
+    double transient;        /* bytes needed once while the stage computes (full-recompute working set, logits) */
+    double params;           /* parameters on the GPU (after tp sharding, before ZeRO) */
+    double emb_params;       /* part of params that is embedding / output layer */
+    double send_bytes;       /* bytes each GPU sends to the next stage per micro-batch (and the gradient back) */
+    double regather;         /* seconds the receiver spends re-assembling it (all-gather), 0 with SP */
+    double model_flops;      /* per micro-batch per GPU, model FLOPs (no recomputation) */
+    double hw_flops;         /* per micro-batch per GPU, executed FLOPs */
+} hpgo_stage_cost_t;
+
+/* HPGO_E_INVALID naming the first bad field of the model. */
+int hpgo_work_check(const hpgo_work_t *w, hpgo_err_t *err);
+
+/* Number of layers of the model. */
+int64_t hpgo_work_layers(const hpgo_work_t *w);
+
+/* Check the plan against the model and the cluster (divisibility, GPU
+ * count, schedule requirements), then fill out[k] for the pp * vstages
+ * model stages.  HPGO_E_INVALID with a message naming the conflict. */
+int hpgo_work_stage_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
+                          hpgo_stage_cost_t *out, hpgo_err_t *err);
+
+/* Model FLOPs of one iteration of the whole global batch (3 x forward, the
+ * convention of Korthikanti et al. and Megatron; the attention core halved
+ * when causal_flops is set); for chains, 0 (unknown). */
+double hpgo_work_model_flops(const hpgo_work_t *w, int64_t global_batch);
+
+/* Parameters of the whole model (count): total and the embedding / output
+ * layer part (published counts: the real vocabulary, no padding, no tp). */
+void hpgo_work_params(const hpgo_work_t *w, double *total, double *embedding);
+
+/* Bytes per parameter of weights, gradients and optimizer state for the
+ * precision (bf16 / fp16: 2 + 4 + 12 as Megatron with fp32 main gradients
+ * and Adam; fp8: 2 more for the fp8 weight copies; fp32: 4 + 4 + 8). */
+void hpgo_work_state_bytes(int32_t precision, double *weights, double *grads, double *optimizer);
+
+#endif
