@@ -51,6 +51,9 @@ from .dynpipe import (
     split_batch,
 )
 from .hetero import HapLayer, HapPlan, hap_cluster
+from .cluster import GPU, Cluster, Level
+from .workmodel import ProfiledModel, Transformer, model_id, profile_model, transformer
+from .parallel import MemoryBreakdown, ParallelPlan, StepResult, simulate
 from .hetero import compare as hap_compare, plan as hap_plan
 from . import dynpipe, hetero
 from . import layerwise as Layerwise
@@ -71,24 +74,32 @@ __copyright__ = "Copyright 2026 hpgo developers"
 __all__ = [
     "AsyncOrchestrate",
     "Candidate",
+    "Cluster",
     "Devices",
+    "GPU",
     "HapLayer",
     "HapPlan",
     "HpgoError",
     "Layer",
     "LayerChain",
     "Layerwise",
+    "Level",
+    "MemoryBreakdown",
     "Model",
+    "ParallelPlan",
     "Plan",
     "PlanList",
     "PlanStage",
     "PlanningError",
+    "ProfiledModel",
     "ReplanResult",
     "SimulationResult",
+    "Stage",
+    "StepResult",
     "StragglerDetector",
     "SweepResult",
     "SweepRow",
-    "Stage",
+    "Transformer",
     "Utils",
     "best_plan",
     "candidate_plans",
@@ -107,9 +118,12 @@ __all__ = [
     "hap_plan",
     "model_from_states",
     "model_from_torch_graph",
+    "model_id",
     "optimal_ga_iter_size",
     "pipeline_score",
+    "profile_model",
     "replan",
+    "simulate",
     "simulate_mlp",
     "simulate_mlp_batch",
     "simulate_pipeline",
@@ -118,4 +132,5 @@ __all__ = [
     "slice_table",
     "split_batch",
     "sweep",
+    "transformer",
 ]

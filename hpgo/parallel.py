@@ -1,0 +1,379 @@
+"""The neutral parallel plan and the training-step simulator.
+
+A :class:`ParallelPlan` says how one model is trained on a cluster: tensor
+(``tp``), pipeline (``pp``) and data (``dp``) parallel sizes, virtual stages,
+micro-batch and global batch, schedule, recomputation, sequence
+parallelism, ZeRO stage and the layer split.  :func:`simulate` runs one
+training step of a model on a cluster with a plan in the C core (one
+engine for every schedule) and returns a :class:`StepResult` with the
+iteration time, throughput, MFU, per-device busy time and bubbles, the
+memory breakdown with its verdict, and the timeline::
+
+    m = hpgo.transformer("gpt3-175b")
+    c = hpgo.Cluster.preset("dgx-a100-80gb", nodes=8)
+    p = hpgo.ParallelPlan(tp=8, pp=8, virtual_stages=3, micro_batch=1, global_batch=64,
+                          schedule="interleaved-1f1b", recompute="selective",
+                          sequence_parallel=True)
+    r = hpgo.simulate(m, c, p)
+    r.iteration_time, r.mfu, r.fits, r.memory[0]
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from . import _core
+from .cluster import Cluster, _atomic_write_text
+from .workmodel import ProfiledModel, Transformer, model_id, profile_model
+
+__all__ = ["ParallelPlan", "StepResult", "MemoryBreakdown", "simulate", "SCHEDULES",
+           "RECOMPUTE_MODES", "PRECISIONS"]
+
+SCHEDULES = {"gpipe": _core.SCHEDULE_GPIPE, "1f1b": _core.SCHEDULE_1F1B,
+             "interleaved-1f1b": _core.SCHEDULE_INTERLEAVED, "zb-h1": _core.SCHEDULE_ZBH1,
+             "zb-v": _core.SCHEDULE_ZBV}
+RECOMPUTE_MODES = {"none": _core.RECOMPUTE_NONE, "selective": _core.RECOMPUTE_SELECTIVE,
+                   "full": _core.RECOMPUTE_FULL}
+PRECISIONS = {"bf16": _core.PRECISION_BF16, "fp16": _core.PRECISION_FP16,
+              "fp8": _core.PRECISION_FP8, "fp32": _core.PRECISION_FP32}
+
+
+def _int(name: str, v: Any, lo: int = 1, hi: int = 1 << 40) -> int:
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
+        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+    i = v.__index__()
+    if not lo <= i <= hi:
+        raise ValueError(f"{name} must be in {lo}..{hi}, got {i}")
+    return int(i)
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """How one model is trained on a cluster (see the module docstring).
+
+    ``split`` (optional) gives the ``pp * virtual_stages + 1`` layer
+    boundaries of the model stages (default: even, the remainder on the
+    middle stages); ``model`` records the identity of the model the plan was
+    made for (:func:`hpgo.model_id`), and simulating it on another model is
+    refused.  GPUs are laid out as Megatron does: tp fastest, then dp, then pp.
+    """
+
+    global_batch: int
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    virtual_stages: int = 1
+    micro_batch: int = 1
+    schedule: str = "1f1b"
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    zero: int = 0
+    overlap_grad_reduce: bool = True
+    split: tuple[int, ...] | None = None
+    model: str | None = None
+
+    def __post_init__(self) -> None:
+        for f in ("global_batch", "tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch"):
+            object.__setattr__(self, f, _int(f, getattr(self, f)))
+        object.__setattr__(self, "zero", _int("zero", self.zero, 0, 3))
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}; got {self.schedule!r}")
+        if self.recompute not in RECOMPUTE_MODES:
+            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}; "
+                             f"got {self.recompute!r}")
+        for f in ("sequence_parallel", "overlap_grad_reduce"):
+            if not isinstance(getattr(self, f), bool):
+                raise TypeError(f"{f} must be a bool")
+        if self.split is not None:
+            object.__setattr__(self, "split", tuple(_int("split boundary", b, 0, 1 << 30)
+                                                     for b in self.split))
+        if self.model is not None and not isinstance(self.model, str):
+            raise TypeError("model must be a str (hpgo.model_id) or None")
+        if self.global_batch % (self.micro_batch * self.dp):
+            raise ValueError(f"global_batch {self.global_batch} is not a multiple of "
+                             f"micro_batch x dp = {self.micro_batch * self.dp}")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def microbatches(self) -> int:
+        """Micro-batches per iteration and pipeline."""
+        return self.global_batch // (self.micro_batch * self.dp)
+
+    def with_(self, **changes: Any) -> "ParallelPlan":
+        return dataclasses.replace(self, **changes)
+
+    def _tuple(self) -> tuple:
+        return (self.tp, self.pp, self.dp, self.cp, self.ep, self.virtual_stages, self.micro_batch,
+                self.global_batch, SCHEDULES[self.schedule], RECOMPUTE_MODES[self.recompute],
+                int(self.sequence_parallel), self.zero, int(self.overlap_grad_reduce),
+                self.split)
+
+    # -- conversions ----------------------------------------------------------
+    @classmethod
+    def from_hpgo(cls, result: Any, global_batch: int, *, micro_batch: int | None = None,
+                  model: str | None = None) -> "ParallelPlan":
+        """The plan of an HPGO result: ``py_orchestrate()``'s ``(speedup,
+        stages)`` tuple, an :class:`hpgo.Plan`, or a stage list of
+        ``(start, end, units, gpus)``.  Every stage must have the same number
+        of replicas (the neutral plan has one dp); the stage boundaries are
+        HPGO's state indices, kept as the layer split."""
+        stages = result
+        if hasattr(result, "stages") and not isinstance(result, tuple):
+            stages = [(s.start, s.end, getattr(s, "units", 1), list(s.gpus)) for s in result.stages]
+        elif isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], list):
+            stages = result[1]
+        try:
+            stages = [(int(s[0]), int(s[1]), list(s[3])) for s in stages]
+        except (TypeError, ValueError, IndexError):
+            raise ValueError("not an HPGO result: expected (speedup, [(start, end, units, gpus), ...])") from None
+        if not stages:
+            raise ValueError("an HPGO result with no stages")
+        reps = {len(g) for _, _, g in stages}
+        if len(reps) != 1:
+            raise ValueError(f"the stages have different replica counts {sorted(reps)}: the neutral "
+                             "plan has one data-parallel size (simulate it with hpgo.simulate_plan)")
+        dp = reps.pop()
+        split = tuple([stages[0][0]] + [e for _, e, _ in stages])
+        mb = micro_batch if micro_batch is not None else max(1, global_batch // dp)
+        return cls(global_batch=global_batch, pp=len(stages), dp=dp, micro_batch=mb,
+                   split=split, model=model)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["split"] = list(self.split) if self.split is not None else None
+        return {"format": "hpgo-parallel-plan-1", **d}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], *, where: str = "plan") -> "ParallelPlan":
+        if not isinstance(d, Mapping) or d.get("format") != "hpgo-parallel-plan-1":
+            raise ValueError(f"{where}: not an hpgo-parallel-plan-1 description")
+        body = {k: v for k, v in d.items() if k != "format"}
+        known = {f.name for f in dataclasses.fields(cls)}
+        extra = set(body) - known
+        if extra:
+            raise ValueError(f"{where}: unknown plan fields {sorted(extra)}")
+        try:
+            return cls(**body)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}: {e}") from None
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    def save(self, path: str | os.PathLike) -> None:
+        _atomic_write_text(path, self.to_json() + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "ParallelPlan":
+        where = os.fspath(path)
+        with open(where, "rb") as f:
+            raw = f.read(1 << 24)
+            if f.read(1):
+                raise ValueError(f"{where}: a plan file is at most 16 MiB")
+        try:
+            d = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+            raise ValueError(f"{where}: not a JSON plan ({e})") from None
+        return cls.from_dict(d, where=where)
+
+    def __repr__(self) -> str:
+        extra = []
+        if self.virtual_stages > 1:
+            extra.append(f"v={self.virtual_stages}")
+        if self.sequence_parallel:
+            extra.append("sp")
+        if self.zero:
+            extra.append(f"zero={self.zero}")
+        if self.recompute != "none":
+            extra.append(f"recompute={self.recompute}")
+        return (f"ParallelPlan(tp={self.tp} pp={self.pp} dp={self.dp} mb={self.micro_batch} "
+                f"gb={self.global_batch} {self.schedule}" + (" " + " ".join(extra) if extra else "")
+                + ")")
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes one GPU holds at its peak, and whether that fits its memory."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    other: float
+    total: float
+    capacity: float
+    margin: float
+    fits: bool
+
+    def __repr__(self) -> str:
+        g = 2.0 ** 30
+        return (f"MemoryBreakdown({self.total / g:.1f} of {self.capacity / g:.1f} GiB, "
+                f"{'fits' if self.fits else 'DOES NOT FIT'}: weights {self.weights / g:.1f}, "
+                f"gradients {self.gradients / g:.1f}, optimizer {self.optimizer / g:.1f}, "
+                f"activations {self.activations / g:.1f}, other {self.other / g:.1f})")
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One simulated training step (all times in seconds).
+
+    ``devices`` has one entry per pipeline device (busy, bubble,
+    compute_end, sync_end, optimizer, peak_in_flight, params, memory);
+    ``memory[i]`` is device i's :class:`MemoryBreakdown`; ``fits`` is True
+    when every device fits.  ``stages`` has the per-model-stage costs of one
+    micro-batch.  ``mfu`` / ``hfu`` are None for profiled models (their FLOPs
+    are unknown)."""
+
+    plan: ParallelPlan
+    model: str
+    cluster: str
+    iteration_time: float
+    compute_time: float
+    samples_per_second: float
+    tokens_per_second: float | None
+    mfu: float | None
+    hfu: float | None
+    model_flops: float
+    hw_flops: float
+    gpus: int
+    microbatches: int
+    fits: bool
+    devices: tuple[dict, ...]
+    memory: tuple[MemoryBreakdown, ...]
+    stages: tuple[dict, ...]
+    events: tuple[tuple, ...] | None = field(default=None, repr=False)
+
+    @property
+    def bubble(self) -> float:
+        """Idle share of the busiest-device's iteration (1 - its busy time / iteration)."""
+        return min(d["bubble"] for d in self.devices)
+
+    @property
+    def peak_memory(self) -> float:
+        return max(m.total for m in self.memory)
+
+    def summary(self) -> str:
+        g = 2.0 ** 30
+        worst = max(range(len(self.memory)), key=lambda i: self.memory[i].total)
+        m = self.memory[worst]
+        rate = (f"{self.tokens_per_second:,.0f} tokens/s" if self.tokens_per_second
+                else f"{self.samples_per_second:,.1f} samples/s")
+        mfu = f", MFU {self.mfu * 100:.1f} %" if self.mfu else ""
+        verdict = "fits" if self.fits else "DOES NOT FIT"
+        return (f"{self.plan!r} on {self.cluster}: {self.iteration_time:.4g} s/iteration, {rate}"
+                f"{mfu}; peak memory {m.total / g:.1f} of {m.capacity / g:.1f} GiB on device "
+                f"{worst} ({verdict})")
+
+    def __repr__(self) -> str:
+        return f"StepResult({self.summary()})"
+
+    def _repr_html_(self) -> str:
+        import html
+        g = 2.0 ** 30
+        rows = "".join(
+            f"<tr><td>{i}</td><td>{d['busy']:.4g}</td><td>{d['bubble'] * 100:.1f} %</td>"
+            f"<td>{d['peak_in_flight']}</td><td>{m.total / g:.1f}</td>"
+            f"<td>{'yes' if m.fits else '<b>no</b>'}</td></tr>"
+            for i, (d, m) in enumerate(zip(self.devices[:16], self.memory[:16])))
+        more = f"<tr><td colspan=6>... {len(self.devices) - 16} more</td></tr>" \
+            if len(self.devices) > 16 else ""
+        return (f"<p>{html.escape(self.summary())}</p><table><tr><th>device</th><th>busy s</th>"
+                f"<th>bubble</th><th>in flight</th><th>GiB</th><th>fits</th></tr>{rows}{more}</table>")
+
+    def to_chrome_trace(self, path: str | os.PathLike | None = None) -> dict:
+        """The timeline as Chrome trace / Perfetto JSON: one process per
+        device, one thread per stream (compute, send to the next device, send
+        to the previous, gradient sync); each stream's events are disjoint."""
+        if self.events is None:
+            raise ValueError("this result has no timeline (simulated with timeline=False)")
+        lanes = {0: "compute", 1: "send next", 2: "send previous", 3: "gradient sync"}
+        evs: list[dict] = []
+        for d in range(len(self.devices)):
+            evs.append({"name": "process_name", "ph": "M", "pid": d, "args": {"name": f"device {d}"}})
+            for lane, label in lanes.items():
+                evs.append({"name": "thread_name", "ph": "M", "pid": d, "tid": lane,
+                            "args": {"name": label}})
+        for start, dur, dev, kind, lane, stage, mb, peer in self.events:
+            args: dict[str, Any] = {"stage": stage}
+            if mb >= 0:
+                args["microbatch"] = mb
+            if peer >= 0:
+                args["to"] = peer
+            evs.append({"name": kind if mb < 0 else f"{kind} {mb}", "cat": kind, "ph": "X",
+                        "ts": start * 1e6, "dur": dur * 1e6, "pid": dev, "tid": lane,
+                        "args": args})
+        trace = {"traceEvents": evs, "displayTimeUnit": "ms"}
+        if path is not None:
+            _atomic_write_text(path, json.dumps(trace))
+        return trace
+
+
+def _as_model(model: Any, profile_batch: float | None) -> Transformer | ProfiledModel:
+    if isinstance(model, (Transformer, ProfiledModel)):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        from .workmodel import _PRESETS, _ALIASES
+        key = os.fspath(model).strip().lower()
+        if isinstance(model, str) and (key in _PRESETS or key in _ALIASES):
+            from .workmodel import transformer
+            return transformer(model)
+        return profile_model(model, profile_batch)
+    from .graphfile import Profile
+    if isinstance(model, Profile):
+        return profile_model(model, profile_batch)
+    raise TypeError("model must be an hpgo.Transformer, an hpgo.ProfiledModel, a preset name or a "
+                    f"graph.txt path, not {type(model).__name__}")
+
+
+def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
+             precision: str | None = None, timeline: bool = True,
+             overhead_bytes: float | None = None, profile_batch: float | None = None) -> StepResult:
+    """Simulate one training step of ``model`` on ``cluster`` with ``plan``.
+
+    ``model``: an :func:`hpgo.transformer`, a :func:`hpgo.profile_model`, a
+    transformer preset name or a ``graph.txt`` path (with ``profile_batch``
+    unless its ``profile.json`` says it).  ``cluster``: an
+    :class:`hpgo.Cluster` or a preset name.  ``precision``: ``"bf16"``
+    (default for transformers), ``"fp16"``, ``"fp8"`` or ``"fp32"`` (default for
+    profiles, which PipeDream measured in fp32).  ``overhead_bytes``: memory
+    each GPU needs besides model states and activations (default 2 GB: CUDA
+    context and communication buffers).  Raises ValueError naming the
+    conflict for a plan the model or cluster cannot run, and for a plan made
+    for another model."""
+    m = _as_model(model, profile_batch)
+    c = Cluster.preset(cluster) if isinstance(cluster, str) else cluster
+    if not isinstance(c, Cluster):
+        raise TypeError(f"cluster must be an hpgo.Cluster or a preset name, not {type(cluster).__name__}")
+    if not isinstance(plan, ParallelPlan):
+        raise TypeError(f"plan must be an hpgo.ParallelPlan, not {type(plan).__name__}")
+    mid = model_id(m)
+    if plan.model is not None and plan.model != mid:
+        raise ValueError(f"this plan was made for model {plan.model}, not {mid}: make a plan for "
+                         "this model (or drop plan.model)")
+    if precision is None:
+        precision = "bf16" if isinstance(m, Transformer) else "fp32"
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+    if not isinstance(timeline, bool):
+        raise TypeError("timeline must be a bool")
+    d = _core._step_simulate(m._tuple(PRECISIONS[precision]), c._tuple(), plan._tuple(), timeline,
+                             overhead_bytes)
+    mems = tuple(MemoryBreakdown(**dev.pop("memory")) for dev in d["devices"])
+    is_t = isinstance(m, Transformer)
+    return StepResult(
+        plan=plan, model=mid, cluster=c.name, iteration_time=d["iteration_time"],
+        compute_time=d["compute_time"], samples_per_second=d["samples_per_second"],
+        tokens_per_second=d["tokens_per_second"] if is_t else None,
+        mfu=d["mfu"] if is_t else None, hfu=d["hfu"] if is_t else None,
+        model_flops=d["model_flops"], hw_flops=d["hw_flops"], gpus=d["gpus"],
+        microbatches=d["microbatches"], fits=d["fits"], devices=tuple(d["devices"]),
+        memory=mems, stages=tuple(d["stages"]),
+        events=tuple(d["events"]) if d["events"] is not None else None)

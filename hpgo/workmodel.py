@@ -1,0 +1,371 @@
+"""Models of the work of a training step: transformers described by their
+shape, and profiled layer chains (PipeDream ``graph.txt``).
+
+Both are immutable values; settings such as the precision are arguments of
+the calls that use them (:func:`hpgo.simulate`).  The C core lists the
+kernels of a transformer layer and prices them on a cluster
+(``csrc/work.c``); this module only holds the numbers.
+
+>>> m = hpgo.transformer("gpt3-175b")
+>>> m.parameters / 1e9                      # doctest: +SKIP
+174.6
+>>> hpgo.transformer(hidden=4096, ffn=11008, heads=32, layers=32, seq=4096,
+...                  vocab=32000, mlp="swiglu")  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from . import _core
+
+__all__ = ["Transformer", "ProfiledModel", "transformer", "profile_model", "model_id"]
+
+_MLPS = {"gelu": _core.MLP_GELU, "swiglu": _core.MLP_SWIGLU}
+_NORMS = ("layernorm", "rmsnorm")
+
+
+def _pos_int(name: str, v: Any, limit: int = 1 << 26) -> int:
+    if isinstance(v, bool):
+        raise TypeError(f"{name} must be an int, not bool")
+    try:
+        i = v.__index__()
+    except AttributeError:
+        raise TypeError(f"{name} must be an int, not {type(v).__name__}") from None
+    if not 1 <= i <= limit:
+        raise ValueError(f"{name} must be in 1..{limit}, got {i}")
+    return int(i)
+
+
+@dataclass(frozen=True)
+class Transformer:
+    """A decoder-only transformer (GPT / Llama style) described by its shape.
+
+    ``ffn`` is the width of each up (and gate) matrix; ``kv_heads`` < ``heads``
+    is grouped-query attention; ``mlp`` is ``"gelu"`` (2 matrices) or
+    ``"swiglu"`` (3).  ``flash`` means fused attention (no s x s tensors
+    stored); ``dropout`` stores dropout masks; ``causal_flops`` halves the
+    attention core in the *model* FLOPs used for MFU (current Megatron; the
+    2021-22 papers do not).  Immutable: derive variants with :meth:`with_`.
+    """
+
+    hidden: int
+    ffn: int
+    heads: int
+    layers: int
+    seq: int
+    vocab: int
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    mlp: str = "gelu"
+    tied: bool = True
+    bias: bool = True
+    norm: str = "layernorm"
+    dropout: bool = True
+    flash: bool = False
+    causal_flops: bool = False
+    learned_pos: bool = True
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        for f in ("hidden", "ffn", "heads", "layers", "seq", "vocab"):
+            object.__setattr__(self, f, _pos_int(f, getattr(self, f)))
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.head_dim is None:
+            if self.hidden % self.heads:
+                raise ValueError(f"hidden ({self.hidden}) is not a multiple of heads ({self.heads}): "
+                                 "give head_dim")
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
+        object.__setattr__(self, "kv_heads", _pos_int("kv_heads", self.kv_heads))
+        object.__setattr__(self, "head_dim", _pos_int("head_dim", self.head_dim))
+        if self.mlp not in _MLPS:
+            raise ValueError(f"mlp must be 'gelu' or 'swiglu', got {self.mlp!r}")
+        if self.norm not in _NORMS:
+            raise ValueError(f"norm must be 'layernorm' or 'rmsnorm', got {self.norm!r}")
+        for f in ("tied", "bias", "dropout", "flash", "causal_flops", "learned_pos"):
+            if not isinstance(getattr(self, f), bool):
+                raise TypeError(f"{f} must be a bool")
+        if not isinstance(self.name, str):
+            raise TypeError("name must be a str")
+        _core._step_model_params(self._tuple(_core.PRECISION_BF16))  # validates in the core
+
+    # -- derived ---------------------------------------------------------------
+    def _tuple(self, precision: int) -> tuple:
+        return ("transformer", precision, self.hidden, self.ffn, self.heads, self.kv_heads,
+                self.head_dim, self.layers, self.vocab, self.seq, _MLPS[self.mlp], int(self.tied),
+                int(self.bias), int(self.norm == "layernorm"), int(self.dropout), int(self.flash),
+                int(self.causal_flops), int(self.learned_pos))
+
+    @property
+    def parameters(self) -> int:
+        """Parameters of the whole model (embeddings included, real vocabulary)."""
+        return int(round(_core._step_model_params(self._tuple(_core.PRECISION_BF16))[0]))
+
+    @property
+    def embedding_parameters(self) -> int:
+        return int(round(_core._step_model_params(self._tuple(_core.PRECISION_BF16))[1]))
+
+    @property
+    def non_embedding_parameters(self) -> int:
+        return self.parameters - self.embedding_parameters
+
+    def with_(self, **changes: Any) -> "Transformer":
+        """A copy with some fields changed (the model itself is immutable)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Transformer":
+        if not isinstance(d, Mapping):
+            raise TypeError("a transformer description must be a mapping")
+        known = {f.name for f in dataclasses.fields(cls)}
+        extra = set(d) - known
+        if extra:
+            raise ValueError(f"unknown transformer fields: {sorted(extra)}")
+        return cls(**d)
+
+    def __repr__(self) -> str:
+        label = self.name or "transformer"
+        return (f"Transformer({label}: {self.parameters / 1e9:.2f} B params, L={self.layers}, "
+                f"h={self.hidden}, heads={self.heads}/{self.kv_heads}, ffn={self.ffn} {self.mlp}, "
+                f"seq={self.seq}, vocab={self.vocab})")
+
+
+def _gpt(name: str, h: int, heads: int, layers: int) -> Transformer:
+    # Megatron GPT of Korthikanti et al. 2022 / Narayanan et al. 2021:
+    # ffn 4h, GeLU, LayerNorm with biases, tied embeddings, learned
+    # positions, dropout, vocabulary 51200, sequence 2048, no fused attention.
+    return Transformer(hidden=h, ffn=4 * h, heads=heads, layers=layers, seq=2048, vocab=51200,
+                       name=name)
+
+
+def _llama(name: str, h: int, ffn: int, heads: int, kv: int, layers: int, vocab: int,
+           seq: int) -> Transformer:
+    # Llama 2 / 3 configs (Hugging Face config.json of the released models):
+    # SwiGLU, RMSNorm, no biases, untied embeddings, RoPE, no dropout;
+    # trained with fused (flash) attention.
+    return Transformer(hidden=h, ffn=ffn, heads=heads, kv_heads=kv, layers=layers, seq=seq,
+                       vocab=vocab, mlp="swiglu", tied=False, bias=False, norm="rmsnorm",
+                       dropout=False, flash=True, learned_pos=False, name=name)
+
+
+_PRESETS: dict[str, Transformer] = {
+    "megatron-22b": _gpt("megatron-22b", 6144, 64, 48),
+    "gpt3-175b": _gpt("gpt3-175b", 12288, 96, 96),
+    "megatron-530b": _gpt("megatron-530b", 20480, 128, 105),
+    "megatron-1t": _gpt("megatron-1t", 25600, 160, 128),
+    "llama2-7b": _llama("llama2-7b", 4096, 11008, 32, 32, 32, 32000, 4096),
+    "llama2-13b": _llama("llama2-13b", 5120, 13824, 40, 40, 40, 32000, 4096),
+    "llama2-70b": _llama("llama2-70b", 8192, 28672, 64, 8, 80, 32000, 4096),
+    "llama3-8b": _llama("llama3-8b", 4096, 14336, 32, 8, 32, 128256, 8192),
+    "llama3-70b": _llama("llama3-70b", 8192, 28672, 64, 8, 80, 128256, 8192),
+    "llama3-405b": _llama("llama3-405b", 16384, 53248, 128, 8, 126, 128256, 8192),
+}
+_ALIASES = {"turing-530b": "megatron-530b", "mt-nlg-530b": "megatron-530b",
+            "gpt3": "gpt3-175b", "gpt-3-175b": "gpt3-175b"}
+
+
+def transformer(preset: str | None = None, /, **fields: Any) -> Transformer:
+    """A transformer model: a named preset (``"gpt3-175b"``, ``"megatron-22b"``,
+    ``"megatron-530b"``, ``"megatron-1t"``, ``"llama2-7b"`` ... ``"llama3-405b"``,
+    see ``hpgo.transformer.presets()``), optionally with fields changed
+    (``hpgo.transformer("llama3-70b", seq=4096)``), or a shape given by keyword
+    (``hidden=, ffn=, heads=, layers=, seq=, vocab=``, optional ``kv_heads=``,
+    ``mlp="gelu"|"swiglu"`` ...)."""
+    if preset is None:
+        return Transformer(**fields)
+    if not isinstance(preset, str):
+        raise TypeError(f"preset must be a str, not {type(preset).__name__}")
+    key = preset.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in _PRESETS:
+        raise ValueError(f"unknown transformer preset {preset!r}; known: {', '.join(_PRESETS)}")
+    base = _PRESETS[key]
+    return dataclasses.replace(base, **fields) if fields else base
+
+
+def _presets() -> tuple[str, ...]:
+    return tuple(_PRESETS)
+
+
+def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | None = None,
+                   name: str | None = None) -> Transformer:
+    """A transformer from a Hugging Face ``config.json`` (a path or the parsed
+    dict): Llama, Mistral, Qwen2 (SwiGLU, RMSNorm), GPT-2 and GPT-NeoX style
+    (GeLU, LayerNorm).  No weights are read.  ``seq`` defaults to the config's
+    ``max_position_embeddings`` (``n_positions`` for GPT-2)."""
+    if isinstance(config, Mapping):
+        cfg = dict(config)
+        where = "config"
+    else:
+        where = os.fspath(config)
+        try:
+            with open(where, "r", encoding="utf-8") as f:
+                cfg = json.load(f)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+            raise ValueError(f"{where}: not a JSON config ({e})") from None
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{where}: a config.json holds an object")
+
+    def get(*keys: str, default: Any = None) -> Any:
+        for k in keys:
+            if k in cfg and cfg[k] is not None:
+                return cfg[k]
+        if default is not None:
+            return default
+        raise ValueError(f"{where}: missing {' / '.join(keys)}")
+
+    mt = str(cfg.get("model_type", "")).lower()
+    gpt2 = mt in ("gpt2",)
+    neox = mt in ("gpt_neox",)
+    hidden = get("hidden_size", "n_embd")
+    heads = get("num_attention_heads", "n_head")
+    layers = get("num_hidden_layers", "n_layer")
+    vocab = get("vocab_size")
+    s = seq if seq is not None else get("max_position_embeddings", "n_positions")
+    if gpt2 or neox:
+        ffn = get("intermediate_size", "n_inner", default=4 * int(hidden))
+        return Transformer(hidden=hidden, ffn=ffn, heads=heads, layers=layers, seq=s, vocab=vocab,
+                           mlp="gelu", tied=bool(cfg.get("tie_word_embeddings", gpt2)), bias=True,
+                           norm="layernorm", dropout=False, flash=True, learned_pos=gpt2,
+                           name=name or str(cfg.get("_name_or_path", mt or "hf-model")))
+    act = str(get("hidden_act", default="silu")).lower()
+    if act not in ("silu", "swish", "swiglu"):
+        raise ValueError(f"{where}: hidden_act {act!r} is not SwiGLU; only Llama/Mistral/Qwen-style "
+                         "(silu) and GPT-2/NeoX configs are read")
+    return Transformer(hidden=hidden, ffn=get("intermediate_size"), heads=heads,
+                       kv_heads=get("num_key_value_heads", default=heads),
+                       head_dim=cfg.get("head_dim") or None, layers=layers, seq=s, vocab=vocab,
+                       mlp="swiglu", tied=bool(cfg.get("tie_word_embeddings", False)),
+                       bias=bool(cfg.get("attention_bias", False)), norm="rmsnorm", dropout=False,
+                       flash=True, learned_pos=False,
+                       name=name or str(cfg.get("_name_or_path", mt or "hf-model")))
+
+
+transformer.presets = _presets  # type: ignore[attr-defined]
+transformer.from_hf_config = from_hf_config  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class ProfiledModel:
+    """A chain of profiled layers (a PipeDream ``graph.txt`` in topological
+    order, the ``Input`` node dropped): seconds per layer forward and
+    backward at ``batch`` samples, parameters (count), bytes stored for the
+    backward pass and output bytes at ``batch``.  Tensor parallelism 1."""
+
+    name: str
+    batch: float
+    forward: tuple[float, ...]
+    backward: tuple[float, ...]
+    params: tuple[float, ...]
+    activations: tuple[float, ...]
+    outputs: tuple[float, ...]
+    descs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        n = len(self.forward)
+        for f in ("backward", "params", "activations", "outputs"):
+            if len(getattr(self, f)) != n:
+                raise ValueError("a profiled model needs equally long per-layer tuples")
+        _core._step_model_params(self._tuple(_core.PRECISION_FP32))
+
+    def _tuple(self, precision: int) -> tuple:
+        return ("chain", precision, self.batch, self.forward, self.backward, self.params,
+                self.activations, self.outputs)
+
+    @property
+    def layers(self) -> int:
+        return len(self.forward)
+
+    @property
+    def parameters(self) -> int:
+        return int(round(sum(self.params)))
+
+    def __repr__(self) -> str:
+        return (f"ProfiledModel({self.name}: {self.layers} layers at batch {self.batch:g}, "
+                f"{sum(self.forward) * 1e3:.1f} ms forward, {self.parameters / 1e6:.1f} M params)")
+
+
+def profile_model(profile: Any, batch: float | None = None, *,
+                  bytes_per_param: float = 4.0) -> ProfiledModel:
+    """A :class:`ProfiledModel` from a ``graph.txt`` path or a
+    :class:`hpgo.graphfile.Profile`.  ``batch`` is the batch the profile was
+    measured at (taken from the profile's metadata or its ``profile.json``
+    sidecar when omitted).  Branchy graphs are ordered topologically (lowest
+    file index first); parameter bytes are divided by ``bytes_per_param``
+    (4: PipeDream profiles are fp32)."""
+    from . import graphfile
+
+    if isinstance(profile, graphfile.Profile):
+        prof, name = profile, str(profile.meta.get("source", "profile"))
+    else:
+        path = os.fspath(profile)
+        prof = graphfile.read_graph(path)
+        name = path
+        side = os.path.join(os.path.dirname(path), "profile.json")
+        if batch is None and os.path.isfile(side):
+            try:
+                meta = graphfile.read_json(side).meta
+                batch = meta.get("batch_size")
+            except (ValueError, KeyError, OSError):
+                batch = None
+    if batch is None:
+        batch = prof.meta.get("batch_size")
+    if batch is None:
+        raise ValueError(f"{name}: the profile does not say its batch size: pass batch=")
+    if isinstance(batch, bool) or not isinstance(batch, (int, float)) or not math.isfinite(batch) \
+            or batch <= 0:
+        raise ValueError(f"batch must be a number > 0, got {batch!r}")
+    prof.validate()
+    n = len(prof.nodes)
+    succ: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for s, d in prof.edges:
+        succ[s].append(d)
+        indeg[d] += 1
+    import heapq
+    ready = [i for i in range(n) if indeg[i] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        v = heapq.heappop(ready)
+        order.append(v)
+        for w in succ[v]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                heapq.heappush(ready, w)
+    order = [i for i in order if not graphfile.clean_desc(prof.nodes[i].desc).startswith("Input")]
+    if not order:
+        raise ValueError(f"{name}: no layers besides the Input node")
+    nodes = [prof.nodes[i] for i in order]
+    return ProfiledModel(
+        name=name, batch=float(batch),
+        forward=tuple(nd.fwd_ms / 1e3 for nd in nodes),
+        backward=tuple(nd.bwd_ms / 1e3 for nd in nodes),
+        params=tuple(nd.param_bytes / bytes_per_param for nd in nodes),
+        activations=tuple(float(nd.act_bytes) for nd in nodes),
+        outputs=tuple(float(nd.act_bytes) for nd in nodes),
+        descs=tuple(nd.desc for nd in nodes))
+
+
+def model_id(model: Transformer | ProfiledModel) -> str:
+    """A short identity of a model: plans record it, and simulating a plan on
+    another model is refused."""
+    if isinstance(model, Transformer):
+        key = json.dumps(model.to_dict(), sort_keys=True)
+        label = model.name or "transformer"
+    elif isinstance(model, ProfiledModel):
+        key = json.dumps([model.batch, model.forward, model.backward, model.params,
+                          model.activations])
+        label = os.path.basename(os.path.dirname(model.name)) or os.path.basename(model.name)
+    else:
+        raise TypeError(f"not a model: {type(model).__name__}")
+    return f"{label}#{hashlib.sha1(key.encode()).hexdigest()[:10]}"
