@@ -6,8 +6,8 @@
  * list scheduler runs the V in virtual time with the stages' F, B, W
  * estimates and picks, whenever a device is free, the first ready op in
  * the order B of chunk 1, B of chunk 0, F of chunk 1, F of chunk 0 (the
- * latter only while fewer than 2p chunk activations are alive, the 1F1B
- * memory cap), and otherwise a deferred W (bubble filling).  The order it
+ * latter only while the chunk activations alive or owed by started
+ * micro-batches stay within 2p, the 1F1B memory cap), and otherwise a deferred W (bubble filling).  The order it
  * produces is consistent with a valid execution, so the engine can replay
  * it with any durations without deadlock.  O(m p^2) for zb-v. */
 #include "schedule.h"
@@ -186,7 +186,8 @@ static int gen_zbv(int32_t p, int64_t m, const double *f, const double *b, const
                 else
                     ready = bend[(k + 1) * m + j] + (zdev_of(p, k + 1) == i ? 0 : p2p);
             } else {
-                if (c == 0 && z->alive >= cap)
+                /* a new micro-batch stores two chunk activations before any is freed */
+                if (c == 0 && z->alive + (z->nf[0] - z->nf[1]) + 1 > cap)
                     continue;
                 if (k == 0)
                     ready = 0;
