@@ -138,7 +138,7 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
          * all-reduce bus bandwidth 200-210 GB/s (nccl-tests #149, #178): 0.68;
          * 8 x 200 Gb/s HDR = 25 GB/s per GPU, measured 85 of 100 GB/s per
          * node on 3 nodes (nccl-tests #119): 0.85. */
-        if (name[9] == '4')
+        if (strcmp(name, "dgx-a100-40gb") == 0)
             gpu_a100(&c.gpu, 40e9, 1555e9);
         else
             gpu_a100(&c.gpu, 80e9, 2039e9);
@@ -148,7 +148,7 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
         /* DGX H100/H200: NVLink4 450 GB/s per direction, ring bus bandwidth
          * about 370 GB/s (nccl-tests #212): 0.82; 8 x 400 Gb/s ConnectX-7 =
          * 50 GB/s per GPU (DGX BasePOD), efficiency 0.9 (Calculon). */
-        if (name[6] == '1')
+        if (strcmp(name, "dgx-h100") == 0)
             gpu_h100(&c.gpu, 80e9, 3.35e12, "H100-SXM5-80GB");
         else
             gpu_h100(&c.gpu, 141e9, 4.8e12, "H200-SXM-141GB");

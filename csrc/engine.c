@@ -275,12 +275,13 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     for (int32_t d = 0; d < P; d++) {
         devstate_t *s = &ds[d];
         hpgo_step_device_t *o = &r->devices[d];
-        double params = 0, maxchunk = 0, transient = 0, layer1 = 0;
+        double params = 0, maxlayer = 0, transient = 0, layer1 = 0;
         for (int32_t ch = 0; ch < V; ch++) {
             const hpgo_stage_cost_t *st = &sc[hpgo_sched_stage(p->schedule, P, V, d, ch)];
             params += st->params;
-            if (st->params > maxchunk)
-                maxchunk = st->params;
+            double per_layer = st->n_layers > 0 ? (st->params - st->emb_params) / st->n_layers : 0;
+            if (per_layer > maxlayer)
+                maxlayer = per_layer;
             if (st->transient > transient)
                 transient = st->transient;
         }
@@ -346,7 +347,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
         o->optimizer = t_opt + t_ag;
         o->peak_in_flight = (int32_t)s->peak_count;
         o->params = params;
-        hpgo_memory_breakdown(c, p, w->precision, params, maxchunk, s->peak + transient, overhead,
+        hpgo_memory_breakdown(c, p, w->precision, params, maxlayer, s->peak + transient, overhead,
                               &o->mem);
         if (!o->mem.fits)
             r->fits = 0;

@@ -2,7 +2,7 @@
  *
  * DESIGN: model states are bytes per parameter by precision
  * (hpgo_work_state_bytes) divided by dp where ZeRO shards them; ZeRO-3
- * additionally holds the gathered 16-bit weights of the chunk being
+ * additionally holds the gathered 16-bit weights of the layer being
  * computed and of the next one (prefetch), counted in `other`.  The
  * verdict compares the sum with the GPU's memory; no hidden margin. */
 #include "memory.h"
@@ -10,7 +10,7 @@
 #include "work.h"
 
 void hpgo_memory_breakdown(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
-                           double params, double max_chunk_params, double activations,
+                           double params, double max_layer_params, double activations,
                            double other, hpgo_mem_t *out)
 {
     double wb, gb, ob;
@@ -20,7 +20,7 @@ void hpgo_memory_breakdown(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int
     out->gradients = params * gb / (p->zero >= 2 ? d : 1);
     out->optimizer = params * ob / (p->zero >= 1 ? d : 1);
     out->activations = activations;
-    out->other = other + (p->zero >= 3 && p->dp > 1 ? 2 * max_chunk_params * wb : 0);
+    out->other = other + (p->zero >= 3 && p->dp > 1 ? 2 * max_layer_params * wb : 0);
     out->total = out->weights + out->gradients + out->optimizer + out->activations + out->other;
     out->capacity = c->gpu.hbm_bytes;
     out->margin = out->capacity - out->total;

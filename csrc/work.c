@@ -496,6 +496,10 @@ int hpgo_work_stage_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
                             "tp=%d is larger than a node (%lld GPUs): tensor parallelism stays "
                             "inside a node",
                             (int)p->tp, (long long)hpgo_cluster_unit(c, 0));
+    if (hpgo_cluster_unit(c, 0) % p->tp != 0)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "tp=%d must divide the %lld GPUs of a node", (int)p->tp,
+                            (long long)hpgo_cluster_unit(c, 0));
     int64_t fan[HPGO_CLUSTER_MAX_LEVELS];
     if ((rc = hpgo_group_fanout(c, p->tp, 1, fan, err)) != HPGO_OK ||
         (rc = hpgo_group_fanout(c, p->dp, p->tp, fan, err)) != HPGO_OK)

@@ -174,3 +174,36 @@ def hap_gather_cost(ratios: Sequence[float], bytes: float, bw_padded: float, bw_
 def hap_plan(layers: Any, flops: Sequence[float], bandwidths: Any, dtype_bytes: int, allowed: Any,
              ratio_mode: Any, ratios: Any, max_rounds: int, /) -> dict[str, Any]: ...
 def hap_shard_round(length: int, ratios: Sequence[float], /) -> list[int]: ...
+
+# ---- training-step model (csrc/module/step_glue.c); tuple layouts there
+SCHEDULE_GPIPE: int
+SCHEDULE_1F1B: int
+SCHEDULE_INTERLEAVED: int
+SCHEDULE_ZBH1: int
+SCHEDULE_ZBV: int
+RECOMPUTE_NONE: int
+RECOMPUTE_SELECTIVE: int
+RECOMPUTE_FULL: int
+PRECISION_BF16: int
+PRECISION_FP16: int
+PRECISION_FP8: int
+PRECISION_FP32: int
+MLP_GELU: int
+MLP_SWIGLU: int
+COLL_ALLREDUCE: int
+COLL_REDUCE_SCATTER: int
+COLL_ALLGATHER: int
+COLL_ALLTOALL: int
+ALGO_AUTO: int
+ALGO_RING: int
+ALGO_HIERARCHICAL: int
+
+def _step_cluster_preset(name: str, nodes: int, /) -> tuple[Any, ...]: ...
+def _step_cluster_presets() -> tuple[str, ...]: ...
+def _step_cluster_check(cluster: tuple[Any, ...], /) -> None: ...
+def _step_collective_time(cluster: tuple[Any, ...], op: int, size: int, stride: int,
+                          nbytes: float, algorithm: int, /) -> float: ...
+def _step_p2p_time(cluster: tuple[Any, ...], level: int, nbytes: float, /) -> float: ...
+def _step_model_params(model: tuple[Any, ...], /) -> tuple[float, float]: ...
+def _step_simulate(model: tuple[Any, ...], cluster: tuple[Any, ...], plan: tuple[Any, ...],
+                   record: bool, overhead_bytes: float | None, /) -> dict[str, Any]: ...

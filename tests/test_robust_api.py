@@ -14,6 +14,7 @@ import pytest
 import hpgo
 from hpgo import _core, zoo
 
+from bad_args_step import STEP_CASES
 from robust_child import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -373,6 +374,7 @@ CASES = [
     ("HapLayer", lambda: hpgo.HapLayer(kind="linear", m=-1, k=1, n=1), ValueError, "m must be"),
     ("HapPlan", lambda: hpgo.HapPlan(), TypeError, "missing"),
 ]
+CASES += STEP_CASES
 
 # Public names that take no arguments worth breaking (exception classes, result
 # records filled by hpgo itself).
