@@ -187,7 +187,7 @@ static int gen_zbv(int32_t p, int64_t m, const double *f, const double *b, const
                     ready = bend[(k + 1) * m + j] + (zdev_of(p, k + 1) == i ? 0 : p2p);
             } else {
                 /* a new micro-batch stores two chunk activations before any is freed */
-                if (c == 0 && z->alive + (z->nf[0] - z->nf[1]) + 1 > cap)
+                if (c == 0 && z->alive + (z->nf[0] - z->nf[1]) + 2 > cap)
                     continue;
                 if (k == 0)
                     ready = 0;

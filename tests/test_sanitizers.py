@@ -1,7 +1,8 @@
 """The C core under the sanitizers and valgrind, without Python in the way.
 
 Builds tests/c/test_core_c.c (planner, sweep, model, topology, pool,
-simulators, many threads) and fuzz/fuzz_profile.c (replaying the committed
+simulators, many threads), tests/c/test_step_c.c (cluster, collectives,
+work model, schedules and the training-step engine) and fuzz/fuzz_profile.c (replaying the committed
 fuzz corpus) directly against csrc/*.c and runs them:
 
 * AddressSanitizer + UndefinedBehaviorSanitizer, -fno-sanitize-recover=all,
@@ -108,6 +109,31 @@ def test_core_under_valgrind_memcheck(tmp_path):
     exe = _build(tmp_path, "core_vg", [str(ROOT / "tests" / "c" / "test_core_c.c"), *CORE], [])
     r = _run([*_valgrind(), exe, "--quick", *PROFILES], timeout=900)
     assert _checks(r.stdout) > 5000
+
+
+STEP_TEST = str(ROOT / "tests" / "c" / "test_step_c.c")
+
+
+def test_step_engine_under_address_and_undefined_sanitizers(tmp_path):
+    exe = _build(tmp_path, "step_asan", [STEP_TEST, *CORE], ASAN)
+    r = _run([exe], env=ASAN_ENV)
+    assert _checks(r.stdout) > 10000
+    assert "runtime error" not in r.stderr and "Sanitizer" not in r.stderr, r.stderr
+
+
+def test_step_engine_under_thread_sanitizer(tmp_path):
+    exe = _build(tmp_path, "step_tsan", [STEP_TEST, *CORE], ["-fsanitize=thread"])
+    r = _run([exe, "--quick"], env={"TSAN_OPTIONS": "halt_on_error=1"})
+    if "FATAL: ThreadSanitizer: unexpected memory mapping" in r.stderr:
+        _unavailable("ThreadSanitizer cannot run here (address space layout)")
+    assert _checks(r.stdout) > 1000
+    assert "ThreadSanitizer" not in r.stderr, r.stderr
+
+
+def test_step_engine_under_valgrind_memcheck(tmp_path):
+    exe = _build(tmp_path, "step_vg", [STEP_TEST, *CORE], [])
+    r = _run([*_valgrind(), exe, "--quick"], timeout=900)
+    assert _checks(r.stdout) > 1000
 
 
 def test_profile_reader_under_valgrind_memcheck(tmp_path):

@@ -1,0 +1,321 @@
+/* test_step_c.c - C-level tests of the training-step model: cluster presets
+ * and checks (cluster.h), collective costs (cost.h), the work model
+ * (work.h), schedules (schedule.h) and the engine (engine.h).
+ *
+ * Checked: the API contract on bad arguments (error code, *out NULL,
+ * message set), engine invariants on random pipelines for every schedule
+ * (all ops run, busy time = the work, in-flight bounds of each schedule,
+ * the iteration no shorter than any device's work, each timeline stream's
+ * events disjoint), and identical results from several threads at once.
+ * Built by tests/test_sanitizers.py against the core sources and run under
+ * ASan + UBSan, ThreadSanitizer and valgrind.
+ *
+ * Usage: test_step_c [--quick].  Prints "ok <checks>" and exits 0, or the
+ * failures and exits 1. */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "cost.h"
+#include "engine.h"
+#include "schedule.h"
+#include "work.h"
+
+static int failures = 0;
+static long checks = 0;
+static int quick = 0;
+static pthread_mutex_t check_mu = PTHREAD_MUTEX_INITIALIZER;
+
+#define CHECK(cond)                                                                            \
+    do {                                                                                       \
+        int ok_ = (cond) ? 1 : 0;                                                              \
+        pthread_mutex_lock(&check_mu);                                                         \
+        checks++;                                                                              \
+        if (!ok_) {                                                                            \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);           \
+            failures++;                                                                        \
+        }                                                                                      \
+        pthread_mutex_unlock(&check_mu);                                                       \
+    } while (0)
+
+static int err_ok(const hpgo_err_t *e, int code)
+{
+    return e->code == code && e->msg[0] != '\0' && memchr(e->msg, 0, sizeof e->msg) != NULL;
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+static double urand(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (double)(*s >> 11) / 9007199254740992.0;
+}
+
+static hpgo_xformer_t gpt(int64_t h, int64_t heads, int64_t layers)
+{
+    hpgo_xformer_t x = {h, 4 * h, heads, heads, h / heads, layers, 51200, 2048,
+                        HPGO_MLP_GELU, 1, 1, 1, 1, 0, 0, 1};
+    return x;
+}
+
+static hpgo_parplan_t plan(int32_t tp, int32_t pp, int32_t dp, int32_t v, int64_t mb, int64_t gb,
+                           int sched)
+{
+    hpgo_parplan_t p = {tp, pp, dp, 1, 1, v, mb, gb, sched, HPGO_RC_NONE, 0, 0, 1, 0, NULL};
+    return p;
+}
+
+/* ---- contract --------------------------------------------------------------- */
+
+static void test_contract(void)
+{
+    hpgo_cluster_t c;
+    hpgo_err_t e;
+    CHECK(hpgo_cluster_preset("nope", 1, &c, &e) == HPGO_E_INVALID && err_ok(&e, HPGO_E_INVALID));
+    CHECK(hpgo_cluster_preset("dgx-h100", -1, &c, &e) == HPGO_E_INVALID);
+    for (int i = 0; hpgo_cluster_preset_name(i); i++) {
+        CHECK(hpgo_cluster_preset(hpgo_cluster_preset_name(i), 4, &c, &e) == HPGO_OK);
+        CHECK(hpgo_cluster_check(&c, &e) == HPGO_OK);
+    }
+    CHECK(hpgo_cluster_preset_name(-1) == NULL && hpgo_cluster_preset_name(1000) == NULL);
+    CHECK(hpgo_cluster_preset("dgx-a100-80gb", 2, &c, &e) == HPGO_OK);
+    hpgo_cluster_t bad = c;
+    bad.gpu.hbm_bytes = NAN;
+    CHECK(hpgo_cluster_check(&bad, &e) == HPGO_E_INVALID && err_ok(&e, HPGO_E_INVALID));
+    bad = c;
+    bad.levels[1].efficiency = 0;
+    CHECK(hpgo_cluster_check(&bad, &e) == HPGO_E_INVALID);
+    bad = c;
+    bad.gpu.steps[HPGO_EFF_MATRIX][1].threshold = 1e15;
+    CHECK(hpgo_cluster_check(&bad, &e) == HPGO_E_INVALID);
+    CHECK(hpgo_cluster_check(NULL, &e) == HPGO_E_INVALID);
+    int64_t fan[HPGO_CLUSTER_MAX_LEVELS];
+    CHECK(hpgo_group_fanout(&c, 32, 1, fan, &e) == HPGO_E_INVALID);
+    CHECK(hpgo_group_fanout(&c, 2, 3, fan, &e) == HPGO_E_INVALID);
+    CHECK(hpgo_group_fanout(&c, 16, 1, fan, &e) == HPGO_OK && fan[0] == 8 && fan[1] == 2);
+    CHECK(hpgo_group_fanout(&c, 2, 8, fan, &e) == HPGO_OK && fan[0] == 1 && fan[1] == 2);
+    CHECK(hpgo_cost_collective(&c, HPGO_COLL_ALLREDUCE, 1, 1, 1e9, HPGO_ALGO_AUTO) == 0);
+    double ar8 = hpgo_cost_collective(&c, HPGO_COLL_ALLREDUCE, 8, 1, 1e9, HPGO_ALGO_RING);
+    double rs8 = hpgo_cost_collective(&c, HPGO_COLL_REDUCE_SCATTER, 8, 1, 1e9, HPGO_ALGO_RING);
+    CHECK(ar8 > 0 && fabs(ar8 - 2 * rs8) < 1e-12);
+
+    hpgo_work_t w;
+    memset(&w, 0, sizeof w);
+    w.kind = HPGO_WORK_TRANSFORMER;
+    w.x = gpt(4096, 32, 8);
+    hpgo_parplan_t p = plan(8, 2, 1, 1, 1, 8, HPGO_PS_1F1B);
+    hpgo_step_result_t *r = (hpgo_step_result_t *)&r;
+    CHECK(hpgo_step_simulate(NULL, &c, &p, NULL, &r, &e) == HPGO_E_INVALID && r == NULL);
+    r = (hpgo_step_result_t *)&r;
+    CHECK(hpgo_step_simulate(&w, NULL, &p, NULL, &r, &e) == HPGO_E_INVALID && r == NULL);
+    CHECK(hpgo_step_simulate(&w, &c, NULL, NULL, &r, &e) == HPGO_E_INVALID);
+    CHECK(hpgo_step_simulate(&w, &c, &p, NULL, NULL, &e) == HPGO_E_INVALID);
+    static const struct {
+        int32_t tp, pp, dp, v;
+        int64_t mb, gb;
+        int sched;
+    } bads[] = {
+        {3, 1, 1, 1, 1, 8, HPGO_PS_1F1B},       /* tp does not divide a node */
+        {16, 1, 1, 1, 1, 8, HPGO_PS_1F1B},      /* tp larger than a node */
+        {8, 4, 1, 1, 1, 8, HPGO_PS_1F1B},       /* 32 GPUs on 16 */
+        {1, 16, 1, 1, 1, 8, HPGO_PS_1F1B},      /* more stages than layers */
+        {1, 2, 1, 2, 1, 3, HPGO_PS_INTERLEAVED},/* m not a multiple of pp */
+        {1, 2, 1, 1, 1, 8, HPGO_PS_INTERLEAVED},/* interleaved needs v >= 2 */
+        {1, 2, 1, 3, 1, 8, HPGO_PS_ZBV},        /* zb-v needs v = 2 */
+        {1, 2, 1, 2, 1, 8, HPGO_PS_1F1B},       /* v > 1 on 1F1B */
+        {1, 1, 3, 1, 1, 8, HPGO_PS_1F1B},       /* gb not a multiple */
+        {1, 1, 1, 1, 0, 8, HPGO_PS_1F1B},       /* micro-batch 0 */
+        {1, 1, 1, 1, 1, 8, 99},                 /* schedule */
+    };
+    for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {
+        hpgo_parplan_t q = plan(bads[i].tp, bads[i].pp, bads[i].dp, bads[i].v, bads[i].mb,
+                                bads[i].gb, bads[i].sched);
+        r = (hpgo_step_result_t *)&r;
+        int rc = hpgo_step_simulate(&w, &c, &q, NULL, &r, &e);
+        CHECK(rc == HPGO_E_INVALID && r == NULL && err_ok(&e, HPGO_E_INVALID));
+    }
+    int32_t split[3] = {0, 5, 5};
+    p.n_split = 3;
+    p.split = split;
+    CHECK(hpgo_step_simulate(&w, &c, &p, NULL, &r, &e) == HPGO_E_INVALID);
+    split[2] = 8;
+    CHECK(hpgo_step_simulate(&w, &c, &p, NULL, &r, &e) == HPGO_OK && r);
+    CHECK(r && r->stages[0].n_layers == 5 && r->stages[1].n_layers == 3);
+    hpgo_step_result_free(r);
+    hpgo_step_result_free(NULL);
+    w.x.kv_heads = 5;
+    p.n_split = 0;
+    CHECK(hpgo_step_simulate(&w, &c, &p, NULL, &r, &e) == HPGO_E_INVALID);
+}
+
+/* ---- engine invariants ------------------------------------------------------- */
+
+typedef struct job {
+    uint64_t seed;
+    int n;
+    double out[64];
+} job_t;
+
+static void run_random(uint64_t *s, double *out, int record)
+{
+    static const int scheds[] = {HPGO_PS_GPIPE, HPGO_PS_1F1B, HPGO_PS_INTERLEAVED, HPGO_PS_ZBH1,
+                                 HPGO_PS_ZBV};
+    int sched = scheds[(int)(urand(s) * 5)];
+    int32_t p = 1 + (int32_t)(urand(s) * 6);
+    int32_t v = sched == HPGO_PS_INTERLEAVED ? 2 + (int32_t)(urand(s) * 2)
+                : sched == HPGO_PS_ZBV         ? 2
+                                               : 1;
+    if (sched == HPGO_PS_INTERLEAVED && p < 2)
+        p = 2;
+    int64_t m = 1 + (int64_t)(urand(s) * 12);
+    if (sched == HPGO_PS_INTERLEAVED)
+        m = p * (1 + (int64_t)(urand(s) * 3));
+    int32_t K = p * v, L = K * (1 + (int32_t)(urand(s) * 3));
+    double *f = malloc(sizeof(double) * 5 * (size_t)L);
+    for (int32_t i = 0; i < L; i++) {
+        f[i] = 0.1 + urand(s);
+        f[L + i] = 0.2 + 2 * urand(s);
+        f[2 * L + i] = 1e6 * urand(s);
+        f[3 * L + i] = 1e6 * urand(s);
+        f[4 * L + i] = 1e8 * urand(s);
+    }
+    hpgo_work_t w;
+    memset(&w, 0, sizeof w);
+    w.kind = HPGO_WORK_CHAIN;
+    w.precision = HPGO_PREC_FP32;
+    hpgo_chain_t ch = {L, 1.0, f, f + L, f + 2 * L, f + 3 * L, f + 4 * L};
+    w.chain = ch;
+    hpgo_cluster_t c;
+    hpgo_err_t e;
+    hpgo_cluster_preset("dgx-a100-80gb", 8, &c, &e);
+    int32_t dp = 1 + (int32_t)(urand(s) * 3);
+    hpgo_parplan_t pl = plan(1, p, dp, v, 1, m * dp, sched);
+    pl.zero = (int32_t)(urand(s) * 4);
+    pl.overlap_grad_reduce = urand(s) < 0.5;
+    hpgo_step_opts_t o = {record, -1};
+    hpgo_step_result_t *r = NULL;
+    int rc = hpgo_step_simulate(&w, &c, &pl, &o, &r, &e);
+    CHECK(rc == HPGO_OK);
+    if (rc != HPGO_OK) {
+        fprintf(stderr, "sched %d p %d v %d m %lld: %s\n", sched, p, v, (long long)m, e.msg);
+        free(f);
+        return;
+    }
+    for (int32_t d = 0; d < p; d++) {
+        const hpgo_step_device_t *dv = &r->devices[d];
+        double work = 0;
+        for (int32_t cc = 0; cc < v; cc++) {
+            const hpgo_stage_cost_t *st = &r->stages[hpgo_sched_stage(sched, p, v, d, cc)];
+            work += (double)m * (st->f + st->b + st->w);
+        }
+        CHECK(fabs(dv->busy - work) <= 1e-9 * work);
+        CHECK(dv->compute_end >= dv->busy - 1e-9 * work);
+        CHECK(r->iteration_time >= dv->compute_end);
+        CHECK(dv->bubble >= 0 && dv->bubble < 1);
+        if (sched == HPGO_PS_GPIPE)
+            CHECK(dv->peak_in_flight == m);
+        if (sched == HPGO_PS_1F1B)
+            CHECK(dv->peak_in_flight == (p - d < m ? p - d : m));
+        if (sched == HPGO_PS_ZBH1)
+            CHECK(dv->peak_in_flight <= (p < m ? p : m));
+        if (sched == HPGO_PS_ZBV)
+            CHECK(dv->peak_in_flight <= 2 * p);
+        CHECK(dv->mem.total > 0 && isfinite(dv->mem.total));
+    }
+    if (record && r->timeline) {
+        /* each (device, lane) stream: events in time order, disjoint */
+        const hpgo_sim_result_t *t = r->timeline;
+        for (int32_t d = 0; d < p; d++)
+            for (int lane = 0; lane < 4; lane++) {
+                double last = -1;
+                for (int64_t i = 0; i < t->n_events; i++) {
+                    const hpgo_sim_event_t *ev = &t->events[i];
+                    if (ev->device != d || ev->lane != lane)
+                        continue;
+                    CHECK(ev->start >= last - 1e-9);
+                    last = ev->start + ev->duration;
+                }
+            }
+    }
+    *out = r->iteration_time;
+    hpgo_step_result_free(r);
+    free(f);
+}
+
+static void *job_run(void *arg)
+{
+    job_t *j = arg;
+    uint64_t s = j->seed;
+    for (int i = 0; i < j->n; i++)
+        run_random(&s, &j->out[i], 0);
+    return NULL;
+}
+
+static void test_engine(void)
+{
+    int n = quick ? 40 : 400;
+    for (int i = 0; i < n; i++) {
+        double t;
+        run_random(&rng_state, &t, i % 4 == 0);
+    }
+    /* several threads, same seeds: bit-identical iteration times */
+    enum { T = 4 };
+    job_t jobs[T];
+    pthread_t th[T];
+    for (int k = 0; k < T; k++) {
+        jobs[k].seed = 12345u;
+        jobs[k].n = quick ? 8 : 64;
+        pthread_create(&th[k], NULL, job_run, &jobs[k]);
+    }
+    for (int k = 0; k < T; k++)
+        pthread_join(th[k], NULL);
+    for (int k = 1; k < T; k++)
+        CHECK(memcmp(jobs[k].out, jobs[0].out, sizeof(double) * (size_t)jobs[0].n) == 0);
+}
+
+/* GPT-3 175B as Korthikanti et al. 2022 ran it: finite, fits, stage 0
+ * holds 31 chunk micro-batches (2(p-1) + (v-1)p + 1). */
+static void test_gpt3(void)
+{
+    hpgo_cluster_t c;
+    hpgo_err_t e;
+    CHECK(hpgo_cluster_preset("dgx-a100-80gb", 8, &c, &e) == HPGO_OK);
+    hpgo_work_t w;
+    memset(&w, 0, sizeof w);
+    w.kind = HPGO_WORK_TRANSFORMER;
+    w.precision = HPGO_PREC_FP16;
+    w.x = gpt(12288, 96, 96);
+    hpgo_parplan_t p = plan(8, 8, 1, 3, 1, 64, HPGO_PS_INTERLEAVED);
+    p.recompute = HPGO_RC_SELECTIVE;
+    p.sequence_parallel = 1;
+    hpgo_step_result_t *r = NULL;
+    CHECK(hpgo_step_simulate(&w, &c, &p, NULL, &r, &e) == HPGO_OK);
+    if (!r)
+        return;
+    CHECK(r->devices[0].peak_in_flight == 31);
+    CHECK(r->fits);
+    CHECK(r->iteration_time > 10 && r->iteration_time < 20);
+    CHECK(r->mfu > 0.3 && r->mfu < 0.7 && r->hfu >= r->mfu);
+    hpgo_step_result_free(r);
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--quick") == 0)
+            quick = 1;
+    test_contract();
+    test_gpt3();
+    test_engine();
+    if (failures) {
+        fprintf(stderr, "%d of %ld checks failed\n", failures, checks);
+        return 1;
+    }
+    printf("ok %ld\n", checks);
+    return 0;
+}
