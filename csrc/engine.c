@@ -21,6 +21,14 @@
 #include "cost.h"
 #include "schedule.h"
 
+double hpgo_step_optimizer_time(const hpgo_cluster_t *c, double params)
+{
+    double bytes = 30 * params;
+    if (bytes <= 0)
+        return 0;
+    return bytes / (c->gpu.hbm_bandwidth * hpgo_gpu_efficiency(&c->gpu, HPGO_EFF_MEMORY, bytes));
+}
+
 void hpgo_step_result_free(hpgo_step_result_t *r)
 {
     if (!r)
@@ -333,9 +341,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
             sync += t_emb;
         }
         double shard = params / (p->zero >= 1 ? p->dp : 1);
-        double opt_bytes = 30 * shard;
-        double t_opt = opt_bytes / (c->gpu.hbm_bandwidth *
-                                    hpgo_gpu_efficiency(&c->gpu, HPGO_EFF_MEMORY, opt_bytes));
+        double t_opt = hpgo_step_optimizer_time(c, shard);
         double t_ag = 0;
         if (p->zero >= 1 && p->zero <= 2 && p->dp > 1)
             t_ag = dp_coll(&e, HPGO_COLL_ALLGATHER, (overlap ? layer1 : params) * 2);

@@ -71,4 +71,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                        const hpgo_step_opts_t *opts, hpgo_step_result_t **out, hpgo_err_t *err);
 void hpgo_step_result_free(hpgo_step_result_t *r);
 
+/* Seconds of the optimizer step of `params` local parameters (30 bytes each
+ * read or written at the GPU's memory bandwidth).  Thread-safe. */
+double hpgo_step_optimizer_time(const hpgo_cluster_t *c, double params);
+
 #endif

@@ -14,6 +14,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 int32_t hpgo_sched_stage(int schedule, int32_t p, int32_t v, int32_t i, int32_t c)
 {
@@ -144,8 +145,9 @@ static int gen_zbv(int32_t p, int64_t m, const double *f, const double *b, const
     double *bend = malloc(sizeof(double) * (size_t)(K * m));
     zdev_t *d = calloc((size_t)p, sizeof *d);
     int64_t *wq = malloc(sizeof(int64_t) * (size_t)(p * 2 * m)); /* per device: (mb << 1 | chunk) */
+    char *blocked = calloc((size_t)p, 1);
     int rc = HPGO_OK;
-    if (!fend || !bend || !d || !wq) {
+    if (!fend || !bend || !d || !wq || !blocked) {
         rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory generating zb-v");
         goto done;
     }
@@ -155,17 +157,18 @@ static int gen_zbv(int32_t p, int64_t m, const double *f, const double *b, const
         n_ops[i] = 0;
     int64_t left = 6 * m * p; /* F, B, W of two chunks per device */
     const int64_t cap = 2 * (int64_t)p;
-    int64_t stalls = 0;
     while (left > 0) {
         int32_t i = -1;
         for (int32_t x = 0; x < p; x++) {
             zdev_t *z = &d[x];
             int done = z->nb[0] == m && z->nb[1] == m && z->wq_head == z->wq_tail;
-            if (!done && (i < 0 || z->clock < d[i].clock))
+            if (!done && !blocked[x] && (i < 0 || z->clock < d[i].clock))
                 i = x;
         }
-        if (i < 0)
-            break;
+        if (i < 0) {
+            rc = hpgo_err_set(err, HPGO_E_INTERNAL, 0, "zb-v generator deadlocked");
+            goto done;
+        }
         zdev_t *z = &d[i];
         double now = z->clock, soonest = INFINITY;
         int kind = -1, chunk = 0;
@@ -211,24 +214,14 @@ static int gen_zbv(int32_t p, int64_t m, const double *f, const double *b, const
             z->clock = now + w[k];
             z->alive--;
             left--;
-            stalls = 0;
+            memset(blocked, 0, (size_t)p);
             continue;
         }
         if (kind < 0) {
-            if (isinf(soonest)) {
-                /* waits on a device that has not run yet: let the others move */
-                double next = INFINITY;
-                for (int32_t x = 0; x < p; x++)
-                    if (x != i && d[x].clock > now && d[x].clock < next)
-                        next = d[x].clock;
-                if (++stalls > 4 * (int64_t)p + 4) {
-                    rc = hpgo_err_set(err, HPGO_E_INTERNAL, 0, "zb-v generator deadlocked");
-                    goto done;
-                }
-                z->clock = isinf(next) ? nextafter(now, INFINITY) : next;
-            } else {
+            if (isinf(soonest))
+                blocked[i] = 1; /* waits on another device: until someone moves */
+            else
                 z->clock = soonest;
-            }
             continue;
         }
         int32_t k = chunk == 0 ? i : K - 1 - i;
@@ -245,13 +238,14 @@ static int gen_zbv(int32_t p, int64_t m, const double *f, const double *b, const
         }
         ops[i][n_ops[i]++] = (hpgo_op_t){(int32_t)mb, (int16_t)chunk, (int16_t)kind};
         left--;
-        stalls = 0;
+        memset(blocked, 0, (size_t)p);
     }
 done:
     free(fend);
     free(bend);
     free(d);
     free(wq);
+    free(blocked);
     return rc;
 }
 

@@ -294,8 +294,21 @@ static double dtype_of(int32_t precision)
                                          : HPGO_DT_BF16;
 }
 
-static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
-                         const int32_t *split, hpgo_stage_cost_t *out, hpgo_err_t *err)
+/* Everything a transformer stage is made of, for one micro-batch on one
+ * tp rank: one layer's passes and the edges' (embedding, head) extras. */
+typedef struct xpieces {
+    xshape_t s;
+    double X;                       /* bytes of one activation tensor (s b h) */
+    acc_t fw, bi, bw;               /* one layer: forward, input gradient, weight gradient */
+    double tp_f, tp_b, rc_t, rc_fl; /* one layer: tp communication, recomputation */
+    double act, act_w, full_act;    /* one layer: stored bytes, held until W, working set */
+    double lp, mfl_layer;           /* one layer: parameters, model FLOPs */
+    acc_t ef, eb, hf, hb, hw;       /* embedding forward / backward, head forward / B / W */
+    double emb_tp_f, emb_tp_b, head_tp_f, head_tp_b, emb_p, head_p;
+} xpieces_t;
+
+static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
+                          xpieces_t *x_out, hpgo_err_t *err)
 {
     const hpgo_xformer_t *x = &w->x;
     xshape_t s;
@@ -374,6 +387,37 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
     if (!x->tied || K > 1)
         head_p += s.V * s.h / s.t; /* untied, or the tied copy Megatron keeps on the last stage */
 
+    x_out->s = s;
+    x_out->X = X;
+    x_out->fw = fw, x_out->bi = bi, x_out->bw = bw;
+    x_out->tp_f = tp_f, x_out->tp_b = tp_b, x_out->rc_t = rc_t, x_out->rc_fl = rc_fl;
+    x_out->act = act, x_out->act_w = act_w, x_out->full_act = full_act;
+    x_out->lp = lp, x_out->mfl_layer = mfl_layer;
+    x_out->ef = ef, x_out->eb = eb, x_out->hf = hf, x_out->hb = hb, x_out->hw = hw;
+    x_out->emb_tp_f = emb_tp_f, x_out->emb_tp_b = emb_tp_b;
+    x_out->head_tp_f = head_tp_f, x_out->head_tp_b = head_tp_b;
+    x_out->emb_p = emb_p, x_out->head_p = head_p;
+    return HPGO_OK;
+}
+
+static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
+                         const int32_t *split, hpgo_stage_cost_t *out, hpgo_err_t *err)
+{
+    xpieces_t xp;
+    memset(&xp, 0, sizeof xp);
+    int rc = xformer_pieces(w, c, p, &xp, err);
+    if (rc != HPGO_OK)
+        return rc;
+    const xshape_t s = xp.s;
+    const double X = xp.X;
+    const acc_t fw = xp.fw, bi = xp.bi, bw = xp.bw, ef = xp.ef, eb = xp.eb, hf = xp.hf,
+                hb = xp.hb, hw = xp.hw;
+    const double tp_f = xp.tp_f, tp_b = xp.tp_b, rc_t = xp.rc_t, rc_fl = xp.rc_fl;
+    const double act = xp.act, act_w = xp.act_w, full_act = xp.full_act, lp = xp.lp;
+    const double mfl_layer = xp.mfl_layer, emb_tp_f = xp.emb_tp_f, emb_tp_b = xp.emb_tp_b;
+    const double head_tp_f = xp.head_tp_f, head_tp_b = xp.head_tp_b, emb_p = xp.emb_p;
+    const double head_p = xp.head_p;
+    int K = p->pp * p->vstages;
     for (int kk = 0; kk < K; kk++) {
         hpgo_stage_cost_t *o = &out[kk];
         memset(o, 0, sizeof *o);
@@ -527,21 +571,7 @@ int hpgo_work_stage_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
                                     "reversed",
                                     kk);
     } else {
-        /* even; the remainder goes to the middle stages first (the edges
-         * carry the embedding and the loss) */
-        int64_t base = L / K, extra = L % K;
-        int32_t cnt[HPGO_PLAN_MAX_STAGES] = {0};
-        for (int kk = 0; kk < K; kk++)
-            cnt[kk] = (int32_t)base;
-        for (int kk = 1; kk < K - 1 && extra > 0; kk++, extra--)
-            cnt[kk]++;
-        if (extra > 0)
-            cnt[0]++, extra--;
-        if (extra > 0)
-            cnt[K - 1]++;
-        ev[0] = 0;
-        for (int kk = 0; kk < K; kk++)
-            ev[kk + 1] = ev[kk] + cnt[kk];
+        hpgo_work_even_split(L, K, ev);
         split = ev;
     }
     int64_t m = hpgo_parplan_microbatches(p);
@@ -553,6 +583,50 @@ int hpgo_work_stage_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     if (w->kind == HPGO_WORK_TRANSFORMER)
         return xformer_costs(w, c, p, split, out, err);
     return chain_costs(w, p, split, out, err);
+}
+
+void hpgo_work_even_split(int64_t layers, int32_t K, int32_t *split)
+{
+    /* the remainder goes to the middle stages first (the edges carry the
+     * embedding and the loss), then to the first and the last */
+    int64_t base = layers / K, extra = layers % K;
+    split[0] = 0;
+    for (int32_t k = 0; k < K; k++) {
+        int64_t n = base;
+        int middle = k > 0 && k < K - 1;
+        int64_t n_middle = K > 2 ? K - 2 : 0;
+        if (middle && k - 1 < extra)
+            n++;
+        else if (!middle && extra > n_middle) {
+            if (k == 0 || (k == K - 1 && extra - n_middle > 1))
+                n++;
+        }
+        split[k + 1] = split[k] + (int32_t)n;
+    }
+}
+
+int hpgo_work_layer_times(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
+                          double *out, double *first, double *last, hpgo_err_t *err)
+{
+    *first = *last = 0;
+    if (w->kind == HPGO_WORK_TRANSFORMER) {
+        xpieces_t xp;
+        memset(&xp, 0, sizeof xp);
+        int rc = xformer_pieces(w, c, p, &xp, err);
+        if (rc != HPGO_OK)
+            return rc;
+        double t = xp.fw.t + xp.tp_f + xp.bi.t + xp.tp_b + xp.rc_t + xp.bw.t;
+        for (int64_t i = 0; i < w->x.layers; i++)
+            out[i] = t;
+        *first = xp.ef.t + xp.emb_tp_f + xp.eb.t + xp.emb_tp_b;
+        *last = xp.hf.t + xp.head_tp_f + xp.hb.t + xp.head_tp_b + xp.hw.t;
+        return HPGO_OK;
+    }
+    const hpgo_chain_t *ch = &w->chain;
+    double r = (double)p->micro_batch / ch->batch;
+    for (int32_t i = 0; i < ch->n; i++)
+        out[i] = (ch->fwd[i] * (p->recompute == HPGO_RC_FULL ? 2 : 1) + ch->bwd[i]) * r;
+    return HPGO_OK;
 }
 
 void hpgo_work_params(const hpgo_work_t *w, double *total, double *embedding)

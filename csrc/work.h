@@ -90,6 +90,19 @@ int64_t hpgo_work_layers(const hpgo_work_t *w);
 int hpgo_work_stage_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
                           hpgo_stage_cost_t *out, hpgo_err_t *err);
 
+/* The default split of `layers` layers into K model stages (K + 1
+ * boundaries): even, the remainder on the middle stages first. */
+void hpgo_work_even_split(int64_t layers, int32_t K, int32_t *split);
+
+/* Seconds of forward + backward (with recomputation) of each layer for one
+ * micro-batch on one GPU under the plan's tp, sequence parallelism,
+ * recomputation and micro-batch (out: hpgo_work_layers(w) entries), and
+ * the extra seconds of the first and the last model stage (embedding; final
+ * norm, logits and loss).  The plan must have passed
+ * hpgo_work_stage_costs's checks.  Used to balance layer splits. */
+int hpgo_work_layer_times(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
+                          double *out, double *first, double *last, hpgo_err_t *err);
+
 /* Model FLOPs of one iteration of the whole global batch (3 x forward, the
  * convention of Korthikanti et al. and Megatron; the attention core halved
  * when causal_flops is set); for chains, 0 (unknown). */

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../autoplan.h"
 #include "../cost.h"
 #include "../engine.h"
 
@@ -538,7 +539,105 @@ done:
     return res;
 }
 
+static PyObject *plan_tuple(const hpgo_parplan_t *p)
+{
+    PyObject *split;
+    if (p->n_split) {
+        split = PyTuple_New(p->n_split);
+        if (!split)
+            return NULL;
+        for (int32_t i = 0; i < p->n_split; i++) {
+            PyObject *v = PyLong_FromLong(p->split[i]);
+            if (!v) {
+                Py_DECREF(split);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(split, i, v);
+        }
+    } else {
+        split = Py_NewRef(Py_None);
+    }
+    return Py_BuildValue("(iiiiiiLLiiiiiN)", (int)p->tp, (int)p->pp, (int)p->dp, (int)p->cp,
+                         (int)p->ep, (int)p->vstages, (long long)p->micro_batch,
+                         (long long)p->global_batch, (int)p->schedule, (int)p->recompute,
+                         (int)p->sequence_parallel, (int)p->zero, (int)p->overlap_grad_reduce,
+                         split);
+}
+
+PyDoc_STRVAR(autoplan_doc,
+             "_autoplan(model, cluster, opts) -> dict\n\n"
+             "opts: (global_batch, gpus, objective, top, exhaustive, threads, max_micro_batch,\n"
+             "max_vstages, overhead_bytes or None, tp, pp, dp, vstages, micro_batch, schedule,\n"
+             "recompute, sequence_parallel, zero) with -1 for a free choice.  The GIL is\n"
+             "released while the search runs.");
+
+static PyObject *autoplan(PyObject *module, PyObject *args)
+{
+    PyObject *mt, *ct, *ot;
+    if (!PyArg_ParseTuple(args, "OOO:_autoplan", &mt, &ct, &ot))
+        return NULL;
+    hpgo_work_t w;
+    hpgo_cluster_t c;
+    hpgo_autoplan_opts_t o;
+    double *arrays = NULL;
+    PyObject *res = NULL;
+    memset(&o, 0, sizeof o);
+    const Py_ssize_t N = 18;
+    if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c) < 0)
+        goto done;
+    if (get_i64(ot, 0, N, "global_batch", &o.global_batch) < 0 ||
+        get_i64(ot, 1, N, "gpus", &o.gpus) < 0 || get_i32(ot, 2, N, "objective", &o.objective) < 0 ||
+        get_i32(ot, 3, N, "top", &o.top) < 0 || get_i32(ot, 4, N, "exhaustive", &o.exhaustive) < 0 ||
+        get_i32(ot, 5, N, "threads", &o.threads) < 0 ||
+        get_i32(ot, 6, N, "max_micro_batch", &o.max_micro_batch) < 0 ||
+        get_i32(ot, 7, N, "max_virtual_stages", &o.max_vstages) < 0)
+        goto done;
+    o.overhead_bytes = -1;
+    if (PyTuple_GET_ITEM(ot, 8) != Py_None &&
+        glue_f64(PyTuple_GET_ITEM(ot, 8), "overhead_bytes", &o.overhead_bytes) < 0)
+        goto done;
+    int32_t *fixed[9] = {&o.tp, &o.pp, &o.dp, &o.vstages, &o.micro_batch, &o.schedule,
+                         &o.recompute, &o.sequence_parallel, &o.zero};
+    for (int i = 0; i < 9; i++)
+        if (get_i32(ot, 9 + i, N, "fixed choice", fixed[i]) < 0)
+            goto done;
+    hpgo_autoplan_result_t *r = NULL;
+    hpgo_err_t err;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = hpgo_autoplan(&w, &c, &o, &r, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != HPGO_OK) {
+        glue_raise(module, rc, &err);
+        goto done;
+    }
+    PyObject *plans = PyList_New(r->n);
+    if (plans) {
+        for (int32_t i = 0; i < r->n; i++) {
+            const hpgo_autoplan_entry_t *e = &r->entries[i];
+            PyObject *x = Py_BuildValue("(Nddi)", plan_tuple(&e->plan), e->iteration_time,
+                                        e->score, (int)e->balanced);
+            if (!x) {
+                Py_CLEAR(plans);
+                break;
+            }
+            PyList_SET_ITEM(plans, i, x);
+        }
+    }
+    if (plans)
+        res = Py_BuildValue("{sNsLsLsLsLsLsL}", "plans", plans, "candidates",
+                            (long long)r->candidates, "rejected", (long long)r->rejected,
+                            "pruned_memory", (long long)r->pruned_memory, "pruned_time",
+                            (long long)r->pruned_time, "simulated", (long long)r->simulated,
+                            "did_not_fit", (long long)r->did_not_fit);
+    hpgo_autoplan_result_free(r);
+done:
+    PyMem_Free(arrays);
+    return res;
+}
+
 static PyMethodDef step_methods[] = {
+    {"_autoplan", autoplan, METH_VARARGS, autoplan_doc},
     {"_step_cluster_preset", cluster_preset, METH_VARARGS, cluster_preset_doc},
     {"_step_cluster_presets", cluster_presets, METH_NOARGS, cluster_presets_doc},
     {"_step_cluster_check", cluster_check, METH_O, cluster_check_doc},
@@ -579,6 +678,8 @@ int glue_step_init(PyObject *module)
         {"ALGO_AUTO", HPGO_ALGO_AUTO},
         {"ALGO_RING", HPGO_ALGO_RING},
         {"ALGO_HIERARCHICAL", HPGO_ALGO_HIERARCHICAL},
+        {"OBJECTIVE_TIME", HPGO_OBJ_TIME},
+        {"OBJECTIVE_COST", HPGO_OBJ_COST},
     };
     for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++)
         if (PyModule_AddIntConstant(module, consts[i].name, consts[i].value) < 0)

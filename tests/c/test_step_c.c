@@ -166,7 +166,7 @@ static void run_random(uint64_t *s, double *out, int record)
     static const int scheds[] = {HPGO_PS_GPIPE, HPGO_PS_1F1B, HPGO_PS_INTERLEAVED, HPGO_PS_ZBH1,
                                  HPGO_PS_ZBV};
     int sched = scheds[(int)(urand(s) * 5)];
-    int32_t p = 1 + (int32_t)(urand(s) * 6);
+    int32_t p = 1 + (int32_t)(urand(s) * (sched == HPGO_PS_ZBV ? 40 : 8));
     int32_t v = sched == HPGO_PS_INTERLEAVED ? 2 + (int32_t)(urand(s) * 2)
                 : sched == HPGO_PS_ZBV         ? 2
                                                : 1;
@@ -192,13 +192,14 @@ static void run_random(uint64_t *s, double *out, int record)
     w.chain = ch;
     hpgo_cluster_t c;
     hpgo_err_t e;
-    hpgo_cluster_preset("dgx-a100-80gb", 8, &c, &e);
+    hpgo_cluster_preset("dgx-a100-80gb", 16, &c, &e);
     int32_t dp = 1 + (int32_t)(urand(s) * 3);
     hpgo_parplan_t pl = plan(1, p, dp, v, 1, m * dp, sched);
     pl.zero = (int32_t)(urand(s) * 4);
     pl.overlap_grad_reduce = urand(s) < 0.5;
     hpgo_step_opts_t o = {record, -1};
     hpgo_step_result_t *r = NULL;
+    *out = -1;
     int rc = hpgo_step_simulate(&w, &c, &pl, &o, &r, &e);
     CHECK(rc == HPGO_OK);
     if (rc != HPGO_OK) {

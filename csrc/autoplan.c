@@ -1,0 +1,647 @@
+/* autoplan.c - the plan search (see autoplan.h).
+ *
+ * DESIGN: three phases.
+ * 1. Enumerate the space in a fixed order: GPU count (one, or halvings for
+ *    the cost objective), tp (divisors of a node that the heads and ffn
+ *    allow), pp (dividing the GPUs, at most the layers), dp (the rest, must
+ *    divide the global batch), micro-batch (divisors of the per-replica
+ *    batch up to max_micro_batch), schedule (1F1B, ZB-H1, interleaved 1F1B
+ *    with every vstages that divides the layers per stage as Megatron
+ *    requires, ZB-V; GPipe only when asked: it has 1F1B's time and more
+ *    memory), recomputation, sequence parallelism (tp > 1), ZeRO stage
+ *    (dp > 1) and layer split (even, and balanced on the estimated
+ *    per-layer times with the embedding and the head on the edge stages).
+ * 2. On the pool, per candidate: its stage costs and two lower bounds.
+ *    Memory: the exact model states of each device plus the activations its
+ *    schedule must hold before its first backward (1F1B and ZB-H1: pp - i
+ *    micro-batches, interleaved: Megatron's warm-up + 1 chunks, GPipe: all,
+ *    ZB-V: its two chunks of the first micro-batch) plus the transient and
+ *    fixed bytes, as the engine adds them.  Time: each device's work
+ *    (m x the forward and backward of its chunks) plus its optimizer step,
+ *    which the engine's iteration can only exceed.
+ * 3. Candidates that may fit, in increasing order of their time bound, are
+ *    simulated in batches on the pool; the search stops when the next bound
+ *    exceeds the top-th best score (with a 1e-9 relative margin for
+ *    rounding).  Ties break on the enumeration index, so the result is the
+ *    exact top list of the whole space, for any thread count and batch size.
+ * Cost: O(candidates x stages) for the bounds, plus the simulations that
+ * the bounds cannot exclude. */
+#include "autoplan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "memory.h"
+#include "pool.h"
+#include "schedule.h"
+
+enum { ST_LIVE = 0, ST_REJECTED, ST_MEMORY, ST_FITS, ST_NOFIT, ST_NOMEM };
+
+typedef struct cand {
+    hpgo_parplan_t plan;
+    int64_t split_off; /* -1: even */
+    double lb, lb_score, time, score;
+    int8_t state;
+    int8_t balanced;
+} cand_t;
+
+typedef struct search {
+    const hpgo_work_t *w;
+    const hpgo_cluster_t *c;
+    const hpgo_autoplan_opts_t *o;
+    cand_t *cands;
+    int64_t n, cap;
+    int32_t *splits;
+    int64_t n_splits, cap_splits;
+    const int64_t *batch; /* phase 3: candidate indices of the batch */
+    double overhead;
+} search_t;
+
+static int grow(void **p, int64_t *cap, int64_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    int64_t nc = *cap ? *cap * 2 : 1024;
+    while (nc < need)
+        nc *= 2;
+    void *q = realloc(*p, (size_t)nc * elem);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = nc;
+    return 0;
+}
+
+static hpgo_parplan_t with_split(const search_t *S, const cand_t *cd)
+{
+    hpgo_parplan_t p = cd->plan;
+    if (cd->split_off >= 0) {
+        p.split = S->splits + cd->split_off;
+        p.n_split = p.pp * p.vstages + 1;
+    }
+    return p;
+}
+
+/* ---- phase 2: bounds ----------------------------------------------------- */
+
+static int64_t inflight_lb(const hpgo_parplan_t *p, int64_t m, int32_t d)
+{
+    int64_t P = p->pp, v = p->vstages;
+    switch (p->schedule) {
+    case HPGO_PS_GPIPE:
+        return m;
+    case HPGO_PS_INTERLEAVED: {
+        int64_t total = m * v, w = 2 * (P - 1 - d) + (v - 1) * P;
+        return (m == P || w > total) ? total : w + 1;
+    }
+    case HPGO_PS_ZBV:
+        return 2;
+    default:
+        return P - d < m ? P - d : m;
+    }
+}
+
+static void bound_job(void *ctx, int64_t j)
+{
+    search_t *S = ctx;
+    cand_t *cd = &S->cands[j];
+    hpgo_parplan_t p = with_split(S, cd);
+    int32_t K = p.pp * p.vstages;
+    hpgo_stage_cost_t *sc = malloc(sizeof *sc * (size_t)K);
+    if (!sc) {
+        cd->state = ST_NOMEM;
+        return;
+    }
+    if (hpgo_work_stage_costs(S->w, S->c, &p, sc, NULL) != HPGO_OK) {
+        cd->state = ST_REJECTED;
+        free(sc);
+        return;
+    }
+    int64_t m = hpgo_parplan_microbatches(&p);
+    double lb = 0;
+    int fits = 1;
+    /* before[k]: forward of model stages < k; back[k]: their input (fused:
+     * full) backward -- the least a micro-batch needs to reach stage k, and
+     * to return from it */
+    double *before = malloc(sizeof(double) * 2 * (size_t)(K + 1));
+    if (!before) {
+        cd->state = ST_NOMEM;
+        free(sc);
+        return;
+    }
+    double *back = before + K + 1;
+    int fused = p.schedule == HPGO_PS_GPIPE || p.schedule == HPGO_PS_1F1B ||
+                p.schedule == HPGO_PS_INTERLEAVED;
+    before[0] = back[0] = 0;
+    for (int32_t k = 0; k < K; k++) {
+        before[k + 1] = before[k] + sc[k].f;
+        back[k + 1] = back[k] + sc[k].b + (fused ? sc[k].w : 0);
+    }
+    for (int32_t d = 0; d < p.pp; d++) {
+        double busy = 0, params = 0, maxlayer = 0, transient = 0, minact = INFINITY, sumact = 0;
+        for (int32_t ch = 0; ch < p.vstages; ch++) {
+            const hpgo_stage_cost_t *st = &sc[hpgo_sched_stage(p.schedule, p.pp, p.vstages, d, ch)];
+            busy += (double)m * (st->f + st->b + st->w);
+            params += st->params;
+            double per_layer = st->n_layers > 0 ? (st->params - st->emb_params) / st->n_layers : 0;
+            if (per_layer > maxlayer)
+                maxlayer = per_layer;
+            if (st->transient > transient)
+                transient = st->transient;
+            if (st->act < minact)
+                minact = st->act;
+            sumact += st->act;
+        }
+        double act = p.schedule == HPGO_PS_ZBV ? sumact : (double)inflight_lb(&p, m, d) * minact;
+        hpgo_mem_t mem;
+        hpgo_memory_breakdown(S->c, &p, S->w->precision, params, maxlayer, act + transient,
+                              S->overhead, &mem);
+        if (mem.total > mem.capacity * (1 + 1e-9))
+            fits = 0;
+        /* the device's lowest stage is d: nothing reaches it before the
+         * forwards of the stages below; with fused backwards (and Megatron's
+         * interleaving) its last op is a backward of stage d, which still
+         * has to run down the stages below; with deferred W passes at least
+         * its input-gradient work comes before that */
+        double wsum = 0;
+        for (int32_t ch = 0; ch < p.vstages; ch++)
+            wsum += (double)m * sc[hpgo_sched_stage(p.schedule, p.pp, p.vstages, d, ch)].w;
+        double t = before[d] + busy;
+        if (fused)
+            t += back[d];
+        else if (p.schedule == HPGO_PS_ZBH1 && before[d] + busy - wsum + back[d] > t)
+            t = before[d] + busy - wsum + back[d];
+        t += hpgo_step_optimizer_time(S->c, params / (p.zero >= 1 ? p.dp : 1));
+        if (t > lb)
+            lb = t;
+    }
+    free(before);
+    free(sc);
+    cd->lb = lb;
+    cd->lb_score = S->o->objective == HPGO_OBJ_COST ? lb * (double)((int64_t)p.tp * p.pp * p.dp)
+                                                    : lb;
+    if (!fits && !S->o->exhaustive)
+        cd->state = ST_MEMORY;
+}
+
+/* ---- phase 3: simulations -------------------------------------------------- */
+
+static void sim_job(void *ctx, int64_t j)
+{
+    search_t *S = ctx;
+    cand_t *cd = &S->cands[S->batch[j]];
+    hpgo_parplan_t p = with_split(S, cd);
+    hpgo_step_opts_t so = {0, S->overhead};
+    hpgo_step_result_t *r = NULL;
+    int rc = hpgo_step_simulate(S->w, S->c, &p, &so, &r, NULL);
+    if (rc == HPGO_E_NOMEM) {
+        cd->state = ST_NOMEM;
+        return;
+    }
+    if (rc != HPGO_OK) {
+        cd->state = ST_REJECTED;
+        return;
+    }
+    cd->time = r->iteration_time;
+    cd->score = S->o->objective == HPGO_OBJ_COST ? r->iteration_time * (double)r->gpus
+                                                 : r->iteration_time;
+    cd->state = r->fits ? ST_FITS : ST_NOFIT;
+    hpgo_step_result_free(r);
+}
+
+/* ---- phase 1: enumeration ------------------------------------------------------ */
+
+/* Compute-balanced split of L layers into K stages: the smallest bottleneck
+ * (bisection) that a right-most last stage (with the head) and greedy
+ * stages from the left (the first with the embedding) reach.  Returns 0
+ * and fills split (K + 1), or -1 when no better split than even exists. */
+static int balanced_split(const double *t, int64_t L, int32_t K, double e0, double e1,
+                          int32_t *split)
+{
+    if (K < 2 || L < K)
+        return -1;
+    double total = e0 + e1, mx = 0;
+    for (int64_t i = 0; i < L; i++) {
+        total += t[i];
+        if (t[i] > mx)
+            mx = t[i];
+    }
+    double lo = total / K > mx ? total / K : mx, hi = total;
+    int found = 0;
+    for (int it = 0; it < 64; it++) {
+        double T = it == 0 ? hi : 0.5 * (lo + hi);
+        /* last stage from the right */
+        int64_t last = L - 1;
+        double sum = e1 + t[last];
+        if (sum > T) {
+            lo = T;
+            continue;
+        }
+        while (last - 1 >= K - 1 && sum + t[last - 1] <= T)
+            sum += t[--last];
+        /* greedy from the left over [0, last) in at most K - 1 stages */
+        int32_t parts = 0;
+        int64_t i = 0;
+        int ok = 1;
+        while (i < last) {
+            double s = parts == 0 ? e0 : 0;
+            if (s + t[i] > T) {
+                ok = 0;
+                break;
+            }
+            while (i < last && s + t[i] <= T)
+                s += t[i++];
+            parts++;
+        }
+        if (!ok || parts > K - 1 || parts == 0) {
+            lo = T;
+            continue;
+        }
+        hi = T;
+        found = 1;
+        if (hi - lo <= 1e-12 * hi)
+            break;
+    }
+    if (!found)
+        return -1;
+    /* rebuild at hi, then split the largest stages until there are K */
+    double T = hi;
+    int64_t last = L - 1;
+    double sum = e1 + t[last];
+    while (last - 1 >= K - 1 && sum + t[last - 1] <= T)
+        sum += t[--last];
+    int32_t n = 0;
+    split[n++] = 0;
+    int64_t i = 0;
+    while (i < last) {
+        double s = n == 1 ? e0 : 0;
+        while (i < last && s + t[i] <= T)
+            s += t[i++];
+        split[n++] = (int32_t)i;
+    }
+    split[n] = (int32_t)L; /* the last stage [last, L) */
+    int32_t stages = n;
+    while (stages < K) {
+        /* split the stage with the most layers (ties: the first) */
+        int32_t best = -1, bl = 1;
+        for (int32_t k = 0; k < stages; k++)
+            if (split[k + 1] - split[k] > bl)
+                bl = split[k + 1] - split[k], best = k;
+        if (best < 0)
+            return -1;
+        memmove(&split[best + 2], &split[best + 1], sizeof(int32_t) * (size_t)(stages - best));
+        split[best + 1] = split[best] + bl / 2;
+        stages++;
+    }
+    return 0;
+}
+
+static int add_cand(search_t *S, const hpgo_parplan_t *p, int64_t split_off, int balanced,
+                    hpgo_err_t *err)
+{
+    if (S->n >= HPGO_AUTOPLAN_MAX_CANDIDATES)
+        return hpgo_err_set(err, HPGO_E_LIMIT, 0,
+                            "the search space has more than %d plans: fix some choices "
+                            "(tp=, pp=, micro_batch=, ...)",
+                            HPGO_AUTOPLAN_MAX_CANDIDATES);
+    if (grow((void **)&S->cands, &S->cap, S->n + 1, sizeof(cand_t)) < 0)
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory enumerating plans");
+    cand_t *cd = &S->cands[S->n++];
+    memset(cd, 0, sizeof *cd);
+    cd->plan = *p;
+    cd->plan.split = NULL;
+    cd->plan.n_split = 0;
+    cd->split_off = split_off;
+    cd->balanced = (int8_t)balanced;
+    cd->state = ST_LIVE;
+    return HPGO_OK;
+}
+
+static int free_or(int32_t fixed, int32_t v) { return fixed < 0 || fixed == v; }
+
+/* Candidates sharing (tp, pp, dp, micro-batch, schedule, vstages): the
+ * recomputation, sp, ZeRO and split variants. */
+static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *tmp_split,
+                     hpgo_err_t *err)
+{
+    const hpgo_autoplan_opts_t *o = S->o;
+    int xf = S->w->kind == HPGO_WORK_TRANSFORMER;
+    int64_t L = hpgo_work_layers(S->w);
+    int32_t K = base.pp * base.vstages;
+    for (int32_t rc = HPGO_RC_NONE; rc <= HPGO_RC_FULL; rc++) {
+        if (!free_or(o->recompute, rc))
+            continue;
+        if (rc == HPGO_RC_SELECTIVE && (!xf || S->w->x.flash))
+            continue;
+        for (int32_t sp = 0; sp <= 1; sp++) {
+            if (sp && (!xf || base.tp == 1))
+                continue;
+            if (!free_or(o->sequence_parallel, sp))
+                continue;
+            hpgo_parplan_t p = base;
+            p.recompute = rc;
+            p.sequence_parallel = sp;
+            /* the balanced split of this shape (shared by the ZeRO variants),
+             * kept when it differs from the even split */
+            int64_t off = -1;
+            double e0, e1;
+            if (K > 1 &&
+                hpgo_work_layer_times(S->w, S->c, &p, ltimes, &e0, &e1, NULL) == HPGO_OK &&
+                balanced_split(ltimes, L, K, e0, e1, tmp_split) == 0) {
+                hpgo_work_even_split(L, K, tmp_split + K + 1);
+                if (memcmp(tmp_split, tmp_split + K + 1, sizeof(int32_t) * (size_t)(K + 1))) {
+                    if (grow((void **)&S->splits, &S->cap_splits, S->n_splits + K + 1,
+                             sizeof(int32_t)) < 0)
+                        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+                    memcpy(S->splits + S->n_splits, tmp_split, sizeof(int32_t) * (size_t)(K + 1));
+                    off = S->n_splits;
+                    S->n_splits += K + 1;
+                }
+            }
+            for (int32_t z = 0; z <= 3; z++) {
+                if (z > 0 && p.dp == 1)
+                    break;
+                if (!free_or(o->zero, z))
+                    continue;
+                p.zero = z;
+                int r = add_cand(S, &p, -1, 0, err);
+                if (r == HPGO_OK && off >= 0)
+                    r = add_cand(S, &p, off, 1, err);
+                if (r != HPGO_OK)
+                    return r;
+            }
+        }
+    }
+    return HPGO_OK;
+}
+
+static int enumerate(search_t *S, int64_t N, hpgo_err_t *err)
+{
+    const hpgo_autoplan_opts_t *o = S->o;
+    const hpgo_work_t *w = S->w;
+    int xf = w->kind == HPGO_WORK_TRANSFORMER;
+    int64_t L = hpgo_work_layers(w);
+    int64_t gpn = hpgo_cluster_unit(S->c, 0);
+    int64_t B = o->global_batch;
+    double *ltimes = malloc(sizeof(double) * (size_t)L);
+    int32_t *tmp = malloc(sizeof(int32_t) * 2 * (HPGO_PLAN_MAX_STAGES + 1));
+    int rc = HPGO_OK;
+    if (!ltimes || !tmp) {
+        rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+        goto done;
+    }
+    for (int64_t tp = 1; tp <= gpn && tp <= N; tp++) {
+        if (gpn % tp || N % tp || !free_or(o->tp, (int32_t)tp))
+            continue;
+        if (!xf && tp > 1)
+            continue;
+        if (xf && (w->x.heads % tp || w->x.ffn % tp ||
+                   (w->x.kv_heads % tp && tp % w->x.kv_heads)))
+            continue;
+        for (int64_t pp = 1; pp <= L && pp <= N / tp && pp <= HPGO_PLAN_MAX_PP; pp++) {
+            if (N % (tp * pp) || !free_or(o->pp, (int32_t)pp))
+                continue;
+            int64_t dp = N / (tp * pp);
+            if (dp > (1 << 24) || B % dp || !free_or(o->dp, (int32_t)dp))
+                continue;
+            int64_t per = B / dp;
+            for (int64_t mb = 1; mb <= per && mb <= o->max_micro_batch; mb++) {
+                if (per % mb || !free_or(o->micro_batch, (int32_t)mb))
+                    continue;
+                int64_t m = per / mb;
+                if (m > HPGO_PLAN_MAX_MICROBATCHES)
+                    continue;
+                hpgo_parplan_t base;
+                memset(&base, 0, sizeof base);
+                base.tp = (int32_t)tp, base.pp = (int32_t)pp, base.dp = (int32_t)dp;
+                base.cp = 1, base.ep = 1, base.micro_batch = mb, base.global_batch = B;
+                base.overlap_grad_reduce = 1;
+                /* schedules and their vstages */
+                static const int order[] = {HPGO_PS_1F1B, HPGO_PS_ZBH1, HPGO_PS_INTERLEAVED,
+                                            HPGO_PS_ZBV, HPGO_PS_GPIPE};
+                for (size_t si = 0; si < sizeof order / sizeof order[0]; si++) {
+                    int sch = order[si];
+                    if (!free_or(o->schedule, sch))
+                        continue;
+                    if (sch == HPGO_PS_GPIPE && o->schedule != HPGO_PS_GPIPE)
+                        continue; /* 1F1B's time with more memory: only when asked */
+                    if (pp == 1 && sch != HPGO_PS_1F1B && sch != HPGO_PS_GPIPE)
+                        continue;
+                    int32_t vlo = 1, vhi = 1;
+                    if (sch == HPGO_PS_INTERLEAVED) {
+                        if (m % pp)
+                            continue;
+                        vlo = 2, vhi = o->max_vstages;
+                    } else if (sch == HPGO_PS_ZBV) {
+                        vlo = vhi = 2;
+                    }
+                    for (int32_t v = vlo; v <= vhi; v++) {
+                        if (!free_or(o->vstages, v))
+                            continue;
+                        if (pp * v > L || pp * v > HPGO_PLAN_MAX_STAGES)
+                            break;
+                        if (sch == HPGO_PS_INTERLEAVED && L % (pp * v))
+                            continue;
+                        if (m * pp * v > HPGO_PLAN_MAX_OPS)
+                            continue;
+                        hpgo_parplan_t p = base;
+                        p.schedule = sch;
+                        p.vstages = v;
+                        if ((rc = enum_tail(S, p, ltimes, tmp, err)) != HPGO_OK)
+                            goto done;
+                    }
+                }
+            }
+        }
+    }
+done:
+    free(ltimes);
+    free(tmp);
+    return rc;
+}
+
+/* ---- driver -------------------------------------------------------------------- */
+
+typedef struct keyed {
+    double key;
+    int64_t idx;
+} keyed_t;
+
+static int cmp_keyed(const void *a, const void *b)
+{
+    const keyed_t *x = a, *y = b;
+    if (x->key < y->key)
+        return -1;
+    if (x->key > y->key)
+        return 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+void hpgo_autoplan_result_free(hpgo_autoplan_result_t *r)
+{
+    if (!r)
+        return;
+    free(r->entries);
+    free(r->splits);
+    free(r);
+}
+
+int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_autoplan_opts_t *o,
+                  hpgo_autoplan_result_t **out, hpgo_err_t *err)
+{
+    if (!out)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "autoplan: NULL output");
+    *out = NULL;
+    if (!w || !c || !o)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "autoplan: NULL argument");
+    int rc = hpgo_work_check(w, err);
+    if (rc == HPGO_OK)
+        rc = hpgo_cluster_check(c, err);
+    if (rc != HPGO_OK)
+        return rc;
+    int64_t total = hpgo_cluster_gpus(c);
+    int64_t N = o->gpus ? o->gpus : total;
+    if (N < 1 || N > total)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "gpus must be in 1..%lld (the cluster)",
+                            (long long)total);
+    if (o->global_batch < 1 || o->global_batch > ((int64_t)1 << 40))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "global_batch must be in 1..2^40");
+    if (o->top < 1 || o->top > HPGO_AUTOPLAN_MAX_TOP)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "top must be in 1..%d", HPGO_AUTOPLAN_MAX_TOP);
+    if (o->max_micro_batch < 1 || o->max_vstages < 1 || o->threads < 0)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "max_micro_batch and max_vstages must be >= 1, threads >= 0");
+    if (o->objective != HPGO_OBJ_TIME && o->objective != HPGO_OBJ_COST)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "objective must be time or cost");
+    if (o->schedule >= HPGO_PS__COUNT || o->recompute > HPGO_RC_FULL || o->zero > 3 ||
+        o->sequence_parallel > 1)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "a fixed choice is out of range");
+
+    search_t S;
+    memset(&S, 0, sizeof S);
+    S.w = w, S.c = c, S.o = o;
+    S.overhead = o->overhead_bytes;
+    hpgo_autoplan_result_t *r = calloc(1, sizeof *r);
+    keyed_t *live = NULL;
+    int64_t *batch = NULL;
+    keyed_t *top = NULL;
+    if (!r) {
+        rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+        goto fail;
+    }
+    for (int64_t n = N; n >= 1; n /= 2) {
+        if ((rc = enumerate(&S, n, err)) != HPGO_OK)
+            goto fail;
+        if (o->objective != HPGO_OBJ_COST || n % 2)
+            break;
+    }
+    r->candidates = S.n;
+    int32_t threads = o->threads > 0 ? o->threads : hpgo_default_threads();
+    if ((rc = hpgo_pool_map(threads, S.n, bound_job, &S, err)) != HPGO_OK)
+        goto fail;
+    int64_t n_live = 0;
+    live = malloc(sizeof *live * (size_t)(S.n ? S.n : 1));
+    top = malloc(sizeof *top * (size_t)(o->top + 1));
+    batch = malloc(sizeof *batch * (size_t)(4 * threads + 4));
+    if (!live || !top || !batch) {
+        rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+        goto fail;
+    }
+    for (int64_t i = 0; i < S.n; i++) {
+        cand_t *cd = &S.cands[i];
+        if (cd->state == ST_NOMEM) {
+            rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory bounding plans");
+            goto fail;
+        }
+        if (cd->state == ST_REJECTED)
+            r->rejected++;
+        else if (cd->state == ST_MEMORY)
+            r->pruned_memory++;
+        else
+            live[n_live++] = (keyed_t){cd->lb_score, i};
+    }
+    qsort(live, (size_t)n_live, sizeof *live, cmp_keyed);
+    int32_t ntop = 0;
+    int64_t next = 0;
+    S.batch = batch;
+    while (next < n_live) {
+        double kth = ntop == o->top ? top[ntop - 1].key : INFINITY;
+        if (!o->exhaustive && live[next].key * (1 - 1e-9) > kth)
+            break;
+        int64_t nb = 0, cap = 4 * (int64_t)threads + 4;
+        while (next < n_live && nb < cap &&
+               (o->exhaustive || live[next].key * (1 - 1e-9) <= kth))
+            batch[nb++] = live[next++].idx;
+        if ((rc = hpgo_pool_map(threads, nb, sim_job, &S, err)) != HPGO_OK)
+            goto fail;
+        for (int64_t b = 0; b < nb; b++) {
+            cand_t *cd = &S.cands[batch[b]];
+            r->simulated++;
+            if (cd->state == ST_NOMEM) {
+                rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory simulating plans");
+                goto fail;
+            }
+            if (cd->state == ST_REJECTED) {
+                r->rejected++;
+                continue;
+            }
+            if (cd->state == ST_NOFIT) {
+                r->did_not_fit++;
+                continue;
+            }
+            keyed_t k = {cd->score, batch[b]};
+            int32_t pos = ntop;
+            while (pos > 0 && cmp_keyed(&k, &top[pos - 1]) < 0)
+                pos--;
+            if (pos >= o->top)
+                continue;
+            memmove(&top[pos + 1], &top[pos], sizeof *top * (size_t)(ntop - pos));
+            top[pos] = k;
+            if (ntop < o->top)
+                ntop++;
+        }
+    }
+    r->pruned_time = n_live - next;
+    /* the result */
+    int64_t split_len = 0;
+    for (int32_t i = 0; i < ntop; i++) {
+        const cand_t *cd = &S.cands[top[i].idx];
+        split_len += cd->plan.pp * cd->plan.vstages + 1;
+    }
+    r->entries = calloc((size_t)(ntop ? ntop : 1), sizeof *r->entries);
+    r->splits = malloc(sizeof(int32_t) * (size_t)(split_len ? split_len : 1));
+    if (!r->entries || !r->splits) {
+        rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+        goto fail;
+    }
+    int64_t off = 0;
+    for (int32_t i = 0; i < ntop; i++) {
+        const cand_t *cd = &S.cands[top[i].idx];
+        hpgo_autoplan_entry_t *e = &r->entries[i];
+        e->plan = cd->plan;
+        e->iteration_time = cd->time;
+        e->score = cd->score;
+        e->balanced = cd->balanced;
+        if (cd->split_off >= 0) {
+            int32_t K = cd->plan.pp * cd->plan.vstages;
+            memcpy(r->splits + off, S.splits + cd->split_off, sizeof(int32_t) * (size_t)(K + 1));
+            e->plan.split = r->splits + off;
+            e->plan.n_split = K + 1;
+            off += K + 1;
+        }
+    }
+    r->n = ntop;
+    *out = r;
+    r = NULL;
+    rc = HPGO_OK;
+fail:
+    free(S.cands);
+    free(S.splits);
+    free(live);
+    free(batch);
+    free(top);
+    hpgo_autoplan_result_free(r);
+    return rc;
+}

@@ -1,0 +1,74 @@
+/* autoplan.h - the best parallel plans for a model on a cluster: a search
+ * over data x tensor x pipeline parallelism, virtual stages, micro-batch
+ * size, schedule, recomputation, sequence parallelism, ZeRO stage and
+ * layer split, scored by the step engine (engine.h), keeping only plans
+ * that fit in memory.
+ *
+ * The search is exact under the model: every candidate that could be among
+ * the best `top` fitting plans is simulated; a candidate is skipped only
+ * when a lower bound proves it cannot fit (its model states plus the
+ * activations its schedule must hold already exceed the GPU) or cannot be
+ * among the best (its busiest device's compute plus optimizer step already
+ * takes longer than the top-th plan found).  `exhaustive` simulates every
+ * candidate instead; results are identical (tests compare them).
+ *
+ * Thread-safe; runs candidates on a thread pool; results are identical for
+ * any thread count. */
+#ifndef HPGO_AUTOPLAN_H
+#define HPGO_AUTOPLAN_H
+
+#include <stdint.h>
+
+#include "cluster.h"
+#include "err.h"
+#include "parplan.h"
+#include "work.h"
+
+#define HPGO_AUTOPLAN_MAX_TOP 1000
+#define HPGO_AUTOPLAN_MAX_CANDIDATES 2000000
+
+enum { HPGO_OBJ_TIME = 0, HPGO_OBJ_COST = 1 };
+
+typedef struct hpgo_autoplan_opts {
+    int64_t global_batch;    /* sequences */
+    int64_t gpus;            /* GPUs to use; 0: the whole cluster */
+    int32_t objective;       /* HPGO_OBJ_TIME: iteration time on `gpus`; HPGO_OBJ_COST: GPU-seconds
+                                per iteration, over every GPU count gpus / 2^k that still fits */
+    int32_t top;             /* plans to return, 1..HPGO_AUTOPLAN_MAX_TOP */
+    int32_t exhaustive;      /* simulate every candidate (no bounds) */
+    int32_t threads;         /* 0: hpgo_default_threads() */
+    int32_t max_micro_batch; /* largest micro-batch tried (>= 1) */
+    int32_t max_vstages;     /* largest number of virtual stages tried (>= 2) */
+    double overhead_bytes;   /* as hpgo_step_opts_t; < 0 for the default */
+    /* fixed choices; -1 leaves the dimension free */
+    int32_t tp, pp, dp, vstages, micro_batch, schedule, recompute, sequence_parallel, zero;
+} hpgo_autoplan_opts_t;
+
+typedef struct hpgo_autoplan_entry {
+    hpgo_parplan_t plan;      /* plan.split points into the result's split array */
+    double iteration_time;    /* seconds */
+    double score;             /* what was minimised: time, or time x GPUs */
+    int32_t balanced;         /* 1: compute-balanced layer split, 0: even split */
+} hpgo_autoplan_entry_t;
+
+typedef struct hpgo_autoplan_result {
+    int32_t n;                       /* plans found (<= top), best first */
+    hpgo_autoplan_entry_t *entries;
+    int32_t *splits;                 /* storage of the entries' splits */
+    int64_t candidates;              /* plans of the search space */
+    int64_t rejected;                /* the model or cluster cannot run them */
+    int64_t pruned_memory;           /* proven not to fit without simulation */
+    int64_t pruned_time;             /* proven slower than the top-th plan */
+    int64_t simulated;               /* run by the engine */
+    int64_t did_not_fit;             /* simulated and over the GPU's memory */
+} hpgo_autoplan_result_t;
+
+/* Search; *out is the caller's (hpgo_autoplan_result_free).  A search that
+ * finds no plan that fits returns HPGO_OK with n = 0 ("no feasible plan" is
+ * a result).  HPGO_E_INVALID for bad options, HPGO_E_LIMIT past
+ * HPGO_AUTOPLAN_MAX_CANDIDATES, HPGO_E_NOMEM. */
+int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_autoplan_opts_t *o,
+                  hpgo_autoplan_result_t **out, hpgo_err_t *err);
+void hpgo_autoplan_result_free(hpgo_autoplan_result_t *r);
+
+#endif
