@@ -15,7 +15,8 @@
  *    Memory: the exact model states of each device plus the activations its
  *    schedule must hold before its first backward (1F1B and ZB-H1: pp - i
  *    micro-batches, interleaved: Megatron's warm-up + 1 chunks, GPipe: all,
- *    ZB-V: its two chunks of the first micro-batch) plus the transient and
+ *    ZB-V: its two chunks of the first micro-batch, and on device 0 the
+ *    first-chunk forwards it runs before that micro-batch returns) plus the transient and
  *    fixed bytes, as the engine adds them.  Time: each device's work
  *    (m x the forward and backward of its chunks) plus its optimizer step,
  *    which the engine's iteration can only exceed.
@@ -36,6 +37,8 @@
 #include "memory.h"
 #include "pool.h"
 #include "schedule.h"
+
+#define P_MIN(a, b) ((int64_t)(a) < (int64_t)(b) ? (int64_t)(a) : (int64_t)(b))
 
 enum { ST_LIVE = 0, ST_REJECTED, ST_MEMORY, ST_FITS, ST_NOFIT, ST_NOMEM };
 
@@ -155,6 +158,18 @@ static void bound_job(void *ctx, int64_t j)
             sumact += st->act;
         }
         double act = p.schedule == HPGO_PS_ZBV ? sumact : (double)inflight_lb(&p, m, d) * minact;
+        if (p.schedule == HPGO_PS_ZBV && d == 0) {
+            /* until the first micro-batch comes back to device 0's second
+             * chunk (the forwards of stages 0 .. 2p-2 later), device 0 can
+             * only run first-chunk forwards, back to back, up to the cap of
+             * p started micro-batches (schedule.c) */
+            double n0 = (double)(P_MIN(p.pp, m));
+            if (sc[0].f > 0 && ceil(before[K - 1] / sc[0].f) < n0)
+                n0 = ceil(before[K - 1] / sc[0].f);
+            if (n0 < 1)
+                n0 = 1;
+            act = n0 * sc[0].act + sc[K - 1].act;
+        }
         hpgo_mem_t mem;
         hpgo_memory_breakdown(S->c, &p, S->w->precision, params, maxlayer, act + transient,
                               S->overhead, &mem);

@@ -137,6 +137,49 @@ typedef struct zdev {
     int64_t alive;
 } zdev_t;
 
+static int zdone(const zdev_t *z, int64_t m)
+{
+    return z->nb[0] == m && z->nb[1] == m && z->wq_head == z->wq_tail;
+}
+
+/* Devices ready to decide, ordered by (clock, index): a binary heap. */
+static int zless(const zdev_t *d, int32_t a, int32_t b)
+{
+    return d[a].clock < d[b].clock || (d[a].clock == d[b].clock && a < b);
+}
+
+static void heap_push(int32_t *h, int32_t *n, const zdev_t *d, int32_t x)
+{
+    int32_t i = (*n)++;
+    h[i] = x;
+    while (i > 0 && zless(d, h[i], h[(i - 1) / 2])) {
+        int32_t t = h[i];
+        h[i] = h[(i - 1) / 2];
+        h[(i - 1) / 2] = t;
+        i = (i - 1) / 2;
+    }
+}
+
+static int32_t heap_pop(int32_t *h, int32_t *n, const zdev_t *d)
+{
+    int32_t top = h[0], i = 0;
+    h[0] = h[--(*n)];
+    for (;;) {
+        int32_t l = 2 * i + 1, r = l + 1, s = i;
+        if (l < *n && zless(d, h[l], h[s]))
+            s = l;
+        if (r < *n && zless(d, h[r], h[s]))
+            s = r;
+        if (s == i)
+            break;
+        int32_t t = h[i];
+        h[i] = h[s];
+        h[s] = t;
+        i = s;
+    }
+    return top;
+}
+
 static int gen_zbv(int32_t p, int64_t m, const double *f, const double *b, const double *w,
                    double p2p, hpgo_op_t **ops, int64_t *n_ops, hpgo_err_t *err)
 {
@@ -146,8 +189,9 @@ static int gen_zbv(int32_t p, int64_t m, const double *f, const double *b, const
     zdev_t *d = calloc((size_t)p, sizeof *d);
     int64_t *wq = malloc(sizeof(int64_t) * (size_t)(p * 2 * m)); /* per device: (mb << 1 | chunk) */
     char *blocked = calloc((size_t)p, 1);
+    int32_t *heap = malloc(sizeof(int32_t) * (size_t)p), nh = 0;
     int rc = HPGO_OK;
-    if (!fend || !bend || !d || !wq || !blocked) {
+    if (!fend || !bend || !d || !wq || !blocked || !heap) {
         rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory generating zb-v");
         goto done;
     }
@@ -157,18 +201,14 @@ static int gen_zbv(int32_t p, int64_t m, const double *f, const double *b, const
         n_ops[i] = 0;
     int64_t left = 6 * m * p; /* F, B, W of two chunks per device */
     const int64_t cap = 2 * (int64_t)p;
+    for (int32_t x = 0; x < p; x++)
+        heap_push(heap, &nh, d, x);
     while (left > 0) {
-        int32_t i = -1;
-        for (int32_t x = 0; x < p; x++) {
-            zdev_t *z = &d[x];
-            int done = z->nb[0] == m && z->nb[1] == m && z->wq_head == z->wq_tail;
-            if (!done && !blocked[x] && (i < 0 || z->clock < d[i].clock))
-                i = x;
-        }
-        if (i < 0) {
+        if (nh == 0) {
             rc = hpgo_err_set(err, HPGO_E_INTERNAL, 0, "zb-v generator deadlocked");
             goto done;
         }
+        int32_t i = heap_pop(heap, &nh, d);
         zdev_t *z = &d[i];
         double now = z->clock, soonest = INFINITY;
         int kind = -1, chunk = 0;
@@ -214,14 +254,17 @@ static int gen_zbv(int32_t p, int64_t m, const double *f, const double *b, const
             z->clock = now + w[k];
             z->alive--;
             left--;
-            memset(blocked, 0, (size_t)p);
+            if (!zdone(z, m))
+                heap_push(heap, &nh, d, i);
             continue;
         }
         if (kind < 0) {
-            if (isinf(soonest))
-                blocked[i] = 1; /* waits on another device: until someone moves */
-            else
+            if (isinf(soonest)) {
+                blocked[i] = 1; /* waits on another device: until its producer moves */
+            } else {
                 z->clock = soonest;
+                heap_push(heap, &nh, d, i);
+            }
             continue;
         }
         int32_t k = chunk == 0 ? i : K - 1 - i;
@@ -238,7 +281,15 @@ static int gen_zbv(int32_t p, int64_t m, const double *f, const double *b, const
         }
         ops[i][n_ops[i]++] = (hpgo_op_t){(int32_t)mb, (int16_t)chunk, (int16_t)kind};
         left--;
-        memset(blocked, 0, (size_t)p);
+        /* only the device that receives this op's output can become ready */
+        int32_t to = kind == HPGO_OP_F ? (k + 1 < K ? zdev_of(p, k + 1) : -1)
+                                       : (k > 0 ? zdev_of(p, k - 1) : -1);
+        if (to >= 0 && blocked[to]) {
+            blocked[to] = 0;
+            heap_push(heap, &nh, d, to);
+        }
+        if (!zdone(z, m))
+            heap_push(heap, &nh, d, i);
     }
 done:
     free(fend);
@@ -246,6 +297,7 @@ done:
     free(d);
     free(wq);
     free(blocked);
+    free(heap);
     return rc;
 }
 

@@ -54,6 +54,7 @@ from .hetero import HapLayer, HapPlan, hap_cluster
 from .cluster import GPU, Cluster, Level
 from .workmodel import ProfiledModel, Transformer, model_id, profile_model, transformer
 from .parallel import MemoryBreakdown, ParallelPlan, StepResult, simulate
+from .autoplan import RankedPlan, RankedPlans, autoplan
 from .hetero import compare as hap_compare, plan as hap_plan
 from . import dynpipe, hetero
 from . import layerwise as Layerwise
@@ -92,6 +93,8 @@ __all__ = [
     "PlanStage",
     "PlanningError",
     "ProfiledModel",
+    "RankedPlan",
+    "RankedPlans",
     "ReplanResult",
     "SimulationResult",
     "Stage",
@@ -101,6 +104,7 @@ __all__ = [
     "SweepRow",
     "Transformer",
     "Utils",
+    "autoplan",
     "best_plan",
     "candidate_plans",
     "conductor_from_torch_graph_and_seps",
