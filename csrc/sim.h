@@ -152,10 +152,15 @@ typedef struct hpgo_sim_pipeline {
  * (duration link_latency + bytes / link_bandwidth) and overlaps compute;
  * after its last backward a stage with n > 1 GPUs runs a blocking ring
  * all-reduce of 2 (n-1)/n param_bytes at allreduce_bandwidth.  PipeDream
- * runs 3 + 2 ceil((S-1)/M) iterations back to back without flush (an
- * all-reduce after each iteration's last backward) and reports the slowest
- * stage's average iteration over two iterations between warm-up and
- * cool-down (its steady-state period).
+ * runs iterations back to back without flush (an all-reduce after each
+ * iteration's last backward); its iteration_time is the steady-state
+ * period: the simulation is run long enough (no timeline) that every op
+ * time of a window of iterations, after every stage has settled, repeats c
+ * iterations later shifted by the same delta (c <= 64), and delta / c is
+ * reported; a run too long to settle within 2^21 stage x micro-batch slots
+ * reports the slowest stage's average over the second half of it instead.
+ * The timeline, the in-flight counts and the memory are those of
+ * 3 + 2 ceil((S-1)/M) iterations (warm-up, two steady ones, cool-down).
  * Errors: HPGO_E_INVALID (bad numbers, unknown schedule, GPU used twice),
  * HPGO_E_LIMIT (sizes past the limits above), HPGO_E_NOMEM.  *out is NULL
  * on error.  Thread-safe; the caller owns *out. */

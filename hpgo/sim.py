@@ -301,11 +301,11 @@ def simulate_pipeline(stages: Sequence[Stage | Mapping[str, Any]], microbatches:
 
     ``schedule``: "1f1b" (DAPPLE early backward: warm-up of S-s-1 forwards,
     then one forward / one backward, flush), "gpipe" (all forwards, then all
-    backwards) or "pipedream" (1F1B without flush: 3 + 2 ceil((S-1)/M)
-    iterations run back to back, the iteration time is the slowest stage's
-    steady-state period between warm-up and cool-down, and weights are
-    stashed once per micro-batch in flight; the timeline shows all of them,
-    micro-batches numbered across iterations).  Transfers use one link per boundary and
+    backwards) or "pipedream" (1F1B without flush, iterations back to
+    back: the iteration time is the steady-state period, measured on a run
+    long enough that every op time repeats; weights are stashed once per
+    micro-batch in flight; the timeline shows 3 + 2 ceil((S-1)/M)
+    iterations, micro-batches numbered across iterations).  Transfers use one link per boundary and
     direction (``link_latency`` + bytes / ``link_bandwidth``, bytes/s) and
     overlap compute; a stage on n > 1 GPUs ends with a blocking ring
     all-reduce of 2 (n-1)/n ``param_bytes`` at ``allreduce_bandwidth``

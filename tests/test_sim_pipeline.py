@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 import hpgo
 from hpgo.sim import Stage, simulate_pipeline, simulate_plan
 
+from pipedream_ref import steady_period
+
 
 def compute_events(res, device):
     return [(e.name, e.microbatch, e.start, e.end) for e in res.timeline
@@ -75,6 +77,42 @@ def test_pipedream_steady_state_by_hand():
     assert [s.weight_bytes for s in r2.stages] == [20.0, 10.0]  # stashed versions
     mbs = sorted({e.microbatch for e in r.timeline})
     assert mbs == list(range(5 * 4))  # 3 + 2 ceil((S-1)/M) iterations back to back
+
+
+def test_pipedream_period_after_every_stage_settles():
+    # issue 11: stage 0 is the bottleneck (f + b = 4 s per micro-batch) and
+    # its round trip to stage 1 (1.3 + 0.2 + 0.8 + 1.3 s) hides behind its
+    # next forward; the old two-iteration window opened while stage 1 was
+    # still settling and reported 4.8 s
+    stages = [Stage(forward=2, backward=2, send_bytes=1.3e9), Stage(forward=0.2, backward=0.8)]
+    r = simulate_pipeline(stages, 1, "pipedream", link_bandwidth=1e9)
+    assert r.iteration_time == pytest.approx(4.0, rel=1e-12)
+    assert r.stages[0].bubble == pytest.approx(0.0, abs=1e-12)
+    assert r.stages[1].bubble == pytest.approx(0.75, rel=1e-12)
+
+
+pd_stage = st.tuples(st.floats(0.0, 3.0), st.floats(0.0, 3.0),
+                     st.one_of(st.just(0.0), st.floats(0.0, 3e9)),
+                     st.one_of(st.just(0.0), st.floats(0.0, 4e9)), st.integers(1, 3))
+
+
+@settings(max_examples=40, deadline=None)
+@given(stages=st.lists(pd_stage, min_size=1, max_size=4), m=st.integers(1, 5),
+       latency=st.sampled_from([0.0, 0.05]))
+def test_pipedream_period_matches_a_long_run(stages, m, latency):
+    """The iteration time is the steady-state period of an independent
+    brute-force model run for 300 iterations, and at least the closed-form
+    bounds: every stage's work per iteration (compute and all-reduce) and
+    every link's transfers per iteration."""
+    bw = 1e9
+    r = simulate_pipeline([Stage(f, b, sb, pb, replicas=n) for f, b, sb, pb, n in stages], m,
+                          "pipedream", link_bandwidth=bw, link_latency=latency, timeline=False)
+    ref = steady_period(stages, m, bw, latency, iters=300)
+    assert r.iteration_time == pytest.approx(ref, rel=1e-9, abs=1e-12)
+    work = max(m * (f + b) + (2 * (n - 1) / n * pb / bw if n > 1 else 0.0)
+               for f, b, sb, pb, n in stages)
+    links = max((m * (latency + sb / bw) for f, b, sb, pb, n in stages[:-1]), default=0.0)
+    assert r.iteration_time >= max(work, links) * (1 - 1e-12) - 1e-12
 
 
 def test_gpu_ids_and_peers():

@@ -269,6 +269,12 @@ static void test_contract(void)
     CHECK(hpgo_sim_pipeline_run(&c, &r, &err) == HPGO_OK && r && r->iteration_time > 0);
     hpgo_sim_result_free(r);
     hpgo_sim_result_free(NULL);
+    /* PipeDream's period once every stage has settled (issue 11: was 4.8 s) */
+    hpgo_sim_stage_t pd[2] = {{2, 2, 1.3e9, 0, 0, 1, NULL}, {0.2, 0.8, 0, 0, 0, 1, NULL}};
+    hpgo_sim_pipeline_t pdc = {2, pd, 1, HPGO_SCHED_PIPEDREAM, 1e9, 0.0, 1e9, 2.0, 1};
+    CHECK(hpgo_sim_pipeline_run(&pdc, &r, &err) == HPGO_OK && r &&
+          fabs(r->iteration_time - 4.0) < 1e-12);
+    hpgo_sim_result_free(r);
     struct {
         int field;
         double value;
