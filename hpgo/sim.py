@@ -115,6 +115,56 @@ class DeviceStats:
     peak_bytes: float
 
 
+def _track_label(e: Event) -> str:
+    if e.lane == 0:
+        return "compute"
+    if e.peer >= 0 and e.name in ("send", "recv"):
+        return f"{e.name} {'to' if e.name == 'send' else 'from'} device {e.peer}"
+    return "transfers"
+
+
+def _trace_threads(timeline: Sequence[Event]) -> tuple[list[int], dict[tuple[int, int], str]]:
+    """Thread id of each event and the name of each (device, thread).
+
+    Events first go to a track by device and label (compute, or one link
+    direction); a track is then split greedily, in start order, into
+    numbered threads on which every event either nests inside the
+    innermost open one or starts after it ends, so that Perfetto's
+    slice stacks are well formed whatever the engine overlaps."""
+    tracks: dict[tuple[int, str], list[int]] = {}
+    for i, e in enumerate(timeline):
+        tracks.setdefault((e.device, _track_label(e)), []).append(i)
+    tids = [0] * len(timeline)
+    names: dict[tuple[int, int], str] = {}
+    next_tid: dict[int, int] = {}
+    # compute first, so that it keeps thread 0
+    for (dev, label), idx in sorted(tracks.items(), key=lambda kv: (kv[0][0],
+                                                                    kv[0][1] != "compute",
+                                                                    kv[0][1])):
+        idx.sort(key=lambda i: (timeline[i].start, -timeline[i].duration, i))
+        subs: list[list[float]] = []  # per sub-thread: ends of the open (enclosing) events
+        sub_tid: list[int] = []
+        for i in idx:
+            e = timeline[i]
+            start, end = e.start, e.start + e.duration
+            eps = 1e-12 * max(1.0, abs(end))
+            for k, stack in enumerate(subs):
+                while stack and stack[-1] <= start + eps:
+                    stack.pop()
+                if not stack or end <= stack[-1] + eps:
+                    stack.append(end)
+                    tids[i] = sub_tid[k]
+                    break
+            else:
+                tid = next_tid.get(dev, 0)
+                next_tid[dev] = tid + 1
+                subs.append([end])
+                sub_tid.append(tid)
+                names[(dev, tid)] = label if len(subs) == 1 else f"{label} #{len(subs)}"
+                tids[i] = tid
+    return tids, names
+
+
 class SimulationResult:
     """Result of one simulated iteration.
 
@@ -174,11 +224,14 @@ class SimulationResult:
         return self._timeline
 
     def to_chrome_trace(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-        """The timeline as Chrome trace / Perfetto JSON: one process track
-        per device (named "device N", the DistIR input host "device 0
-        (host)"), thread 0 for compute, thread 1 for asynchronous transfers;
-        times in microseconds.  Writes the file when ``path`` is given and
-        returns the dict either way."""
+        """The timeline as Chrome trace / Perfetto JSON: one process per
+        device (named "device N (stage s)", the DistIR input host "device 0
+        (host)"); thread 0 is its compute stream and each link direction
+        gets its own thread ("send to device P", "recv from device P"), so
+        the complete events of every thread are disjoint or properly nested
+        (a transfer thread whose events would still overlap is split into
+        numbered threads).  Times in microseconds.  Writes the file when
+        ``path`` is given and returns the dict either way."""
         events: list[dict[str, Any]] = []
         for d in self.devices:
             label = f"device {d.device}" + (" (host)" if d.stage < 0 else f" (stage {d.stage})")
@@ -186,15 +239,17 @@ class SimulationResult:
                            "args": {"name": label}})
             events.append({"name": "process_sort_index", "ph": "M", "pid": d.device, "tid": 0,
                            "args": {"sort_index": d.device}})
-        lanes = sorted({(e.device, e.lane) for e in self.timeline})
-        for dev, lane in lanes:
-            events.append({"name": "thread_name", "ph": "M", "pid": dev, "tid": lane,
-                           "args": {"name": "compute" if lane == 0 else "transfers"}})
-        for e in self.timeline:
+        tids, names = _trace_threads(self.timeline)
+        for (dev, tid), name in sorted(names.items()):
+            events.append({"name": "thread_name", "ph": "M", "pid": dev, "tid": tid,
+                           "args": {"name": name}})
+            events.append({"name": "thread_sort_index", "ph": "M", "pid": dev, "tid": tid,
+                           "args": {"sort_index": tid}})
+        for e, tid in zip(self.timeline, tids):
             args = {k: v for k, v in (("stage", e.stage), ("microbatch", e.microbatch),
                                       ("layer", e.layer), ("peer", e.peer)) if v >= 0}
             events.append({"name": e.name, "ph": "X", "ts": e.start * 1e6,
-                           "dur": e.duration * 1e6, "pid": e.device, "tid": e.lane,
+                           "dur": e.duration * 1e6, "pid": e.device, "tid": tid,
                            "args": args})
         trace = {"traceEvents": events, "displayTimeUnit": "ms",
                  "otherData": {"iteration_time_s": self.iteration_time,

@@ -332,8 +332,12 @@ def test_chrome_trace_one_track_per_device(tmp_path):
     assert {e["pid"] for e in t2["traceEvents"] if e["ph"] == "M"} == {0, 1, 2}
     p = hpgo.simulate_pipeline([hpgo.Stage(1, 2, send_bytes=1e6), hpgo.Stage(1, 2)], 2)
     t = p.to_chrome_trace()
+    # compute on thread 0, then one thread per link direction
     assert {(e["pid"], e["tid"]) for e in t["traceEvents"] if e["ph"] == "X"} == {
-        (0, 0), (0, 1), (1, 0), (1, 1)}
+        (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in t["traceEvents"]
+               if e["name"] == "thread_name"}
+    assert threads[(0, 1)] == "recv from device 1" and threads[(0, 2)] == "send to device 1"
 
 
 # ---------------------------------------------------------------- bad arguments

@@ -202,6 +202,66 @@ def test_timeline_is_consistent(stages, m, schedule):
         assert max(e.end for e in r.timeline) == pytest.approx(r.iteration_time)
 
 
+# ---------------------------------------------------------------- trace export
+
+
+def assert_threads_nest(trace):
+    """Every (pid, tid)'s complete events are disjoint or properly nested
+    (what Perfetto's and Chrome's slice stacks need); times within 1 ns."""
+    by_thread = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X":
+            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for key, spans in by_thread.items():
+        spans.sort(key=lambda x: (x[0], -x[1]))
+        open_ends = []
+        for start, end in spans:
+            tol = 1e-3 + 1e-12 * abs(end)
+            while open_ends and open_ends[-1] <= start + tol:
+                open_ends.pop()
+            assert not open_ends or end <= open_ends[-1] + tol, (
+                f"thread {key}: [{start}, {end}] overlaps an event ending at {open_ends[-1]} "
+                "without nesting in it")
+            open_ends.append(end)
+    return by_thread
+
+
+def test_trace_transfers_of_a_middle_stage_nest():
+    # issue 11: the middle stage sends forward and backward and receives from
+    # both sides at the same time; all four shared one transfer thread
+    stages = [Stage(1.0, 1.0, send_bytes=3e9), Stage(1.0, 1.0, send_bytes=3e9), Stage(1.0, 1.0)]
+    r = simulate_pipeline(stages, 4, "1f1b", link_bandwidth=1e9)
+    t = r.to_chrome_trace()
+    by_thread = assert_threads_nest(t)
+    assert len(by_thread) == 3 + 5 + 3  # compute and one thread per link direction
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in t["traceEvents"]
+             if e["name"] == "thread_name"}
+    assert sorted(names[k] for k in names if k[0] == 1) == [
+        "compute", "recv from device 0", "recv from device 2", "send to device 0",
+        "send to device 2"]
+    # the old layout (every transfer of a device on thread 1) does not nest
+    old = {"traceEvents": [dict(e, tid=0 if e["tid"] == 0 else 1) for e in t["traceEvents"]]}
+    with pytest.raises(AssertionError, match="overlaps"):
+        assert_threads_nest(old)
+
+
+@settings(max_examples=40, deadline=None)
+@given(stages=plans, m=st.integers(1, 8), schedule=schedules)
+def test_trace_threads_nest(stages, m, schedule):
+    r = simulate_pipeline(stages, m, schedule, link_bandwidth=1e9, link_latency=1e-3)
+    t = r.to_chrome_trace()
+    assert_threads_nest(t)
+    assert sum(e["ph"] == "X" for e in t["traceEvents"]) == len(r.timeline)
+
+
+def test_distir_trace_threads_nest():
+    for kw in (dict(dp=2, tp=2, pp=2, microbatches=4), dict(pp=4, microbatches=8),
+               dict(dp=4), dict(tp=4)):
+        r = hpgo.simulate_mlp(batch_size=64, width=16, layers=4, cost_model="distir-2021-grid",
+                              **kw)
+        assert_threads_nest(r.to_chrome_trace())
+
+
 # ---------------------------------------------------------------- planner results
 
 
