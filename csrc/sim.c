@@ -190,6 +190,11 @@ static int p_validate(const hpgo_sim_pipeline_t *c, hpgo_err_t *err)
                                 "stage %d: send_bytes, param_bytes and activation_bytes must be "
                                 "finite and >= 0",
                                 (int)s);
+        if (!is_finite_nonneg(st->link_bandwidth) || !is_finite_nonneg(st->allreduce_bandwidth))
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "stage %d: link_bandwidth and allreduce_bandwidth must be finite "
+                                "bytes/s > 0, or 0 for the pipeline's, got %g and %g",
+                                (int)s, st->link_bandwidth, st->allreduce_bandwidth);
         if (st->n_gpus < 1)
             return hpgo_err_set(err, HPGO_E_INVALID, 0, "stage %d: needs at least one GPU, got %d",
                                 (int)s, (int)st->n_gpus);
@@ -249,13 +254,17 @@ static double p_allreduce_time(const psim *P, int32_t s)
     if (st->n_gpus < 2 || st->param_bytes == 0.0)
         return 0.0;
     double n = (double)st->n_gpus;
-    return 2.0 * (n - 1.0) / n * st->param_bytes / P->cfg->allreduce_bandwidth;
+    double bw = st->allreduce_bandwidth > 0.0 ? st->allreduce_bandwidth
+                                              : P->cfg->allreduce_bandwidth;
+    return 2.0 * (n - 1.0) / n * st->param_bytes / bw;
 }
 
+/* Seconds of one transfer on the boundary after stage s (either direction). */
 static double p_transfer_time(const psim *P, int32_t s)
 {
     const hpgo_sim_stage_t *st = &P->cfg->stages[s];
-    return P->cfg->link_latency + st->send_bytes / P->cfg->link_bandwidth;
+    double bw = st->link_bandwidth > 0.0 ? st->link_bandwidth : P->cfg->link_bandwidth;
+    return P->cfg->link_latency + st->send_bytes / bw;
 }
 
 static int p_event(psim *P, int32_t s, int kind, int lane, double start, double dur, int32_t mb,

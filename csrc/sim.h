@@ -131,6 +131,9 @@ typedef struct hpgo_sim_stage {
     double activation_bytes; /* bytes each GPU stashes per micro-batch in flight */
     int32_t n_gpus;          /* data-parallel replicas of the stage (>= 1) */
     const int32_t *gpus;     /* n_gpus distinct device ids, or NULL: numbered consecutively */
+    double link_bandwidth;   /* bytes/s of the link to the next stage (both directions);
+                                0: the pipeline's link_bandwidth */
+    double allreduce_bandwidth; /* bytes/s of this stage's ring all-reduce; 0: the pipeline's */
 } hpgo_sim_stage_t;
 
 typedef struct hpgo_sim_pipeline {
@@ -138,9 +141,11 @@ typedef struct hpgo_sim_pipeline {
     const hpgo_sim_stage_t *stages;
     int32_t microbatches;       /* per iteration, >= 1 */
     int schedule;               /* HPGO_SCHED_* */
-    double link_bandwidth;      /* bytes/s of a stage-to-stage transfer, > 0 */
+    double link_bandwidth;      /* bytes/s of a stage-to-stage transfer, > 0 (a stage may
+                                   override it for its link to the next stage) */
     double link_latency;        /* seconds added to every transfer, >= 0 */
-    double allreduce_bandwidth; /* bytes/s of the ring all-reduce among a stage's GPUs, > 0 */
+    double allreduce_bandwidth; /* bytes/s of the ring all-reduce among a stage's GPUs, > 0
+                                   (a stage may override it) */
     double optimizer_factor;    /* optimizer-state bytes per parameter byte, >= 0 */
     int record_events;          /* non-zero: fill the timeline */
 } hpgo_sim_pipeline_t;
@@ -149,9 +154,10 @@ typedef struct hpgo_sim_pipeline {
  * Semantics: every GPU of a stage runs the stage's op list (schedule above);
  * a forward waits for its activation, a backward for its gradient; each
  * boundary has one link per direction that carries the transfers in order
- * (duration link_latency + bytes / link_bandwidth) and overlaps compute;
- * after its last backward a stage with n > 1 GPUs runs a blocking ring
- * all-reduce of 2 (n-1)/n param_bytes at allreduce_bandwidth.  PipeDream
+ * (duration link_latency + bytes / the sending side's stage link_bandwidth,
+ * or the pipeline's) and overlaps compute; after its last backward a stage
+ * with n > 1 GPUs runs a blocking ring all-reduce of 2 (n-1)/n param_bytes
+ * at its allreduce_bandwidth (or the pipeline's).  PipeDream
  * runs iterations back to back without flush (an all-reduce after each
  * iteration's last backward); its iteration_time is the steady-state
  * period: the simulation is run long enough (no timeline) that every op

@@ -28,6 +28,7 @@ from numbers import Real
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 from . import _core
+from .sim import FORWARD_FRACTION, HPGO_NVLINK_BW
 
 __all__ = [
     "LayerChain",
@@ -138,10 +139,13 @@ def read_layer_profile(path) -> LayerChain:
     return LayerChain(tuple(fwd), tuple(bwd), tuple(comm), tuple(par), tuple(names))
 
 
-def chain_from_model(model, *, forward_fraction: float = 1 / 3, bandwidth: float = 25e9,
+def chain_from_model(model, *, forward_fraction: float = FORWARD_FRACTION,
+                     bandwidth: float = HPGO_NVLINK_BW,
                      batch_fraction: float = 1.0) -> LayerChain:
     """A chain from a :class:`hpgo.Model`'s layers in file order: each layer's
-    ``compute_time`` (seconds, forward + backward) split by ``forward_fraction``,
+    ``compute_time`` (seconds, forward + backward) split by ``forward_fraction``
+    (default :data:`hpgo.sim.FORWARD_FRACTION` = 1/2, the share
+    :func:`hpgo.simulate_plan` uses too),
     its ``output_activation_size`` sent at ``bandwidth`` bytes/s, its
     ``parameter_size`` moved on a switch; times and activations are scaled by
     ``batch_fraction`` (micro-batch / profile batch)."""

@@ -106,7 +106,8 @@ def test_pipedream_period_matches_a_long_run(stages, m, latency):
     every link's transfers per iteration."""
     bw = 1e9
     r = simulate_pipeline([Stage(f, b, sb, pb, replicas=n) for f, b, sb, pb, n in stages], m,
-                          "pipedream", link_bandwidth=bw, link_latency=latency, timeline=False)
+                          "pipedream", link_bandwidth=bw, link_latency=latency,
+                          allreduce_bandwidth=bw, timeline=False)
     ref = steady_period(stages, m, bw, latency, iters=300)
     assert r.iteration_time == pytest.approx(ref, rel=1e-9, abs=1e-12)
     work = max(m * (f + b) + (2 * (n - 1) / n * pb / bw if n > 1 else 0.0)
@@ -309,6 +310,77 @@ def test_simulate_plan_single_stage_data_parallel():
     r = simulate_plan(m, [(0, 1, 4, [0, 1, 2, 3])], rp=1, allreduce_bandwidth=1e9)
     # 8 micro-batches of one sample over 4 GPUs: 2 s / (4*8) each, then the all-reduce
     assert r.iteration_time == pytest.approx(8 * 2.0 / 32 + 2 * 3 / 4 * 8e6 / 1e9)
+
+
+def _durations(r, name, device):
+    return sorted({e.duration for e in r.timeline if e.name == name and e.device == device})
+
+
+def test_simulate_plan_prices_boundaries_as_hpgo():
+    """Issue 11: the boundary between machines is priced at HPGO's 1 GB/s
+    (it was 25 GB/s everywhere), inside a machine at 25 GB/s."""
+    m = FakeModel(ct=[4.0, 4.0], pa=[8e8, 8e8], oa=[4e9, 0.0], gbs=16)
+    two_machines = (1.0, [(0, 1, 1, list(range(8))), (1, 1, 1, list(range(8, 16)))])
+    r = simulate_plan(m, two_machines, seps=[8, 16])
+    mcount = 16 // 8
+    per_gpu = 4e9 / (8 * mcount)
+    assert _durations(r, "send", 0) == [pytest.approx(per_gpu / hpgo.sim.HPGO_ETHERNET_BW)]
+    # the default layout is machines of 8 GPUs: same answer without seps
+    assert simulate_plan(m, two_machines).iteration_time == r.iteration_time
+    # the same GPUs in one 16-GPU machine: NVLink
+    one = simulate_plan(m, two_machines, seps=[16])
+    assert _durations(one, "send", 0) == [pytest.approx(per_gpu / hpgo.sim.HPGO_NVLINK_BW)]
+    # GPU 7 of stage 0 pairs with GPU 8+7 of stage 1: crossing at seps [12, 16]
+    mixed = simulate_plan(m, two_machines, seps=[12, 16])
+    assert _durations(mixed, "send", 0) == [pytest.approx(per_gpu / hpgo.sim.HPGO_ETHERNET_BW)]
+    # a Plan carries its seps to simulate_plan
+    plan = hpgo.Plan.from_hpgo(two_machines, devices=[16])
+    assert plan.simulate(m).iteration_time == one.iteration_time
+    with pytest.raises(ValueError, match="outside seps"):
+        simulate_plan(m, two_machines, seps=[4, 8])
+
+
+def test_simulate_plan_allreduce_priced_as_hpgo_and_independent_of_the_link():
+    m = FakeModel(ct=[4.0, 4.0], pa=[8e8, 8e8], oa=[4e9, 0.0], gbs=16)
+    plan = (1.0, [(0, 1, 1, list(range(8))), (1, 1, 1, list(range(8, 16)))])
+    r = simulate_plan(m, plan, seps=[8, 16])
+    f = 2 * 7 / 8
+    # inside one machine: 25 GB/s x (GPUs // 2), HPGO's all_reduce_time
+    assert _durations(r, "all_reduce", 0) == [pytest.approx(f * 8e8 / (25e9 * 4))]
+    # a stage spanning machines: HPGO's NCCL-over-Ethernet 3 GB/s
+    dp = simulate_plan(m, (1.0, [(0, 1, 16, list(range(16)))]), rp=1, seps=[8, 16])
+    assert _durations(dp, "all_reduce", 0) == [pytest.approx(2 * 15 / 16 * 1.6e9 / 3e9)]
+    # the boundary link no longer drags the all-reduce along
+    slow = simulate_plan(m, plan, seps=[8, 16], inter_machine_bandwidth=1e8)
+    assert _durations(slow, "all_reduce", 0) == _durations(r, "all_reduce", 0)
+    slow = simulate_plan(m, plan, seps=[8, 16], link_bandwidth=1e8)
+    assert _durations(slow, "all_reduce", 8) == [pytest.approx(f * 8e8 / (1e8 * 4))]
+    fixed = simulate_plan(m, plan, seps=[8, 16], allreduce_bandwidth=2e9)
+    assert _durations(fixed, "all_reduce", 0) == [pytest.approx(f * 8e8 / 2e9)]
+    # simulate_pipeline: allreduce_bandwidth defaults to 25 GB/s whatever the link
+    st_ = [Stage(1.0, 1.0, param_bytes=1e9, replicas=2)]
+    a = simulate_pipeline(st_, 2, link_bandwidth=1e6)
+    assert a.iteration_time == pytest.approx(4.0 + 1e9 / 25e9)
+
+
+def test_forward_fraction_is_one_documented_share():
+    m = FakeModel(ct=[3.0, 5.0], pa=[0.0, 0.0], oa=[0.0, 0.0], gbs=4)
+    r = simulate_plan(m, [(0, 1, 1, [0])], rp=1)
+    ff = hpgo.sim.FORWARD_FRACTION
+    assert ff == 0.5
+    assert _durations(r, "forward", 0) == [pytest.approx(8.0 / 4 * ff)]
+    assert _durations(r, "backward", 0) == [pytest.approx(8.0 / 4 * (1 - ff))]
+
+    class Layer:
+        def __init__(self, t):
+            self.compute_time, self.output_activation_size = t, 0.0
+            self.parameter_size, self.desc = 0, "x"
+
+    class Model:
+        layers = [Layer(3.0), Layer(5.0)]
+
+    chain = hpgo.dynpipe.chain_from_model(Model())
+    assert chain.forward == (3.0 * ff, 5.0 * ff)
 
 
 @pytest.mark.parametrize("plan, rp, msg", [
