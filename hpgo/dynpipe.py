@@ -184,7 +184,10 @@ def pipeline_score(forward: Sequence[float], backward: Sequence[float],
 @dataclass(frozen=True)
 class ReplanResult:
     """Proposal of :func:`replan`.  Times are seconds per micro-batch under
-    the given slowdowns; ``switch`` applies the cost-benefit rule."""
+    the given slowdowns; ``switch`` applies the cost-benefit rule.  The
+    proposal never scores worse than the current split: ``kept_current``
+    says the search (whose best split, ``searched``, scored ``search_time``)
+    found nothing strictly faster, and ``stages`` is then the current split."""
 
     stages: Tuple[int, ...]        # proposed layers per stage
     current: Tuple[int, ...]       # layers per stage now
@@ -196,6 +199,9 @@ class ReplanResult:
     gain: float                    # seconds saved over the remaining iterations
     switch: bool
     candidates: int
+    kept_current: bool = False
+    searched: Tuple[int, ...] = ()  # the search's own best split (DynPipe's choice for topk)
+    search_time: float = math.nan   # its score
 
     @property
     def chosen(self) -> Tuple[int, ...]:
@@ -228,9 +234,11 @@ def replan(chain_or_forward, backward=None, *, current: Sequence[int],
     ``method="topk"`` is DynPipe's ``calculate_new_placement`` (cuts after the
     ``top_k`` layers of each current stage with the largest f + b + adjacent
     transfers; every choice scored by :func:`pipeline_score`);
-    ``include_current=True`` also keeps the current cuts if they score best.
     ``method="dp"`` is an exact chain DP minimising the slowest stage, scored
-    the same way.
+    the same way.  Whatever the method, when the search finds nothing that
+    scores strictly better than ``current``, the current split is proposed
+    (``kept_current``); ``include_current`` is kept for compatibility and no
+    longer changes anything.
 
     Switch rule: ``switch`` is true iff the proposal is faster and
     (current - predicted) * microbatches_per_iteration * remaining_iterations
@@ -284,7 +292,8 @@ def replan(chain_or_forward, backward=None, *, current: Sequence[int],
         stages=tuple(r["counts"]), current=tuple(cur), current_time=r["current_time"],
         predicted_time=r["new_time"], moved_bytes=r["moved_bytes"],
         drain_time=r["drain_time"], migration_cost=r["migration_cost"], gain=r["gain"],
-        switch=r["switch"], candidates=r["candidates"])
+        switch=r["switch"], candidates=r["candidates"], kept_current=r["kept_current"],
+        searched=tuple(r["search_counts"]), search_time=r["search_time"])
 
 
 @dataclass(frozen=True)
