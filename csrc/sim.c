@@ -608,6 +608,8 @@ static int p_steady_period(const hpgo_sim_pipeline_t *cfg, int32_t min_iters, do
             for (int32_t s = 0; s < S; s++) {
                 const double *e = P.iter_end + (size_t)s * P.iters;
                 double v = b > a ? (e[b] - e[a]) / (double)(b - a) : e[b];
+                if (isnan(v)) /* inf - inf: times overflowed */
+                    v = INFINITY;
                 if (v > it)
                     it = v;
             }

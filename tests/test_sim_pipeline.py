@@ -91,6 +91,13 @@ def test_pipedream_period_after_every_stage_settles():
     assert r.stages[1].bubble == pytest.approx(0.75, rel=1e-12)
 
 
+def test_pipedream_overflowing_times_give_infinity_not_nan():
+    for m in (1, 4):
+        r = simulate_pipeline([Stage(1, 1, 1, 1), Stage(1e308, 1e308, 0, 1e308)], m, "pipedream",
+                              link_bandwidth=1e-300)
+        assert r.iteration_time == math.inf
+
+
 pd_stage = st.tuples(st.floats(0.0, 3.0), st.floats(0.0, 3.0),
                      st.one_of(st.just(0.0), st.floats(0.0, 3e9)),
                      st.one_of(st.just(0.0), st.floats(0.0, 4e9)), st.integers(1, 3))
