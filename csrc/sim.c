@@ -551,74 +551,92 @@ static int p_repeats(const psim *P, int32_t k, int32_t c, double delta)
     return 1;
 }
 
-/* PipeDream's steady-state period.  The run is a max-plus linear system
- * whose ops depend on ops at most `span` iterations away, so once every op
- * time of `span` + 1 consecutive iterations equals that c iterations
- * earlier plus the same delta, the run repeats with period delta / c from
- * there on.  Runs of growing length are simulated (no timeline) until such
- * a window is found among their exact iterations; a run too long to
- * simulate falls back to the slowest stage's average iteration over the
- * second half of its exact iterations.  *period gets seconds per iteration
- * (+inf when times overflow). */
-#define P_MAX_PERIOD_ELEMS ((double)(1 << 21)) /* stages x micro-batches of one period run */
+/* PipeDream's steady-state period from a run's exact iterations, when they
+ * already repeat.  The run is a max-plus linear system invariant under a
+ * shift of the micro-batch numbers by M, and an op depends only on ops at
+ * most S micro-batches away; so once every op time (forwards, backwards,
+ * all-reduces, arrivals) of span + 1 >= S / M + 1 consecutive iterations
+ * equals that c iterations earlier plus one delta, the endless run repeats
+ * with period delta / c from there on (induction over a topological order
+ * of the later ops).  1 and *period (seconds per iteration, +inf when times
+ * overflowed) when found, else 0. */
 #define P_MAX_CYCLICITY 64
 
-static int p_steady_period(const hpgo_sim_pipeline_t *cfg, int32_t min_iters, double *period,
+static int p_detect(const psim *P, double *period)
+{
+    const int32_t span = (P->S + P->M - 1) / P->M + 1;
+    const int32_t K = p_exact_iters(P);
+    const double *e0 = P->iter_end;
+    if (K < 1)
+        return 0;
+    if (!isfinite(e0[K - 1])) {
+        *period = INFINITY;
+        return 1;
+    }
+    for (int32_t c = 1; c <= P_MAX_CYCLICITY && K - 1 - span - c >= 0; c++) {
+        const double delta = e0[K - 1] - e0[K - 1 - c];
+        int ok = 1;
+        for (int32_t k = K - 1; ok && k >= K - 1 - span; k--)
+            ok = p_repeats(P, k, c, delta);
+        if (ok) {
+            *period = delta / (double)c;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The slowest stage's average iteration over the second half of a run's
+ * exact iterations (the fallback when no repetition was found). */
+static double p_average_period(const psim *P)
+{
+    const int32_t K = p_exact_iters(P), a = K / 2, b = K - 1;
+    double it = 0.0;
+    if (K < 1)
+        return 0.0;
+    for (int32_t s = 0; s < P->S; s++) {
+        const double *e = P->iter_end + (size_t)s * P->iters;
+        double v = b > a ? (e[b] - e[a]) / (double)(b - a) : e[b];
+        if (isnan(v)) /* inf - inf: times overflowed */
+            v = INFINITY;
+        if (v > it)
+            it = v;
+    }
+    return it;
+}
+
+/* PipeDream's steady-state period: from the timeline run when its exact
+ * iterations already repeat, else from runs without a timeline of twice,
+ * four times, ... its length until they do (p_detect); a run past
+ * P_MAX_PERIOD_ELEMS stage x micro-batch slots is not simulated and the
+ * longest run's average stands in (p_average_period). */
+#define P_MAX_PERIOD_ELEMS ((double)(1 << 21))
+
+static int p_steady_period(const hpgo_sim_pipeline_t *cfg, const psim *first, double *period,
                            hpgo_err_t *err)
 {
-    const int32_t S = cfg->n_stages, M = cfg->microbatches;
-    const int32_t span = (S + M - 1) / M + 1;
-    int32_t iters = 4 * (span + 1) + 2 * (S - 1) / M + 8;
-    double cap = P_MAX_PERIOD_ELEMS / ((double)S * (double)M);
-    if ((double)iters > cap)
-        iters = (int32_t)cap;
-    if (iters < min_iters)
-        iters = min_iters;
+    if (p_detect(first, period))
+        return HPGO_OK;
+    const double cap = P_MAX_PERIOD_ELEMS / ((double)cfg->n_stages * (double)cfg->microbatches);
+    int32_t iters = first->iters;
+    if (2.0 * iters > cap) {
+        *period = p_average_period(first);
+        return HPGO_OK;
+    }
     for (;;) {
+        iters *= 2;
         psim P;
         int rc = p_init(&P, cfg, iters, 0, err);
         if (rc == HPGO_OK)
             rc = p_execute(&P, err);
-        if (rc != HPGO_OK) {
-            p_free(&P);
-            return rc;
-        }
-        const int32_t K = p_exact_iters(&P);
-        const double *e0 = P.iter_end;
-        if (!isfinite(e0[K - 1])) {
-            *period = INFINITY;
-            p_free(&P);
-            return HPGO_OK;
-        }
-        for (int32_t c = 1; c <= P_MAX_CYCLICITY && K - 1 - span - c >= 0; c++) {
-            const double delta = e0[K - 1] - e0[K - 1 - c];
-            int ok = 1;
-            for (int32_t k = K - 1; ok && k >= K - 1 - span; k--)
-                ok = p_repeats(&P, k, c, delta);
-            if (ok) {
-                *period = delta / (double)c;
-                p_free(&P);
-                return HPGO_OK;
-            }
-        }
-        const int grow = (double)iters * 2.0 <= cap && iters <= (1 << 20);
-        if (!grow) {
-            const int32_t a = K / 2, b = K - 1;
-            double it = 0.0;
-            for (int32_t s = 0; s < S; s++) {
-                const double *e = P.iter_end + (size_t)s * P.iters;
-                double v = b > a ? (e[b] - e[a]) / (double)(b - a) : e[b];
-                if (isnan(v)) /* inf - inf: times overflowed */
-                    v = INFINITY;
-                if (v > it)
-                    it = v;
-            }
-            *period = it;
-            p_free(&P);
-            return HPGO_OK;
+        int done = rc != HPGO_OK || p_detect(&P, period);
+        if (!done && 2.0 * iters > cap) {
+            *period = p_average_period(&P);
+            done = 1;
         }
         p_free(&P);
-        iters *= 2;
+        if (done)
+            return rc;
     }
 }
 
@@ -705,7 +723,7 @@ int hpgo_sim_pipeline_run(const hpgo_sim_pipeline_t *cfg, hpgo_sim_result_t **ou
         rc = p_execute(&P, err);
     double it = 0.0;
     if (rc == HPGO_OK && cfg->schedule == HPGO_SCHED_PIPEDREAM) {
-        rc = p_steady_period(cfg, iters, &it, err);
+        rc = p_steady_period(cfg, &P, &it, err);
     } else if (rc == HPGO_OK) {
         for (int32_t s = 0; s < S; s++)
             if (P.stage_end[s] > it)

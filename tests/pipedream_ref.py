@@ -96,10 +96,10 @@ def iteration_ends(stages, M, iters, link_bandwidth, link_latency=0.0,
 
 def steady_period(stages, M, link_bandwidth, link_latency=0.0, allreduce_bandwidth=None,
                   iters=400):
-    """Average iteration of the slowest stage over the last multiple of 120
-    iterations in the second half of the run (a steady state may repeat
-    only every few iterations)."""
+    """Average iteration of the slowest stage over a multiple of 120
+    iterations in the second half of the run, ending before the cool-down
+    (a steady state may repeat only every few iterations)."""
     ends = iteration_ends(stages, M, iters, link_bandwidth, link_latency, allreduce_bandwidth)
-    b = iters - 1
+    b = iters - 2 - (len(stages) + M - 1) // M  # before the cool-down's last backwards
     a = b - 120 * ((iters // 2) // 120 or 1)  # a multiple of every small cyclicity
     return max((e[b] - e[a]) / (b - a) for e in ends)
