@@ -11,8 +11,8 @@
  * error).  Cost: O(S (M + S)) steps for S stages and M micro-batches, plus
  * the events.  All GPUs of a stage run the same
  * timeline; events are written for each of them.  PipeDream's period is
- * measured on separate, longer runs without a timeline until the op times
- * repeat (p_steady_period): a fixed measuring window right after the
+ * taken where the op times repeat, on the timeline's run or on longer runs
+ * without a timeline (p_steady_period): a fixed measuring window right after the
  * warm-up can open while a stage that is not the bottleneck is still
  * settling, off by up to 30 % on random plans.  No threads, no globals. */
 #include "sim.h"

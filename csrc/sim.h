@@ -160,11 +160,13 @@ typedef struct hpgo_sim_pipeline {
  * at its allreduce_bandwidth (or the pipeline's).  PipeDream
  * runs iterations back to back without flush (an all-reduce after each
  * iteration's last backward); its iteration_time is the steady-state
- * period: the simulation is run long enough (no timeline) that every op
- * time of a window of iterations, after every stage has settled, repeats c
- * iterations later shifted by the same delta (c <= 64), and delta / c is
- * reported; a run too long to settle within 2^21 stage x micro-batch slots
- * reports the slowest stage's average over the second half of it instead.
+ * period: the timeline's run, or if it has not settled yet runs without a
+ * timeline of 2, 4, ... times its length, until every op time of a window
+ * of ceil(S/M) + 2 iterations repeats c iterations later shifted by the
+ * same delta (c <= 64), which makes the endless run periodic; delta / c is
+ * reported.  When no run within 2^21 stage x micro-batch slots settles, the
+ * slowest stage's average over the second half of the longest one is
+ * reported instead (exact in the limit of long runs).
  * The timeline, the in-flight counts and the memory are those of
  * 3 + 2 ceil((S-1)/M) iterations (warm-up, two steady ones, cool-down).
  * Errors: HPGO_E_INVALID (bad numbers, unknown schedule, GPU used twice),
