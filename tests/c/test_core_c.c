@@ -277,7 +277,8 @@ static void test_contract(void)
           fabs(r->iteration_time - 4.0) < 1e-12);
     hpgo_sim_result_free(r);
     /* a stage's own link and all-reduce bandwidths override the pipeline's */
-    hpgo_sim_stage_t ov[2] = {{1, 1, 2e9, 3e9, 0, 2, NULL, 1e9, 2e9}, {1, 1, 0, 0, 0, 1, NULL, 0, 0}};
+    hpgo_sim_stage_t ov[2] = {{1, 1, 2e9, 3e9, 0, 2, NULL, 1e9, 2e9},
+                              {1, 1, 0, 0, 0, 1, NULL, 0, 0}};
     hpgo_sim_pipeline_t ovc = {2, ov, 1, HPGO_SCHED_GPIPE, 1e12, 0.0, 1e12, 2.0, 0};
     CHECK(hpgo_sim_pipeline_run(&ovc, &r, &err) == HPGO_OK && r &&
           fabs(r->iteration_time - (1 + 2 + 1 + 1 + 2 + 1 + 1.5)) < 1e-9);
