@@ -17,7 +17,9 @@
  *   slowdown * (F + B) plus its in and out transfers); a steepest-descent
  *   local search on the replay score (one cut, one layer per move) then
  *   polishes both the DP split and the current split, and the better one
- *   wins, so DP never predicts worse than keeping the current cuts.
+ *   wins.
+ * - Whatever the method, a search result that does not score strictly
+ *   better than the current cuts is replaced by them (kept_current).
  * - The trigger is a small state machine over windows (warm-up, baseline,
  *   compare); it allocates only at creation.
  * Nothing here prints or keeps global state; buffers are caller-owned or
@@ -535,10 +537,17 @@ int hpgo_replan_run(const hpgo_replan_input_t *in, hpgo_replan_result_t *out, hp
     }
     if (rc != HPGO_OK)
         goto done;
-    if (in->include_current && t_cur <= t_new) {
+    /* never propose what the score says is slower than staying: DynPipe's
+     * top-k positions need not include the current cuts, and with no
+     * slowdown they often miss them */
+    out->search_time = t_new;
+    if (out->search_counts)
+        for (int32_t s = 0; s < S; s++)
+            out->search_counts[s] = best[s + 1] - best[s];
+    out->kept_current = !(t_new < t_cur);
+    if (out->kept_current) {
         memcpy(best, cur, ((size_t)S + 1) * sizeof *cur);
         t_new = t_cur;
-        n_cand++;
     }
     out->current_time = t_cur;
     out->new_time = t_new;

@@ -54,7 +54,8 @@ typedef struct hpgo_replan_input {
     const double *slowdown;    /* n_stages factors > 0, one per stage position (device) */
     int method;                /* HPGO_REPLAN_* */
     int32_t top_k;             /* TOPK: candidate cuts per stage, >= 1 (DynPipe: 2) */
-    int include_current;       /* TOPK: non-zero adds the current cuts to the candidates */
+    int include_current;       /* ignored (kept for compatibility): the current cuts are
+                                  always compared with the search's proposal */
     int32_t microbatches;      /* micro-batches of the scoring simulation (DynPipe: 99) */
     double bandwidth;          /* bytes/s used to move layers, > 0 */
     double optimizer_factor;   /* optimizer-state bytes per parameter byte moved, >= 0 */
@@ -65,8 +66,14 @@ typedef struct hpgo_replan_input {
 
 typedef struct hpgo_replan_result {
     int32_t *counts;        /* caller buffer of n_stages: the proposed layers per stage */
+    int32_t *search_counts; /* caller buffer of n_stages or NULL: the search's best split
+                               (differs from counts when kept_current) */
     double current_time;    /* seconds per micro-batch of the current cuts under the slowdown */
-    double new_time;        /* seconds per micro-batch of the proposal (same score) */
+    double new_time;        /* seconds per micro-batch of the proposal (same score),
+                               <= current_time */
+    double search_time;     /* seconds per micro-batch of the best split the search found */
+    int kept_current;       /* the search found nothing faster: the proposal is the
+                               current split */
     double moved_bytes;     /* parameter bytes whose stage changes (no optimizer state) */
     double drain_time;      /* (S - 1) * current_time: the pipeline drain before a switch */
     double migration_cost;  /* seconds: moved * (1 + optimizer_factor) / bandwidth + drain + fixed */
@@ -86,8 +93,11 @@ typedef struct hpgo_replan_result {
  * in and out transfers) (ties: smaller total transfer, then earlier cuts),
  * then a steepest-descent local search on the score (moving one cut by one
  * layer) from that split and from the current one; the better result
- * (ties: the DP's) is proposed, so new_time <= current_time.
- * The decision: do_switch iff new_time < current_time and
+ * (ties: the DP's) is the search's.
+ * Either way the proposal is never scored worse than keeping the current
+ * split: when the search's best (search_time) is not strictly faster than
+ * current_time, the current split is proposed and kept_current is set, so
+ * new_time <= current_time always.  The decision: do_switch iff new_time < current_time and
  * (current_time - new_time) * microbatches_per_iteration *
  * remaining_iterations > migration_cost.  out->counts must hold n_stages.
  * Errors: HPGO_E_INVALID (bad arguments), HPGO_E_LIMIT (more than

@@ -10,7 +10,11 @@
  * deadlock (impossible for the three schedules; reported as an internal
  * error).  Cost: O(S (M + S)) steps for S stages and M micro-batches, plus
  * the events.  All GPUs of a stage run the same
- * timeline; events are written for each of them.  No threads, no globals. */
+ * timeline; events are written for each of them.  PipeDream's period is
+ * taken where the op times repeat, on the timeline's run or on longer runs
+ * without a timeline (p_steady_period): a fixed measuring window right after the
+ * warm-up can open while a stage that is not the bottleneck is still
+ * settling, off by up to 30 % on random plans.  No threads, no globals. */
 #include "sim.h"
 
 #include <math.h>
@@ -120,12 +124,14 @@ typedef struct pop {
 
 typedef struct psim {
     const hpgo_sim_pipeline_t *cfg;
+    int record;         /* write timeline events */
     int32_t S, M, Mtot, iters;
     pop **ops;          /* per stage */
     int32_t *n_ops, *pos;
     double *dev_free;   /* per stage: when its GPUs are free */
     double *act_arr;    /* [S][Mtot] arrival of the forward input, NAN = unknown */
     double *grad_arr;   /* [S][Mtot] arrival of the backward input */
+    double *f_end, *b_end; /* [S][Mtot] end of each forward / backward */
     double *link_f, *link_b; /* per boundary: when the link is free, forward / backward direction */
     int32_t *inflight, *max_inflight;
     double *iter_end;   /* [S][iters]: end of each stage's last op of each iteration */
@@ -188,6 +194,11 @@ static int p_validate(const hpgo_sim_pipeline_t *c, hpgo_err_t *err)
                                 "stage %d: send_bytes, param_bytes and activation_bytes must be "
                                 "finite and >= 0",
                                 (int)s);
+        if (!is_finite_nonneg(st->link_bandwidth) || !is_finite_nonneg(st->allreduce_bandwidth))
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "stage %d: link_bandwidth and allreduce_bandwidth must be finite "
+                                "bytes/s > 0, or 0 for the pipeline's, got %g and %g",
+                                (int)s, st->link_bandwidth, st->allreduce_bandwidth);
         if (st->n_gpus < 1)
             return hpgo_err_set(err, HPGO_E_INVALID, 0, "stage %d: needs at least one GPU, got %d",
                                 (int)s, (int)st->n_gpus);
@@ -247,13 +258,17 @@ static double p_allreduce_time(const psim *P, int32_t s)
     if (st->n_gpus < 2 || st->param_bytes == 0.0)
         return 0.0;
     double n = (double)st->n_gpus;
-    return 2.0 * (n - 1.0) / n * st->param_bytes / P->cfg->allreduce_bandwidth;
+    double bw = st->allreduce_bandwidth > 0.0 ? st->allreduce_bandwidth
+                                              : P->cfg->allreduce_bandwidth;
+    return 2.0 * (n - 1.0) / n * st->param_bytes / bw;
 }
 
+/* Seconds of one transfer on the boundary after stage s (either direction). */
 static double p_transfer_time(const psim *P, int32_t s)
 {
     const hpgo_sim_stage_t *st = &P->cfg->stages[s];
-    return P->cfg->link_latency + st->send_bytes / P->cfg->link_bandwidth;
+    double bw = st->link_bandwidth > 0.0 ? st->link_bandwidth : P->cfg->link_bandwidth;
+    return P->cfg->link_latency + st->send_bytes / bw;
 }
 
 static int p_event(psim *P, int32_t s, int kind, int lane, double start, double dur, int32_t mb,
@@ -283,7 +298,7 @@ static int p_transfer(psim *P, int32_t from, int32_t to, double ready, double *l
     const double t = p_transfer_time(P, from < to ? from : to);
     const double start = ready > *link ? ready : *link;
     *link = *arrival = start + t;
-    if (!P->cfg->record_events || t <= 0.0)
+    if (!P->record || t <= 0.0)
         return HPGO_OK;
     int rc = p_event(P, from, HPGO_EV_SEND, 1, start, t, mb, to, err);
     if (rc == HPGO_OK)
@@ -296,7 +311,7 @@ static int p_step(psim *P, int32_t s, hpgo_err_t *err)
 {
     const hpgo_sim_stage_t *st = &P->cfg->stages[s];
     const int32_t S = P->S, T = P->Mtot, M = P->M;
-    const int rec = P->cfg->record_events;
+    const int rec = P->record;
     pop op = P->ops[s][P->pos[s]];
     double ready = P->dev_free[s], dur = 0.0;
     int kind = HPGO_EV_ALLREDUCE;
@@ -334,6 +349,7 @@ static int p_step(psim *P, int32_t s, hpgo_err_t *err)
             return rc;
     }
     if (op.kind == OP_F) {
+        P->f_end[(size_t)s * T + op.mb] = end;
         if (++P->inflight[s] > P->max_inflight[s])
             P->max_inflight[s] = P->inflight[s];
         if (s < S - 1) {
@@ -343,6 +359,7 @@ static int p_step(psim *P, int32_t s, hpgo_err_t *err)
                 return rc;
         }
     } else if (op.kind == OP_B) {
+        P->b_end[(size_t)s * T + op.mb] = end;
         P->inflight[s]--;
         if (s > 0) {
             int rc = p_transfer(P, s, s - 1, end, &P->link_b[s - 1],
@@ -375,6 +392,8 @@ static void p_free(psim *P)
     free(P->dev_free);
     free(P->act_arr);
     free(P->grad_arr);
+    free(P->f_end);
+    free(P->b_end);
     free(P->link_f);
     free(P->link_b);
     free(P->inflight);
@@ -426,29 +445,209 @@ static int p_assign_gpus(psim *P, hpgo_err_t *err)
     return HPGO_OK;
 }
 
-static void p_fill_stats(psim *P)
+/* Allocate the state of a run of `iters` iterations (1 unless PipeDream),
+ * write the op lists and resolve the GPU ids.  On error the caller frees P. */
+static int p_init(psim *P, const hpgo_sim_pipeline_t *cfg, int32_t iters, int record,
+                  hpgo_err_t *err)
+{
+    memset(P, 0, sizeof *P);
+    P->cfg = cfg;
+    P->record = record;
+    P->S = cfg->n_stages;
+    P->M = cfg->microbatches;
+    P->iters = iters;
+    P->Mtot = P->M * iters;
+    size_t S = (size_t)P->S, T = (size_t)P->Mtot;
+    P->ops = calloc(S, sizeof *P->ops);
+    P->gpus = calloc(S, sizeof *P->gpus);
+    P->n_ops = calloc(S, sizeof *P->n_ops);
+    P->pos = calloc(S, sizeof *P->pos);
+    P->dev_free = calloc(S, sizeof *P->dev_free);
+    P->act_arr = malloc(S * T * sizeof *P->act_arr);
+    P->grad_arr = malloc(S * T * sizeof *P->grad_arr);
+    P->f_end = malloc(S * T * sizeof *P->f_end);
+    P->b_end = malloc(S * T * sizeof *P->b_end);
+    P->link_f = calloc(S, sizeof *P->link_f);
+    P->link_b = calloc(S, sizeof *P->link_b);
+    P->inflight = calloc(S, sizeof *P->inflight);
+    P->max_inflight = calloc(S, sizeof *P->max_inflight);
+    P->iter_end = calloc(S * (size_t)iters, sizeof *P->iter_end);
+    P->stage_end = calloc(S, sizeof *P->stage_end);
+    if (!P->ops || !P->gpus || !P->n_ops || !P->pos || !P->dev_free || !P->act_arr ||
+        !P->grad_arr || !P->f_end || !P->b_end || !P->link_f || !P->link_b || !P->inflight ||
+        !P->max_inflight || !P->iter_end || !P->stage_end)
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0,
+                            "out of memory simulating %d stages x %d micro-batches", (int)P->S,
+                            (int)P->Mtot);
+    for (size_t i = 0; i < S * T; i++)
+        P->act_arr[i] = P->grad_arr[i] = P->f_end[i] = P->b_end[i] = NAN;
+    for (int32_t s = 0; s < P->S; s++) {
+        P->ops[s] = malloc((2 * T + (size_t)iters + 1) * sizeof(pop));
+        if (!P->ops[s])
+            return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+        p_build_ops(P, s);
+    }
+    return p_assign_gpus(P, err);
+}
+
+/* Resolve every op's start time by sweeps over the stages (see DESIGN). */
+static int p_execute(psim *P, hpgo_err_t *err)
+{
+    int rc = HPGO_OK;
+    int64_t left = 0;
+    for (int32_t s = 0; s < P->S; s++)
+        left += P->n_ops[s];
+    while (left > 0 && rc == HPGO_OK) {
+        int progress = 0;
+        for (int32_t s = 0; s < P->S && rc == HPGO_OK; s++) {
+            while (P->pos[s] < P->n_ops[s]) {
+                int r = p_step(P, s, err);
+                if (r < 0) {
+                    rc = r;
+                    break;
+                }
+                if (r == 0)
+                    break;
+                progress = 1;
+                left--;
+            }
+        }
+        if (rc == HPGO_OK && !progress)
+            rc = hpgo_err_set(err, HPGO_E_INTERNAL, 0, "pipeline schedule deadlocked");
+    }
+    return rc;
+}
+
+/* PipeDream iterations of a run whose every op time equals that of an
+ * endless run: a finite op list is the endless one cut after the forward of
+ * the last micro-batch, followed by the cool-down backwards, and a stage's
+ * cool-down starts at micro-batch Mtot - (S - s - 1); ops before it depend
+ * only on ops before it. */
+static int32_t p_exact_iters(const psim *P)
+{
+    int32_t k = (P->Mtot - (P->S - 1)) / P->M;
+    return k > 0 ? k : 0;
+}
+
+/* Whether iteration k repeats iteration k - c shifted by delta seconds:
+ * every forward, backward, all-reduce and arrival of every stage. */
+static int p_repeats(const psim *P, int32_t k, int32_t c, double delta)
+{
+    const size_t T = (size_t)P->Mtot;
+    for (int32_t s = 0; s < P->S; s++) {
+        const size_t row = (size_t)s * T;
+        const double *q[4] = {P->f_end + row, P->b_end + row, P->act_arr + row,
+                              P->grad_arr + row};
+        for (int32_t j = 0; j < P->M; j++) {
+            const size_t a = (size_t)k * P->M + j, b = (size_t)(k - c) * P->M + j;
+            for (int i = 0; i < 4; i++) {
+                if ((i == 2 && s == 0) || (i == 3 && s == P->S - 1))
+                    continue; /* no arrival there */
+                double d = q[i][a] - q[i][b] - delta;
+                if (!(fabs(d) <= 1e-9 * fabs(q[i][a])))
+                    return 0;
+            }
+        }
+        const double *e = P->iter_end + (size_t)s * P->iters;
+        if (!(fabs(e[k] - e[k - c] - delta) <= 1e-9 * fabs(e[k])))
+            return 0;
+    }
+    return 1;
+}
+
+/* PipeDream's steady-state period from a run's exact iterations, when they
+ * already repeat.  The run is a max-plus linear system invariant under a
+ * shift of the micro-batch numbers by M, and an op depends only on ops at
+ * most S micro-batches away; so once every op time (forwards, backwards,
+ * all-reduces, arrivals) of span + 1 >= S / M + 1 consecutive iterations
+ * equals that c iterations earlier plus one delta, the endless run repeats
+ * with period delta / c from there on (induction over a topological order
+ * of the later ops).  1 and *period (seconds per iteration, +inf when times
+ * overflowed) when found, else 0. */
+#define P_MAX_CYCLICITY 64
+
+static int p_detect(const psim *P, double *period)
+{
+    const int32_t span = (P->S + P->M - 1) / P->M + 1;
+    const int32_t K = p_exact_iters(P);
+    const double *e0 = P->iter_end;
+    if (K < 1)
+        return 0;
+    if (!isfinite(e0[K - 1])) {
+        *period = INFINITY;
+        return 1;
+    }
+    for (int32_t c = 1; c <= P_MAX_CYCLICITY && K - 1 - span - c >= 0; c++) {
+        const double delta = e0[K - 1] - e0[K - 1 - c];
+        int ok = 1;
+        for (int32_t k = K - 1; ok && k >= K - 1 - span; k--)
+            ok = p_repeats(P, k, c, delta);
+        if (ok) {
+            *period = delta / (double)c;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The slowest stage's average iteration over the second half of a run's
+ * exact iterations (the fallback when no repetition was found). */
+static double p_average_period(const psim *P)
+{
+    const int32_t K = p_exact_iters(P), a = K / 2, b = K - 1;
+    double it = 0.0;
+    if (K < 1)
+        return 0.0;
+    for (int32_t s = 0; s < P->S; s++) {
+        const double *e = P->iter_end + (size_t)s * P->iters;
+        double v = b > a ? (e[b] - e[a]) / (double)(b - a) : e[b];
+        if (isnan(v)) /* inf - inf: times overflowed */
+            v = INFINITY;
+        if (v > it)
+            it = v;
+    }
+    return it;
+}
+
+/* PipeDream's steady-state period: from the timeline run when its exact
+ * iterations already repeat, else from runs without a timeline of twice,
+ * four times, ... its length until they do (p_detect); a run past
+ * P_MAX_PERIOD_ELEMS stage x micro-batch slots is not simulated and the
+ * longest run's average stands in (p_average_period). */
+#define P_MAX_PERIOD_ELEMS ((double)(1 << 21))
+
+static int p_steady_period(const hpgo_sim_pipeline_t *cfg, const psim *first, double *period,
+                           hpgo_err_t *err)
+{
+    if (p_detect(first, period))
+        return HPGO_OK;
+    const double cap = P_MAX_PERIOD_ELEMS / ((double)cfg->n_stages * (double)cfg->microbatches);
+    int32_t iters = first->iters;
+    if (2.0 * iters > cap) {
+        *period = p_average_period(first);
+        return HPGO_OK;
+    }
+    for (;;) {
+        iters *= 2;
+        psim P;
+        int rc = p_init(&P, cfg, iters, 0, err);
+        if (rc == HPGO_OK)
+            rc = p_execute(&P, err);
+        int done = rc != HPGO_OK || p_detect(&P, period);
+        if (!done && 2.0 * iters > cap) {
+            *period = p_average_period(&P);
+            done = 1;
+        }
+        p_free(&P);
+        if (done)
+            return rc;
+    }
+}
+
+static void p_fill_stats(psim *P, double it)
 {
     const hpgo_sim_pipeline_t *c = P->cfg;
     hpgo_sim_result_t *r = P->res;
-    double it = 0.0;
-    if (c->schedule == HPGO_SCHED_PIPEDREAM) {
-        /* steady state: each stage's average iteration over a window after the
-         * warm-up and before the cool-down; every stage runs M forwards and M
-         * backwards (and its all-reduce) per iteration there, so the slowest
-         * stage's period is the pipeline's */
-        const int32_t warm = (P->S - 1 + P->M - 1) / P->M, a = warm, b = warm + 2;
-        for (int32_t s = 0; s < P->S; s++) {
-            double v = (P->iter_end[(size_t)s * P->iters + b] -
-                        P->iter_end[(size_t)s * P->iters + a]) / (double)(b - a);
-            if (v > it)
-                it = v;
-        }
-    } else {
-        it = 0.0;
-        for (int32_t s = 0; s < P->S; s++)
-            if (P->stage_end[s] > it)
-                it = P->stage_end[s];
-    }
     r->iteration_time = it;
     for (int32_t s = 0; s < P->S; s++) {
         const hpgo_sim_stage_t *st = &c->stages[s];
@@ -497,95 +696,45 @@ int hpgo_sim_pipeline_run(const hpgo_sim_pipeline_t *cfg, hpgo_sim_result_t **ou
     int rc = p_validate(cfg, err);
     if (rc != HPGO_OK)
         return rc;
-    psim P;
-    memset(&P, 0, sizeof P);
-    P.cfg = cfg;
-    P.S = cfg->n_stages;
-    P.M = cfg->microbatches;
-    /* PipeDream: warm-up iterations, a two-iteration window, cool-down iterations */
-    P.iters = 1;
+    const int32_t S = cfg->n_stages, M = cfg->microbatches;
+    /* PipeDream's timeline: warm-up iterations, two steady ones, cool-down */
+    int32_t iters = 1;
     if (cfg->schedule == HPGO_SCHED_PIPEDREAM)
-        P.iters = 3 + 2 * ((P.S - 1 + P.M - 1) / P.M);
-    P.Mtot = P.M * P.iters;
-    if ((double)P.S * (double)P.Mtot > (double)(1 << 26))
+        iters = 3 + 2 * ((S - 1 + M - 1) / M);
+    if ((double)S * (double)M * iters > (double)(1 << 26))
         return hpgo_err_set(err, HPGO_E_LIMIT, 0,
                             "%d stages x %d simulated micro-batches exceed the limit of 2^26",
-                            (int)P.S, (int)P.Mtot);
+                            (int)S, (int)(M * iters));
     int32_t n_gpus = 0;
-    for (int32_t s = 0; s < P.S; s++)
+    for (int32_t s = 0; s < S; s++)
         n_gpus += cfg->stages[s].n_gpus;
     if (cfg->record_events) {
         /* compute events, transfers on both ends, all-reduces, per GPU */
         double est = 0.0;
-        for (int32_t s = 0; s < P.S; s++)
-            est += (double)cfg->stages[s].n_gpus * (6.0 * P.Mtot + P.iters);
+        for (int32_t s = 0; s < S; s++)
+            est += (double)cfg->stages[s].n_gpus * (6.0 * M * iters + iters);
         if (est > (double)HPGO_SIM_MAX_EVENTS)
             return hpgo_err_set(err, HPGO_E_LIMIT, 0,
                                 "the timeline would have about %.0f events (limit %lld); "
                                 "simulate without a timeline",
                                 est, (long long)HPGO_SIM_MAX_EVENTS);
     }
-    size_t S = (size_t)P.S, T = (size_t)P.Mtot;
-    P.ops = calloc(S, sizeof *P.ops);
-    P.gpus = calloc(S, sizeof *P.gpus);
-    P.n_ops = calloc(S, sizeof *P.n_ops);
-    P.pos = calloc(S, sizeof *P.pos);
-    P.dev_free = calloc(S, sizeof *P.dev_free);
-    P.act_arr = malloc(S * T * sizeof *P.act_arr);
-    P.grad_arr = malloc(S * T * sizeof *P.grad_arr);
-    P.link_f = calloc(S, sizeof *P.link_f);
-    P.link_b = calloc(S, sizeof *P.link_b);
-    P.inflight = calloc(S, sizeof *P.inflight);
-    P.max_inflight = calloc(S, sizeof *P.max_inflight);
-    P.iter_end = calloc(S * (size_t)P.iters, sizeof *P.iter_end);
-    P.stage_end = calloc(S, sizeof *P.stage_end);
-    if (!P.ops || !P.gpus || !P.n_ops || !P.pos || !P.dev_free || !P.act_arr || !P.grad_arr ||
-        !P.link_f || !P.link_b || !P.inflight || !P.max_inflight || !P.iter_end ||
-        !P.stage_end) {
-        p_free(&P);
-        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory simulating %d stages x %d "
-                            "micro-batches", (int)P.S, (int)P.Mtot);
-    }
-    for (size_t i = 0; i < S * T; i++)
-        P.act_arr[i] = P.grad_arr[i] = NAN;
-    for (int32_t s = 0; s < P.S; s++) {
-        P.ops[s] = malloc((2 * T + (size_t)P.iters + 1) * sizeof(pop));
-        if (!P.ops[s]) {
-            p_free(&P);
-            return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
-        }
-        p_build_ops(&P, s);
-    }
-    rc = p_assign_gpus(&P, err);
+    psim P;
+    rc = p_init(&P, cfg, iters, cfg->record_events, err);
     if (rc == HPGO_OK)
-        rc = hpgo_sim_result_new(P.S, n_gpus, &P.res, err);
-    if (rc != HPGO_OK) {
-        p_free(&P);
-        return rc;
-    }
-    int32_t left = 0;
-    for (int32_t s = 0; s < P.S; s++)
-        left += P.n_ops[s];
-    while (left > 0 && rc == HPGO_OK) {
-        int progress = 0;
-        for (int32_t s = 0; s < P.S && rc == HPGO_OK; s++) {
-            while (P.pos[s] < P.n_ops[s]) {
-                int r = p_step(&P, s, err);
-                if (r < 0) {
-                    rc = r;
-                    break;
-                }
-                if (r == 0)
-                    break;
-                progress = 1;
-                left--;
-            }
-        }
-        if (rc == HPGO_OK && !progress)
-            rc = hpgo_err_set(err, HPGO_E_INTERNAL, 0, "pipeline schedule deadlocked");
+        rc = hpgo_sim_result_new(S, n_gpus, &P.res, err);
+    if (rc == HPGO_OK)
+        rc = p_execute(&P, err);
+    double it = 0.0;
+    if (rc == HPGO_OK && cfg->schedule == HPGO_SCHED_PIPEDREAM) {
+        rc = p_steady_period(cfg, &P, &it, err);
+    } else if (rc == HPGO_OK) {
+        for (int32_t s = 0; s < S; s++)
+            if (P.stage_end[s] > it)
+                it = P.stage_end[s];
     }
     if (rc == HPGO_OK)
-        p_fill_stats(&P);
+        p_fill_stats(&P, it);
     if (rc != HPGO_OK) {
         hpgo_sim_result_free(P.res);
         p_free(&P);

@@ -374,7 +374,8 @@ def add_simulate_subcommand(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe", "pipedream"],
                    help="pipeline schedule (default 1f1b, DAPPLE's early backward)")
     p.add_argument("--link-bandwidth", type=float, default=None, metavar="BYTES_PER_S",
-                   help="point-to-point bandwidth (default 25e9, HPGO's NVLink figure)")
+                   help="point-to-point bandwidth inside a machine (default 25e9, HPGO's NVLink "
+                        "figure; stage boundaries across machines use 1e9, HPGO's Ethernet)")
     p.add_argument("--threads", type=int, default=0, help="planner threads (0 = all cores)")
     m = p.add_argument_group("DistIR MLP (--mlp)")
     m.add_argument("--mlp", action="store_true", help="simulate DistIR's MLP instead of a profile")

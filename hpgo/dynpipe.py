@@ -28,6 +28,7 @@ from numbers import Real
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 from . import _core
+from .sim import FORWARD_FRACTION, HPGO_NVLINK_BW
 
 __all__ = [
     "LayerChain",
@@ -138,10 +139,13 @@ def read_layer_profile(path) -> LayerChain:
     return LayerChain(tuple(fwd), tuple(bwd), tuple(comm), tuple(par), tuple(names))
 
 
-def chain_from_model(model, *, forward_fraction: float = 1 / 3, bandwidth: float = 25e9,
+def chain_from_model(model, *, forward_fraction: float = FORWARD_FRACTION,
+                     bandwidth: float = HPGO_NVLINK_BW,
                      batch_fraction: float = 1.0) -> LayerChain:
     """A chain from a :class:`hpgo.Model`'s layers in file order: each layer's
-    ``compute_time`` (seconds, forward + backward) split by ``forward_fraction``,
+    ``compute_time`` (seconds, forward + backward) split by ``forward_fraction``
+    (default :data:`hpgo.sim.FORWARD_FRACTION` = 1/2, the share
+    :func:`hpgo.simulate_plan` uses too),
     its ``output_activation_size`` sent at ``bandwidth`` bytes/s, its
     ``parameter_size`` moved on a switch; times and activations are scaled by
     ``batch_fraction`` (micro-batch / profile batch)."""
@@ -180,7 +184,10 @@ def pipeline_score(forward: Sequence[float], backward: Sequence[float],
 @dataclass(frozen=True)
 class ReplanResult:
     """Proposal of :func:`replan`.  Times are seconds per micro-batch under
-    the given slowdowns; ``switch`` applies the cost-benefit rule."""
+    the given slowdowns; ``switch`` applies the cost-benefit rule.  The
+    proposal never scores worse than the current split: ``kept_current``
+    says the search (whose best split, ``searched``, scored ``search_time``)
+    found nothing strictly faster, and ``stages`` is then the current split."""
 
     stages: Tuple[int, ...]        # proposed layers per stage
     current: Tuple[int, ...]       # layers per stage now
@@ -192,6 +199,9 @@ class ReplanResult:
     gain: float                    # seconds saved over the remaining iterations
     switch: bool
     candidates: int
+    kept_current: bool = False
+    searched: Tuple[int, ...] = ()  # the search's own best split (DynPipe's choice for topk)
+    search_time: float = math.nan   # its score
 
     @property
     def chosen(self) -> Tuple[int, ...]:
@@ -224,9 +234,11 @@ def replan(chain_or_forward, backward=None, *, current: Sequence[int],
     ``method="topk"`` is DynPipe's ``calculate_new_placement`` (cuts after the
     ``top_k`` layers of each current stage with the largest f + b + adjacent
     transfers; every choice scored by :func:`pipeline_score`);
-    ``include_current=True`` also keeps the current cuts if they score best.
     ``method="dp"`` is an exact chain DP minimising the slowest stage, scored
-    the same way.
+    the same way.  Whatever the method, when the search finds nothing that
+    scores strictly better than ``current``, the current split is proposed
+    (``kept_current``); ``include_current`` is kept for compatibility and no
+    longer changes anything.
 
     Switch rule: ``switch`` is true iff the proposal is faster and
     (current - predicted) * microbatches_per_iteration * remaining_iterations
@@ -280,7 +292,8 @@ def replan(chain_or_forward, backward=None, *, current: Sequence[int],
         stages=tuple(r["counts"]), current=tuple(cur), current_time=r["current_time"],
         predicted_time=r["new_time"], moved_bytes=r["moved_bytes"],
         drain_time=r["drain_time"], migration_cost=r["migration_cost"], gain=r["gain"],
-        switch=r["switch"], candidates=r["candidates"])
+        switch=r["switch"], candidates=r["candidates"], kept_current=r["kept_current"],
+        searched=tuple(r["search_counts"]), search_time=r["search_time"])
 
 
 @dataclass(frozen=True)

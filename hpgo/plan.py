@@ -427,8 +427,12 @@ class Plan:
 
     def simulate(self, model: Any, schedule: str = "1f1b", **kwargs: Any) -> "SimulationResult":
         """Simulate this plan on ``model`` (:func:`hpgo.simulate_plan` with
-        this plan's ``rp``); keyword arguments go to simulate_plan."""
+        this plan's ``rp`` and, when known, its ``seps``); keyword arguments
+        go to simulate_plan."""
         from .sim import simulate_plan
+
+        if self.seps is not None:
+            kwargs.setdefault("seps", list(self.seps))
 
         return simulate_plan(model, self.to_hpgo(), rp=self.rp, schedule=schedule, **kwargs)
 

@@ -18,6 +18,7 @@ batches of points run on a thread pool (``threads=0``: all cores, or the
 """
 from __future__ import annotations
 
+import bisect
 import inspect
 import json
 import os
@@ -44,6 +45,11 @@ __all__ = [
     "grid_search",
     "distir_figure3",
     "default_threads",
+    "FORWARD_FRACTION",
+    "HPGO_NVLINK_BW",
+    "HPGO_ETHERNET_BW",
+    "HPGO_ETHERNET_NCCL_BW",
+    "HPGO_GPUS_PER_MACHINE",
 ]
 
 #: Pipeline schedules by name.  The DistIR study accepts "1f1b" (PipeDream's
@@ -53,7 +59,22 @@ SCHEDULES = {"1f1b": 0, "gpipe": 1, "pipedream": 2}
 COST_MODELS = {"distir-2021": 0, "distir-2021-grid": 1, "distir-2022": 2}
 _MODELS = {"mlp": 0, "transformer": 1}
 
-_NVLINK_BYTES_PER_S = 25e9  # HPGO's point-to-point bandwidth inside a machine
+#: HPGO's bandwidths (csrc/topo.h), bytes/s: point to point inside a machine
+#: (NVLink), point to point across machines (Ethernet), and the all-reduce
+#: across machines (NCCL over Ethernet).  An all-reduce inside one machine
+#: runs at HPGO_NVLINK_BW x (GPUs // 2).
+HPGO_NVLINK_BW = 25e9
+HPGO_ETHERNET_BW = 1e9
+HPGO_ETHERNET_NCCL_BW = 3e9
+#: GPUs per machine assumed by :func:`simulate_plan` when neither ``seps``
+#: nor a :class:`hpgo.Plan` with seps says where the machines end (DAPPLE's
+#: 8-GPU V100 servers, the layout of HPGO's examples).
+HPGO_GPUS_PER_MACHINE = 8
+#: Share of a layer's forward + backward compute that is the forward, where
+#: a profile gives only the sum (:func:`simulate_plan`,
+#: :func:`hpgo.dynpipe.chain_from_model`): 1/2, as in HPGO's recursive
+#: pipeline model (F = B = c / 2).
+FORWARD_FRACTION = 0.5
 
 
 def default_threads() -> int:
@@ -115,6 +136,56 @@ class DeviceStats:
     peak_bytes: float
 
 
+def _track_label(e: Event) -> str:
+    if e.lane == 0:
+        return "compute"
+    if e.peer >= 0 and e.name in ("send", "recv"):
+        return f"{e.name} {'to' if e.name == 'send' else 'from'} device {e.peer}"
+    return "transfers"
+
+
+def _trace_threads(timeline: Sequence[Event]) -> tuple[list[int], dict[tuple[int, int], str]]:
+    """Thread id of each event and the name of each (device, thread).
+
+    Events first go to a track by device and label (compute, or one link
+    direction); a track is then split greedily, in start order, into
+    numbered threads on which every event either nests inside the
+    innermost open one or starts after it ends, so that Perfetto's
+    slice stacks are well formed whatever the engine overlaps."""
+    tracks: dict[tuple[int, str], list[int]] = {}
+    for i, e in enumerate(timeline):
+        tracks.setdefault((e.device, _track_label(e)), []).append(i)
+    tids = [0] * len(timeline)
+    names: dict[tuple[int, int], str] = {}
+    next_tid: dict[int, int] = {}
+    # compute first, so that it keeps thread 0
+    for (dev, label), idx in sorted(tracks.items(), key=lambda kv: (kv[0][0],
+                                                                    kv[0][1] != "compute",
+                                                                    kv[0][1])):
+        idx.sort(key=lambda i: (timeline[i].start, -timeline[i].duration, i))
+        subs: list[list[float]] = []  # per sub-thread: ends of the open (enclosing) events
+        sub_tid: list[int] = []
+        for i in idx:
+            e = timeline[i]
+            start, end = e.start, e.start + e.duration
+            eps = 1e-12 * max(1.0, abs(end))
+            for k, stack in enumerate(subs):
+                while stack and stack[-1] <= start + eps:
+                    stack.pop()
+                if not stack or end <= stack[-1] + eps:
+                    stack.append(end)
+                    tids[i] = sub_tid[k]
+                    break
+            else:
+                tid = next_tid.get(dev, 0)
+                next_tid[dev] = tid + 1
+                subs.append([end])
+                sub_tid.append(tid)
+                names[(dev, tid)] = label if len(subs) == 1 else f"{label} #{len(subs)}"
+                tids[i] = tid
+    return tids, names
+
+
 class SimulationResult:
     """Result of one simulated iteration.
 
@@ -174,11 +245,14 @@ class SimulationResult:
         return self._timeline
 
     def to_chrome_trace(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-        """The timeline as Chrome trace / Perfetto JSON: one process track
-        per device (named "device N", the DistIR input host "device 0
-        (host)"), thread 0 for compute, thread 1 for asynchronous transfers;
-        times in microseconds.  Writes the file when ``path`` is given and
-        returns the dict either way."""
+        """The timeline as Chrome trace / Perfetto JSON: one process per
+        device (named "device N (stage s)", the DistIR input host "device 0
+        (host)"); thread 0 is its compute stream and each link direction
+        gets its own thread ("send to device P", "recv from device P"), so
+        the complete events of every thread are disjoint or properly nested
+        (a transfer thread whose events would still overlap is split into
+        numbered threads).  Times in microseconds.  Writes the file when
+        ``path`` is given and returns the dict either way."""
         events: list[dict[str, Any]] = []
         for d in self.devices:
             label = f"device {d.device}" + (" (host)" if d.stage < 0 else f" (stage {d.stage})")
@@ -186,15 +260,17 @@ class SimulationResult:
                            "args": {"name": label}})
             events.append({"name": "process_sort_index", "ph": "M", "pid": d.device, "tid": 0,
                            "args": {"sort_index": d.device}})
-        lanes = sorted({(e.device, e.lane) for e in self.timeline})
-        for dev, lane in lanes:
-            events.append({"name": "thread_name", "ph": "M", "pid": dev, "tid": lane,
-                           "args": {"name": "compute" if lane == 0 else "transfers"}})
-        for e in self.timeline:
+        tids, names = _trace_threads(self.timeline)
+        for (dev, tid), name in sorted(names.items()):
+            events.append({"name": "thread_name", "ph": "M", "pid": dev, "tid": tid,
+                           "args": {"name": name}})
+            events.append({"name": "thread_sort_index", "ph": "M", "pid": dev, "tid": tid,
+                           "args": {"sort_index": tid}})
+        for e, tid in zip(self.timeline, tids):
             args = {k: v for k, v in (("stage", e.stage), ("microbatch", e.microbatch),
                                       ("layer", e.layer), ("peer", e.peer)) if v >= 0}
             events.append({"name": e.name, "ph": "X", "ts": e.start * 1e6,
-                           "dur": e.duration * 1e6, "pid": e.device, "tid": e.lane,
+                           "dur": e.duration * 1e6, "pid": e.device, "tid": tid,
                            "args": args})
         trace = {"traceEvents": events, "displayTimeUnit": "ms",
                  "otherData": {"iteration_time_s": self.iteration_time,
@@ -256,7 +332,10 @@ class Stage:
     micro-batch (the gradient coming back has the same size),
     ``param_bytes`` and ``activation_bytes`` (stashed per micro-batch in
     flight) per GPU, and its GPUs: ``gpus`` ids, or ``replicas`` GPUs
-    numbered after the previous stage's."""
+    numbered after the previous stage's.  ``link_bandwidth`` (bytes/s of
+    the link to the next stage, both directions) and
+    ``allreduce_bandwidth`` (of this stage's all-reduce) override the
+    pipeline's for this stage when given."""
 
     forward: float
     backward: float
@@ -265,6 +344,8 @@ class Stage:
     activation_bytes: float = 0.0
     gpus: tuple[int, ...] | None = None
     replicas: int = 1
+    link_bandwidth: float | None = None
+    allreduce_bandwidth: float | None = None
 
 
 def _as_stage(i: int, s: Any) -> tuple:
@@ -280,6 +361,9 @@ def _as_stage(i: int, s: Any) -> tuple:
         raise TypeError(f"stage {i} must be a hpgo.Stage or a mapping, not {type(s).__name__}")
     vals = [_check_num(f"stage {i} {k}", getattr(s, k))
             for k in ("forward", "backward", "send_bytes", "param_bytes", "activation_bytes")]
+    bws = tuple(0.0 if getattr(s, k) is None else _check_num(f"stage {i} {k}", getattr(s, k),
+                                                            positive=True)
+                for k in ("link_bandwidth", "allreduce_bandwidth"))
     if s.gpus is not None:
         if isinstance(s.gpus, (str, bytes)) or not isinstance(s.gpus, Iterable):
             raise TypeError(f"stage {i} gpus must be a sequence of ints")
@@ -288,28 +372,29 @@ def _as_stage(i: int, s: Any) -> tuple:
             raise ValueError(f"stage {i} needs at least one GPU")
         for g in gpus:
             _check_int(f"stage {i} GPU id", g, 0)
-        return (*vals, gpus)
-    return (*vals, _check_int(f"stage {i} replicas", s.replicas))
+        return (*vals, gpus, *bws)
+    return (*vals, _check_int(f"stage {i} replicas", s.replicas), *bws)
 
 
 def simulate_pipeline(stages: Sequence[Stage | Mapping[str, Any]], microbatches: int,
-                      schedule: str = "1f1b", *, link_bandwidth: float = _NVLINK_BYTES_PER_S,
-                      link_latency: float = 0.0, allreduce_bandwidth: float | None = None,
+                      schedule: str = "1f1b", *, link_bandwidth: float = HPGO_NVLINK_BW,
+                      link_latency: float = 0.0, allreduce_bandwidth: float = HPGO_NVLINK_BW,
                       optimizer_factor: float = 2.0, timeline: bool = True,
                       batch_size: int | None = None) -> SimulationResult:
     """Simulate one iteration of a pipelined, replicated plan.
 
     ``schedule``: "1f1b" (DAPPLE early backward: warm-up of S-s-1 forwards,
     then one forward / one backward, flush), "gpipe" (all forwards, then all
-    backwards) or "pipedream" (1F1B without flush: 3 + 2 ceil((S-1)/M)
-    iterations run back to back, the iteration time is the slowest stage's
-    steady-state period between warm-up and cool-down, and weights are
-    stashed once per micro-batch in flight; the timeline shows all of them,
-    micro-batches numbered across iterations).  Transfers use one link per boundary and
+    backwards) or "pipedream" (1F1B without flush, iterations back to
+    back: the iteration time is the steady-state period, measured on a run
+    long enough that every op time repeats; weights are stashed once per
+    micro-batch in flight; the timeline shows 3 + 2 ceil((S-1)/M)
+    iterations, micro-batches numbered across iterations).  Transfers use one link per boundary and
     direction (``link_latency`` + bytes / ``link_bandwidth``, bytes/s) and
     overlap compute; a stage on n > 1 GPUs ends with a blocking ring
     all-reduce of 2 (n-1)/n ``param_bytes`` at ``allreduce_bandwidth``
-    (default: ``link_bandwidth``).  Memory per GPU = weights + gradients +
+    (default 25e9, HPGO's NVLink figure, whatever ``link_bandwidth`` is); a
+    :class:`Stage` may override both bandwidths for itself.  Memory per GPU = weights + gradients +
     ``optimizer_factor`` x weights + activations in flight.
     """
     sched = _choice("schedule", schedule, SCHEDULES)
@@ -321,8 +406,7 @@ def simulate_pipeline(stages: Sequence[Stage | Mapping[str, Any]], microbatches:
     m = _check_int("microbatches", microbatches)
     lb = _check_num("link_bandwidth", link_bandwidth, positive=True)
     ll = _check_num("link_latency", link_latency)
-    ab = lb if allreduce_bandwidth is None else _check_num(
-        "allreduce_bandwidth", allreduce_bandwidth, positive=True)
+    ab = _check_num("allreduce_bandwidth", allreduce_bandwidth, positive=True)
     of = _check_num("optimizer_factor", optimizer_factor)
     raw = _core.sim_pipeline(raw_stages, m, sched, lb, ll, ab, of, bool(timeline))
     return SimulationResult(raw, batch_size=batch_size,
@@ -345,12 +429,27 @@ def _plan_stages(plan: Any) -> list:
     return out
 
 
+def _machines(seps: Any) -> list[int] | None:
+    if seps is None:
+        return None
+    s = getattr(seps, "seps", seps)
+    if isinstance(s, (str, bytes)) or not isinstance(s, Iterable):
+        raise TypeError("seps must be a list of cumulative GPU counts (e.g. [8, 16]) or "
+                        "hpgo.Devices")
+    out = [_check_int("seps item", x) for x in s]
+    if not out or any(b <= a for a, b in zip(out, out[1:])):
+        raise ValueError(f"seps must be strictly increasing cumulative GPU counts, got {out}")
+    return out
+
+
 def simulate_plan(model: Any, plan: Any, rp: int | None = None, schedule: str = "1f1b", *,
-                  forward_fraction: float = 0.5, link_bandwidth: float = _NVLINK_BYTES_PER_S,
+                  seps: Any = None, forward_fraction: float = FORWARD_FRACTION,
+                  link_bandwidth: float = HPGO_NVLINK_BW,
+                  inter_machine_bandwidth: float = HPGO_ETHERNET_BW,
                   link_latency: float = 0.0, allreduce_bandwidth: float | None = None,
                   optimizer_factor: float = 2.0,
                   timeline: bool = True) -> SimulationResult:
-    """Simulate a planner result on its model.
+    """Simulate a planner result on its model, priced as HPGO prices it.
 
     ``model`` needs HPGO's ``ct(r, c)`` (seconds of states r..c for the
     global batch on one GPU, row 0 = prefix), ``pa(r, c)`` (parameter
@@ -362,12 +461,28 @@ def simulate_plan(model: Any, plan: Any, rp: int | None = None, schedule: str = 
     defaults to len(gpus) // units of the first stage.  With M = gbs // rp //
     mbs micro-batches, each GPU of a stage gets ct / (units rp M) seconds per
     micro-batch, split ``forward_fraction`` / rest into forward and backward
-    (0.5 as HPGO's recursive model), and sends oa / (units rp M) bytes.
+    (:data:`FORWARD_FRACTION` = 1/2 as HPGO's recursive model), and sends
+    oa / (units rp M) bytes.
+
+    Machines: ``seps`` (HPGO's cumulative GPU counts, e.g. [8, 16], or
+    :class:`hpgo.Devices`; default: machines of
+    :data:`HPGO_GPUS_PER_MACHINE` GPUs).  A boundary whose paired GPUs
+    (GPU i of a stage with GPU i mod n of the next) sit on different
+    machines runs at ``inter_machine_bandwidth`` (1e9, HPGO's Ethernet),
+    otherwise at ``link_bandwidth`` (25e9, HPGO's NVLink).  A stage's
+    all-reduce runs at ``allreduce_bandwidth`` when given, else as HPGO
+    prices it: :data:`HPGO_ETHERNET_NCCL_BW` (3e9) when its GPUs span
+    machines, ``link_bandwidth`` x (GPUs // 2) inside one machine.
     """
     stages = _plan_stages(plan)
     ff = _check_num("forward_fraction", forward_fraction)
     if ff > 1:
         raise ValueError(f"forward_fraction must be in [0, 1], got {forward_fraction}")
+    lb = _check_num("link_bandwidth", link_bandwidth, positive=True)
+    xb = _check_num("inter_machine_bandwidth", inter_machine_bandwidth, positive=True)
+    ab = None if allreduce_bandwidth is None else _check_num(
+        "allreduce_bandwidth", allreduce_bandwidth, positive=True)
+    machine_seps = _machines(seps)
     for attr in ("ct", "pa", "oa", "gbs"):
         if not hasattr(model, attr):
             raise TypeError(f"model has no {attr!r}: expected an hpgo.Model-like object")
@@ -384,8 +499,14 @@ def simulate_plan(model: Any, plan: Any, rp: int | None = None, schedule: str = 
     m = gbs // rp // mbs
     if m == 0:
         raise ValueError(f"gbs // rp // mbs = {gbs} // {rp} // {mbs} = 0 micro-batches")
+
+    def machine(g: int) -> int:
+        if machine_seps is None:
+            return g // HPGO_GPUS_PER_MACHINE
+        return bisect.bisect_right(machine_seps, g)
+
     has_ac = callable(getattr(model, "ac", None))
-    out = []
+    checked = []
     n = len(stages)
     for s, (a, b, units, gpus) in enumerate(stages):
         a = _check_int(f"plan stage {s} first state", a, 0)
@@ -398,19 +519,34 @@ def simulate_plan(model: Any, plan: Any, rp: int | None = None, schedule: str = 
         if len(gpus) != units * rp:
             raise ValueError(f"plan stage {s} has {len(gpus)} GPUs, expected units*rp = "
                              f"{units}*{rp}")
+        if machine_seps is not None and gpus and gpus[-1] >= machine_seps[-1]:
+            raise ValueError(f"plan stage {s} uses GPU {gpus[-1]}, outside seps "
+                             f"{machine_seps} ({machine_seps[-1]} GPUs)")
+        checked.append((a, last, units, gpus))
+    out = []
+    for s, (a, last, units, gpus) in enumerate(checked):
         share = units * rp * m
         ct = float(model.ct(a, last))
         if ct < 0:
             raise ValueError(f"model.ct({a}, {last}) is negative: not a valid state range")
         per_mb = ct / share
+        link = None
+        if s < n - 1:
+            nxt = checked[s + 1][3]
+            crosses = any(machine(g) != machine(nxt[i % len(nxt)]) for i, g in enumerate(gpus))
+            link = xb if crosses else lb
+        stage_ab = ab
+        if stage_ab is None and len(gpus) > 1:
+            spans = machine(gpus[0]) != machine(gpus[-1])
+            stage_ab = HPGO_ETHERNET_NCCL_BW if spans else lb * (len(gpus) // 2)
         out.append(Stage(
             forward=per_mb * ff, backward=per_mb * (1.0 - ff),
             send_bytes=float(model.oa(last)) / share if s < n - 1 else 0.0,
             param_bytes=float(model.pa(a, last)),
             activation_bytes=float(model.ac(a, last)) / share if has_ac else 0.0,
-            gpus=gpus))
-    res = simulate_pipeline(out, m, schedule, link_bandwidth=link_bandwidth,
-                            link_latency=link_latency, allreduce_bandwidth=allreduce_bandwidth,
+            gpus=gpus, link_bandwidth=link, allreduce_bandwidth=stage_ab))
+    res = simulate_pipeline(out, m, schedule, link_bandwidth=lb, link_latency=link_latency,
+                            allreduce_bandwidth=lb if ab is None else ab,
                             optimizer_factor=optimizer_factor, timeline=timeline,
                             batch_size=rp * m * mbs)
     res.config.update({"engine": "plan", "rp": rp, "mbs": mbs})

@@ -175,7 +175,7 @@ def test_simulate_trace_equals_simulate_plan(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     m = hpgo.model_from_torch_graph(XLNET, 1, 64)
     ref = hpgo.simulate_plan(m, hpgo.conductor_from_torch_graph_and_seps(XLNET, 1, 64, [4, 8])
-                             .py_orchestrate())
+                             .py_orchestrate(), seps=[4, 8])
     assert summary["iteration_time"] == ref.iteration_time
     assert [s["bubble"] for s in summary["stages"]] == ref.bubble
     events = json.loads(trace.read_text())["traceEvents"]

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 import hpgo
 from hpgo.sim import Stage, simulate_pipeline, simulate_plan
 
+from pipedream_ref import steady_period
+
 
 def compute_events(res, device):
     return [(e.name, e.microbatch, e.start, e.end) for e in res.timeline
@@ -75,6 +77,50 @@ def test_pipedream_steady_state_by_hand():
     assert [s.weight_bytes for s in r2.stages] == [20.0, 10.0]  # stashed versions
     mbs = sorted({e.microbatch for e in r.timeline})
     assert mbs == list(range(5 * 4))  # 3 + 2 ceil((S-1)/M) iterations back to back
+
+
+def test_pipedream_period_after_every_stage_settles():
+    # issue 11: stage 0 is the bottleneck (f + b = 4 s per micro-batch) and
+    # its round trip to stage 1 (1.3 + 0.2 + 0.8 + 1.3 s) hides behind its
+    # next forward; the old two-iteration window opened while stage 1 was
+    # still settling and reported 4.8 s
+    stages = [Stage(forward=2, backward=2, send_bytes=1.3e9), Stage(forward=0.2, backward=0.8)]
+    r = simulate_pipeline(stages, 1, "pipedream", link_bandwidth=1e9)
+    assert r.iteration_time == pytest.approx(4.0, rel=1e-12)
+    assert r.stages[0].bubble == pytest.approx(0.0, abs=1e-12)
+    assert r.stages[1].bubble == pytest.approx(0.75, rel=1e-12)
+
+
+def test_pipedream_overflowing_times_give_infinity_not_nan():
+    for m in (1, 4):
+        r = simulate_pipeline([Stage(1, 1, 1, 1), Stage(1e308, 1e308, 0, 1e308)], m, "pipedream",
+                              link_bandwidth=1e-300)
+        assert r.iteration_time == math.inf
+
+
+pd_stage = st.tuples(st.floats(0.0, 3.0), st.floats(0.0, 3.0),
+                     st.one_of(st.just(0.0), st.floats(0.0, 3e9)),
+                     st.one_of(st.just(0.0), st.floats(0.0, 4e9)), st.integers(1, 3))
+
+
+@settings(max_examples=40, deadline=None)
+@given(stages=st.lists(pd_stage, min_size=1, max_size=4), m=st.integers(1, 5),
+       latency=st.sampled_from([0.0, 0.05]))
+def test_pipedream_period_matches_a_long_run(stages, m, latency):
+    """The iteration time is the steady-state period of an independent
+    brute-force model run for 300 iterations, and at least the closed-form
+    bounds: every stage's work per iteration (compute and all-reduce) and
+    every link's transfers per iteration."""
+    bw = 1e9
+    r = simulate_pipeline([Stage(f, b, sb, pb, replicas=n) for f, b, sb, pb, n in stages], m,
+                          "pipedream", link_bandwidth=bw, link_latency=latency,
+                          allreduce_bandwidth=bw, timeline=False)
+    ref = steady_period(stages, m, bw, latency, iters=300)
+    assert r.iteration_time == pytest.approx(ref, rel=1e-9, abs=1e-12)
+    work = max(m * (f + b) + (2 * (n - 1) / n * pb / bw if n > 1 else 0.0)
+               for f, b, sb, pb, n in stages)
+    links = max((m * (latency + sb / bw) for f, b, sb, pb, n in stages[:-1]), default=0.0)
+    assert r.iteration_time >= max(work, links) * (1 - 1e-12) - 1e-12
 
 
 def test_gpu_ids_and_peers():
@@ -164,6 +210,66 @@ def test_timeline_is_consistent(stages, m, schedule):
         assert max(e.end for e in r.timeline) == pytest.approx(r.iteration_time)
 
 
+# ---------------------------------------------------------------- trace export
+
+
+def assert_threads_nest(trace):
+    """Every (pid, tid)'s complete events are disjoint or properly nested
+    (what Perfetto's and Chrome's slice stacks need); times within 1 ns."""
+    by_thread = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X":
+            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for key, spans in by_thread.items():
+        spans.sort(key=lambda x: (x[0], -x[1]))
+        open_ends = []
+        for start, end in spans:
+            tol = 1e-3 + 1e-12 * abs(end)
+            while open_ends and open_ends[-1] <= start + tol:
+                open_ends.pop()
+            assert not open_ends or end <= open_ends[-1] + tol, (
+                f"thread {key}: [{start}, {end}] overlaps an event ending at {open_ends[-1]} "
+                "without nesting in it")
+            open_ends.append(end)
+    return by_thread
+
+
+def test_trace_transfers_of_a_middle_stage_nest():
+    # issue 11: the middle stage sends forward and backward and receives from
+    # both sides at the same time; all four shared one transfer thread
+    stages = [Stage(1.0, 1.0, send_bytes=3e9), Stage(1.0, 1.0, send_bytes=3e9), Stage(1.0, 1.0)]
+    r = simulate_pipeline(stages, 4, "1f1b", link_bandwidth=1e9)
+    t = r.to_chrome_trace()
+    by_thread = assert_threads_nest(t)
+    assert len(by_thread) == 3 + 5 + 3  # compute and one thread per link direction
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in t["traceEvents"]
+             if e["name"] == "thread_name"}
+    assert sorted(names[k] for k in names if k[0] == 1) == [
+        "compute", "recv from device 0", "recv from device 2", "send to device 0",
+        "send to device 2"]
+    # the old layout (every transfer of a device on thread 1) does not nest
+    old = {"traceEvents": [dict(e, tid=0 if e["tid"] == 0 else 1) for e in t["traceEvents"]]}
+    with pytest.raises(AssertionError, match="overlaps"):
+        assert_threads_nest(old)
+
+
+@settings(max_examples=40, deadline=None)
+@given(stages=plans, m=st.integers(1, 8), schedule=schedules)
+def test_trace_threads_nest(stages, m, schedule):
+    r = simulate_pipeline(stages, m, schedule, link_bandwidth=1e9, link_latency=1e-3)
+    t = r.to_chrome_trace()
+    assert_threads_nest(t)
+    assert sum(e["ph"] == "X" for e in t["traceEvents"]) == len(r.timeline)
+
+
+def test_distir_trace_threads_nest():
+    for kw in (dict(dp=2, tp=2, pp=2, microbatches=4), dict(pp=4, microbatches=8),
+               dict(dp=4), dict(tp=4)):
+        r = hpgo.simulate_mlp(batch_size=64, width=16, layers=4, cost_model="distir-2021-grid",
+                              **kw)
+        assert_threads_nest(r.to_chrome_trace())
+
+
 # ---------------------------------------------------------------- planner results
 
 
@@ -211,6 +317,77 @@ def test_simulate_plan_single_stage_data_parallel():
     r = simulate_plan(m, [(0, 1, 4, [0, 1, 2, 3])], rp=1, allreduce_bandwidth=1e9)
     # 8 micro-batches of one sample over 4 GPUs: 2 s / (4*8) each, then the all-reduce
     assert r.iteration_time == pytest.approx(8 * 2.0 / 32 + 2 * 3 / 4 * 8e6 / 1e9)
+
+
+def _durations(r, name, device):
+    return sorted({e.duration for e in r.timeline if e.name == name and e.device == device})
+
+
+def test_simulate_plan_prices_boundaries_as_hpgo():
+    """Issue 11: the boundary between machines is priced at HPGO's 1 GB/s
+    (it was 25 GB/s everywhere), inside a machine at 25 GB/s."""
+    m = FakeModel(ct=[4.0, 4.0], pa=[8e8, 8e8], oa=[4e9, 0.0], gbs=16)
+    two_machines = (1.0, [(0, 1, 1, list(range(8))), (1, 1, 1, list(range(8, 16)))])
+    r = simulate_plan(m, two_machines, seps=[8, 16])
+    mcount = 16 // 8
+    per_gpu = 4e9 / (8 * mcount)
+    assert _durations(r, "send", 0) == [pytest.approx(per_gpu / hpgo.sim.HPGO_ETHERNET_BW)]
+    # the default layout is machines of 8 GPUs: same answer without seps
+    assert simulate_plan(m, two_machines).iteration_time == r.iteration_time
+    # the same GPUs in one 16-GPU machine: NVLink
+    one = simulate_plan(m, two_machines, seps=[16])
+    assert _durations(one, "send", 0) == [pytest.approx(per_gpu / hpgo.sim.HPGO_NVLINK_BW)]
+    # GPU 7 of stage 0 pairs with GPU 8+7 of stage 1: crossing at seps [12, 16]
+    mixed = simulate_plan(m, two_machines, seps=[12, 16])
+    assert _durations(mixed, "send", 0) == [pytest.approx(per_gpu / hpgo.sim.HPGO_ETHERNET_BW)]
+    # a Plan carries its seps to simulate_plan
+    plan = hpgo.Plan.from_hpgo(two_machines, devices=[16])
+    assert plan.simulate(m).iteration_time == one.iteration_time
+    with pytest.raises(ValueError, match="outside seps"):
+        simulate_plan(m, two_machines, seps=[4, 8])
+
+
+def test_simulate_plan_allreduce_priced_as_hpgo_and_independent_of_the_link():
+    m = FakeModel(ct=[4.0, 4.0], pa=[8e8, 8e8], oa=[4e9, 0.0], gbs=16)
+    plan = (1.0, [(0, 1, 1, list(range(8))), (1, 1, 1, list(range(8, 16)))])
+    r = simulate_plan(m, plan, seps=[8, 16])
+    f = 2 * 7 / 8
+    # inside one machine: 25 GB/s x (GPUs // 2), HPGO's all_reduce_time
+    assert _durations(r, "all_reduce", 0) == [pytest.approx(f * 8e8 / (25e9 * 4))]
+    # a stage spanning machines: HPGO's NCCL-over-Ethernet 3 GB/s
+    dp = simulate_plan(m, (1.0, [(0, 1, 16, list(range(16)))]), rp=1, seps=[8, 16])
+    assert _durations(dp, "all_reduce", 0) == [pytest.approx(2 * 15 / 16 * 1.6e9 / 3e9)]
+    # the boundary link no longer drags the all-reduce along
+    slow = simulate_plan(m, plan, seps=[8, 16], inter_machine_bandwidth=1e8)
+    assert _durations(slow, "all_reduce", 0) == _durations(r, "all_reduce", 0)
+    slow = simulate_plan(m, plan, seps=[8, 16], link_bandwidth=1e8)
+    assert _durations(slow, "all_reduce", 8) == [pytest.approx(f * 8e8 / (1e8 * 4))]
+    fixed = simulate_plan(m, plan, seps=[8, 16], allreduce_bandwidth=2e9)
+    assert _durations(fixed, "all_reduce", 0) == [pytest.approx(f * 8e8 / 2e9)]
+    # simulate_pipeline: allreduce_bandwidth defaults to 25 GB/s whatever the link
+    st_ = [Stage(1.0, 1.0, param_bytes=1e9, replicas=2)]
+    a = simulate_pipeline(st_, 2, link_bandwidth=1e6)
+    assert a.iteration_time == pytest.approx(4.0 + 1e9 / 25e9)
+
+
+def test_forward_fraction_is_one_documented_share():
+    m = FakeModel(ct=[3.0, 5.0], pa=[0.0, 0.0], oa=[0.0, 0.0], gbs=4)
+    r = simulate_plan(m, [(0, 1, 1, [0])], rp=1)
+    ff = hpgo.sim.FORWARD_FRACTION
+    assert ff == 0.5
+    assert _durations(r, "forward", 0) == [pytest.approx(8.0 / 4 * ff)]
+    assert _durations(r, "backward", 0) == [pytest.approx(8.0 / 4 * (1 - ff))]
+
+    class Layer:
+        def __init__(self, t):
+            self.compute_time, self.output_activation_size = t, 0.0
+            self.parameter_size, self.desc = 0, "x"
+
+    class Model:
+        layers = [Layer(3.0), Layer(5.0)]
+
+    chain = hpgo.dynpipe.chain_from_model(Model())
+    assert chain.forward == (3.0 * ff, 5.0 * ff)
 
 
 @pytest.mark.parametrize("plan, rp, msg", [

@@ -226,7 +226,8 @@ static PyObject *replan_run(PyObject *module, PyObject *args)
         goto error;
     }
     cur = PyMem_Malloc((size_t)(ncur > 0 ? ncur : 1) * sizeof *cur);
-    counts = PyMem_Malloc((size_t)(ncur > 0 ? ncur : 1) * sizeof *counts);
+    /* the proposal, then the search's own best split */
+    counts = PyMem_Malloc((size_t)(ncur > 0 ? 2 * ncur : 1) * sizeof *counts);
     if (!cur || !counts) {
         PyErr_NoMemory();
         goto error;
@@ -250,6 +251,7 @@ static PyObject *replan_run(PyObject *module, PyObject *args)
     hpgo_replan_result_t res;
     memset(&res, 0, sizeof res);
     res.counts = counts;
+    res.search_counts = counts + ncur;
     hpgo_err_t err;
     hpgo_err_clear(&err);
     int rc;
@@ -260,24 +262,33 @@ static PyObject *replan_run(PyObject *module, PyObject *args)
     if (rc != HPGO_OK) {
         glue_raise(module, rc, &err);
     } else {
-        PyObject *cl = PyList_New(ncur);
-        if (cl) {
+        PyObject *lists[2] = {PyList_New(ncur), PyList_New(ncur)};
+        for (int k = 0; k < 2; k++) {
+            if (!lists[k])
+                continue;
             for (Py_ssize_t s = 0; s < ncur; s++) {
-                PyObject *v = PyLong_FromLong((long)counts[s]);
+                PyObject *v = PyLong_FromLong((long)counts[k * ncur + s]);
                 if (!v) {
-                    Py_CLEAR(cl);
+                    Py_CLEAR(lists[k]);
                     break;
                 }
-                PyList_SET_ITEM(cl, s, v);
+                PyList_SET_ITEM(lists[k], s, v);
             }
         }
-        if (cl)
-            out = Py_BuildValue("{s:N,s:d,s:d,s:d,s:d,s:d,s:d,s:O,s:L}", "counts", cl,
-                                "current_time", res.current_time, "new_time", res.new_time,
-                                "moved_bytes", res.moved_bytes, "drain_time", res.drain_time,
-                                "migration_cost", res.migration_cost, "gain", res.gain,
-                                "switch", res.do_switch ? Py_True : Py_False, "candidates",
-                                (long long)res.candidates);
+        if (lists[0] && lists[1])
+            out = Py_BuildValue("{s:N,s:d,s:d,s:d,s:d,s:d,s:d,s:O,s:L,s:d,s:O,s:N}", "counts",
+                                lists[0], "current_time", res.current_time, "new_time",
+                                res.new_time, "moved_bytes", res.moved_bytes, "drain_time",
+                                res.drain_time, "migration_cost", res.migration_cost, "gain",
+                                res.gain, "switch", res.do_switch ? Py_True : Py_False,
+                                "candidates", (long long)res.candidates, "search_time",
+                                res.search_time, "kept_current",
+                                res.kept_current ? Py_True : Py_False, "search_counts",
+                                lists[1]);
+        else {
+            Py_XDECREF(lists[0]);
+            Py_XDECREF(lists[1]);
+        }
     }
     PyMem_Free(f);
     PyMem_Free(b);

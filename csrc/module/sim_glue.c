@@ -201,8 +201,9 @@ PyDoc_STRVAR(sim_pipeline_doc,
              "sim_pipeline(stages, microbatches, schedule, link_bandwidth, link_latency, "
              "allreduce_bandwidth, optimizer_factor, timeline) -> SimResult\n\n"
              "stages: sequence of (forward, backward, send_bytes, param_bytes, activation_bytes, "
-             "gpus) with gpus a sequence of ints or an int count; schedule 0=1f1b, 1=gpipe, "
-             "2=pipedream.");
+             "gpus[, link_bandwidth, allreduce_bandwidth]) with gpus a sequence of ints or an "
+             "int count and the optional bandwidths (bytes/s, 0 = the pipeline's) overriding "
+             "the pipeline's for that stage; schedule 0=1f1b, 1=gpipe, 2=pipedream.");
 
 static PyObject *sim_pipeline(PyObject *module, PyObject *args)
 {
@@ -232,8 +233,8 @@ static PyObject *sim_pipeline(PyObject *module, PyObject *args)
     /* first pass: sizes of the GPU lists */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *t = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 6) {
-            PyErr_Format(PyExc_TypeError, "stage %zd must be a 6-tuple", i);
+        if (!PyTuple_Check(t) || (PyTuple_GET_SIZE(t) != 6 && PyTuple_GET_SIZE(t) != 8)) {
+            PyErr_Format(PyExc_TypeError, "stage %zd must be a 6- or 8-tuple", i);
             goto error;
         }
         PyObject *g = PyTuple_GET_ITEM(t, 5);
@@ -267,6 +268,11 @@ static PyObject *sim_pipeline(PyObject *module, PyObject *args)
             get_double(PyTuple_GET_ITEM(t, 2), "send_bytes", &st[i].send_bytes) < 0 ||
             get_double(PyTuple_GET_ITEM(t, 3), "param_bytes", &st[i].param_bytes) < 0 ||
             get_double(PyTuple_GET_ITEM(t, 4), "activation_bytes", &st[i].activation_bytes) < 0)
+            goto error;
+        if (PyTuple_GET_SIZE(t) == 8 &&
+            (get_double(PyTuple_GET_ITEM(t, 6), "link_bandwidth", &st[i].link_bandwidth) < 0 ||
+             get_double(PyTuple_GET_ITEM(t, 7), "allreduce_bandwidth",
+                        &st[i].allreduce_bandwidth) < 0))
             goto error;
         PyObject *g = PyTuple_GET_ITEM(t, 5);
         if (PyLong_Check(g))

@@ -27,6 +27,7 @@
 #include "plan_hpgo.h"
 #include "pool.h"
 #include "profile.h"
+#include "replan.h"
 #include "sim.h"
 #include "sim_distir.h"
 #include "sweep.h"
@@ -269,6 +270,24 @@ static void test_contract(void)
     CHECK(hpgo_sim_pipeline_run(&c, &r, &err) == HPGO_OK && r && r->iteration_time > 0);
     hpgo_sim_result_free(r);
     hpgo_sim_result_free(NULL);
+    /* PipeDream's period once every stage has settled (issue 11: was 4.8 s) */
+    hpgo_sim_stage_t pd[2] = {{2, 2, 1.3e9, 0, 0, 1, NULL}, {0.2, 0.8, 0, 0, 0, 1, NULL}};
+    hpgo_sim_pipeline_t pdc = {2, pd, 1, HPGO_SCHED_PIPEDREAM, 1e9, 0.0, 1e9, 2.0, 1};
+    CHECK(hpgo_sim_pipeline_run(&pdc, &r, &err) == HPGO_OK && r &&
+          fabs(r->iteration_time - 4.0) < 1e-12);
+    hpgo_sim_result_free(r);
+    /* a stage's own link and all-reduce bandwidths override the pipeline's */
+    hpgo_sim_stage_t ov[2] = {{1, 1, 2e9, 3e9, 0, 2, NULL, 1e9, 2e9},
+                              {1, 1, 0, 0, 0, 1, NULL, 0, 0}};
+    hpgo_sim_pipeline_t ovc = {2, ov, 1, HPGO_SCHED_GPIPE, 1e12, 0.0, 1e12, 2.0, 0};
+    CHECK(hpgo_sim_pipeline_run(&ovc, &r, &err) == HPGO_OK && r &&
+          fabs(r->iteration_time - (1 + 2 + 1 + 1 + 2 + 1 + 1.5)) < 1e-9);
+    hpgo_sim_result_free(r);
+    ov[0].link_bandwidth = -1;
+    CHECK(hpgo_sim_pipeline_run(&ovc, &r, &err) == HPGO_E_INVALID && !r);
+    ov[0].link_bandwidth = 1e9;
+    ov[0].allreduce_bandwidth = NAN;
+    CHECK(hpgo_sim_pipeline_run(&ovc, &r, &err) == HPGO_E_INVALID && !r);
     struct {
         int field;
         double value;
@@ -313,6 +332,25 @@ static void test_contract(void)
     CHECK(hpgo_sim_pipeline_run(&c, &r, &err) == HPGO_E_INVALID && !r);
     s3[0].gpus = far;
     CHECK(hpgo_sim_pipeline_run(&c, &r, &err) != HPGO_OK && !r && err.msg[0]);
+
+    /* re-planning keeps the current split when the search finds nothing faster:
+     * top-1 of equal layers cuts after layers 0 and 2, the last position merges
+     * into the tail, so the only candidate is (1, 3), slower than (2, 2) */
+    {
+        double f4[4] = {1, 1, 1, 1};
+        int32_t cur4[2] = {2, 2}, got[2] = {0, 0}, searched[2] = {0, 0};
+        double sd4[2] = {1, 1};
+        hpgo_replan_input_t in = {4, f4, f4, NULL, NULL, 2, cur4, sd4, HPGO_REPLAN_TOPK,
+                                  1, 0, 99, 1e9, 2.0, 0.0, INFINITY, 1.0};
+        hpgo_replan_result_t res;
+        memset(&res, 0, sizeof res);
+        res.counts = got;
+        res.search_counts = searched;
+        CHECK(hpgo_replan_run(&in, &res, &err) == HPGO_OK);
+        CHECK(searched[0] == 1 && searched[1] == 3 && res.search_time > res.current_time);
+        CHECK(res.kept_current && got[0] == 2 && got[1] == 2 && !res.do_switch);
+        CHECK(res.new_time == res.current_time && res.moved_bytes == 0.0);
+    }
 
     /* DistIR study */
     hpgo_distir_config_t d0;
