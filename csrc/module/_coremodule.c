@@ -28,10 +28,15 @@ PyObject *glue_raise(PyObject *module, int code, const hpgo_err_t *err)
     case HPGO_E_NOMEM:
         PyErr_SetString(PyExc_MemoryError, msg);
         break;
-    case HPGO_E_NOTFOUND:
-        PyErr_SetObject(PyExc_FileNotFoundError,
-                        Py_BuildValue("(is)", ENOENT, msg));
+    case HPGO_E_NOTFOUND: {
+        /* PyErr_SetObject does not steal its value: the tuple is ours to drop */
+        PyObject *args = Py_BuildValue("(is)", ENOENT, msg);
+        if (args) {
+            PyErr_SetObject(PyExc_FileNotFoundError, args);
+            Py_DECREF(args);
+        }
         break;
+    }
     case HPGO_E_IO:
         PyErr_SetString(PyExc_OSError, msg);
         break;
