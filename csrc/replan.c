@@ -192,6 +192,8 @@ typedef struct {
 static int score_cuts(ctx_t *c, const hpgo_replan_input_t *in, const int32_t *cut, double *t,
                       hpgo_err_t *err)
 {
+    if (hpgo_cancelled(in->cancel)) /* a score costs O(S * M): reading the flag is free */
+        return hpgo_err_set(err, HPGO_E_CANCELLED, 0, "re-planning was cancelled");
     for (int32_t s = 0; s < c->S; s++) {
         double sd = in->slowdown[s];
         c->F[s] = sd * (c->pf[cut[s + 1]] - c->pf[cut[s]]);
@@ -387,6 +389,12 @@ static int run_dp(ctx_t *c, const hpgo_replan_input_t *in, int32_t *best_cut, hp
     for (int32_t s = 1; s < S; s++) {
         double sd = in->slowdown[s];
         for (int32_t j = 0; j <= L; j++) {
+            if (hpgo_cancelled(in->cancel)) {
+                free(vb);
+                free(vc);
+                free(bp);
+                return hpgo_err_set(err, HPGO_E_CANCELLED, 0, "re-planning was cancelled");
+            }
             nb_[j] = INFINITY;
             nc_[j] = INFINITY;
             bp[(size_t)s * n + j] = -1;

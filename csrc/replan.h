@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "cancel.h"
 #include "err.h"
 
 #define HPGO_REPLAN_MAX_LAYERS 1000000
@@ -61,6 +62,7 @@ typedef struct hpgo_replan_input {
     double fixed_cost;         /* seconds of every switch (restart, rebuild), >= 0 */
     double remaining_iterations;       /* iterations left to benefit, >= 0 (may be +inf) */
     double microbatches_per_iteration; /* seconds per iteration = this * seconds per micro-batch */
+    hpgo_cancel_t *cancel;     /* NULL, or a flag that stops the run (HPGO_E_CANCELLED) */
 } hpgo_replan_input_t;
 
 typedef struct hpgo_replan_result {

@@ -213,7 +213,8 @@ def replan(chain_or_forward, backward=None, *, current: Sequence[int],
            method: str = "topk", top_k: int = 2, include_current: bool = False,
            microbatches: int = 99, bandwidth: float = 1e9, optimizer_factor: float = 2.0,
            fixed_cost: float = 0.0, remaining_iterations: float = math.inf,
-           microbatches_per_iteration: float = 1.0) -> ReplanResult:
+           microbatches_per_iteration: float = 1.0,
+           timeout: Optional[float] = None) -> ReplanResult:
     """Re-partition a chain of layers for per-stage slowdowns.
 
     ``replan(chain, current=[10, 28], slowdown=[1.89, 1.0])`` with a
@@ -232,6 +233,9 @@ def replan(chain_or_forward, backward=None, *, current: Sequence[int],
     (current - predicted) * microbatches_per_iteration * remaining_iterations
     exceeds the migration cost = moved parameter bytes * (1 + optimizer_factor)
     / bandwidth + (S - 1) * current_time (drain) + fixed_cost.
+
+    ``timeout``: seconds the search may take (``TimeoutError`` past it; None
+    = no limit); Ctrl-C stops it too.
     """
     if isinstance(chain_or_forward, LayerChain):
         if backward is not None:
@@ -275,7 +279,7 @@ def replan(chain_or_forward, backward=None, *, current: Sequence[int],
     rem = _number("remaining_iterations", remaining_iterations, allow_inf=True)
     mbpi = _number("microbatches_per_iteration", microbatches_per_iteration, positive=True)
     r = _core.replan_run(fwd, bwd, c, p, cur, sd, METHODS[method], k, bool(include_current),
-                         mb, bw, of, fc, rem, mbpi)
+                         mb, bw, of, fc, rem, mbpi, timeout)
     return ReplanResult(
         stages=tuple(r["counts"]), current=tuple(cur), current_time=r["current_time"],
         predicted_time=r["new_time"], moved_bytes=r["moved_bytes"],

@@ -514,15 +514,16 @@ def candidate_plans(profile: Union[PathLike, Any], pbs: int, gbs: int, seps: Any
                     min_micro_batch_size: Optional[int] = None,
                     optimizer_memory_scaling: Optional[int] = None,
                     peak_activation_per_batch: Optional[float] = None,
-                    threads: int = 0) -> PlanList:
+                    threads: int = 0, timeout: Optional[float] = None) -> PlanList:
     """Every candidate of one orchestration (HPGO's ``res``, in its order)
     as a :class:`PlanList`.  ``profile``: a graph.txt path or an
     :class:`hpgo.Model` (copied, never modified); ``seps``: [8, 16] or
-    :class:`hpgo.Devices`."""
+    :class:`hpgo.Devices`; ``timeout``: seconds the planning may take
+    (``TimeoutError`` past it; None = no limit)."""
     m, path = _model(profile, pbs, gbs, min_micro_batch_size, optimizer_memory_scaling,
                      peak_activation_per_batch)
     d = _devices(seps)
-    ao = _core.AsyncOrchestrate(m, d, threads=threads)
+    ao = _core.AsyncOrchestrate(m, d, threads=threads, timeout=timeout)
     ao.orchestrate()
     extra = {"skipped": [list(s) for s in ao.skipped]} if ao.skipped else {}
     return PlanList(replace(Plan.from_candidate(c, m, d, profile=path), extra=extra)
@@ -532,13 +533,15 @@ def candidate_plans(profile: Union[PathLike, Any], pbs: int, gbs: int, seps: Any
 def best_plan(profile: Union[PathLike, Any], pbs: int, gbs: int, seps: Any, *,
               min_micro_batch_size: Optional[int] = None,
               optimizer_memory_scaling: Optional[int] = None,
-              peak_activation_per_batch: Optional[float] = None, threads: int = 0) -> Plan:
+              peak_activation_per_batch: Optional[float] = None, threads: int = 0,
+              timeout: Optional[float] = None) -> Plan:
     """The plan ``py_orchestrate()`` returns, as a :class:`Plan` (with its
     candidate's label, rp and block time).  Raises
     :class:`hpgo.PlanningError` when no candidate exists."""
     plans = candidate_plans(profile, pbs, gbs, seps, min_micro_batch_size=min_micro_batch_size,
                             optimizer_memory_scaling=optimizer_memory_scaling,
-                            peak_activation_per_batch=peak_activation_per_batch, threads=threads)
+                            peak_activation_per_batch=peak_activation_per_batch, threads=threads,
+                            timeout=timeout)
     if not plans:
         raise _core.PlanningError(f"no candidate plan for gbs {gbs} on seps {list(_devices(seps).seps)}")
     return plans.best()

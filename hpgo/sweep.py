@@ -106,13 +106,15 @@ def sweep(
     peak_activation_per_batch: Optional[float] = None,
     threads: int = 0,
     exhaustive: bool = False,
+    timeout: Optional[float] = None,
 ) -> SweepResult:
-    """sweep(profile, pbs, gbs, seps, *, optimizer_memory_scaling=None, min_micro_batch_size=None, peak_activation_per_batch=None, threads=0, exhaustive=False)
+    """sweep(profile, pbs, gbs, seps, *, optimizer_memory_scaling=None, min_micro_batch_size=None, peak_activation_per_batch=None, threads=0, exhaustive=False, timeout=None)
 
     profile: a graph.txt path, or a Model (its settings are used unless given
     here).  gbs: one global batch size or a list.  seps: one layout ([8, 16]),
     a list of layouts, or Devices.  Returns a SweepResult with one SweepRow
-    per (gbs, layout), gbs-major.
+    per (gbs, layout), gbs-major.  timeout: seconds the planning may take
+    (TimeoutError past it; None = no limit); Ctrl-C stops it too.
     """
     if isinstance(pbs, bool) or not isinstance(pbs, int):
         raise TypeError(f"pbs must be an int, not {type(pbs).__name__}")
@@ -143,7 +145,7 @@ def sweep(
     layouts = _layouts(seps)
     if isinstance(threads, bool) or not isinstance(threads, int):
         raise TypeError("threads must be an int")
-    raw = _core._sweep(model, layouts, gbs_list, threads, bool(exhaustive))
+    raw = _core._sweep(model, layouts, gbs_list, threads, bool(exhaustive), timeout)
     out = SweepResult()
     for g, li, dp, p3, ov, gerr, best, res, skipped in raw:
         err = gerr

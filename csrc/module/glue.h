@@ -7,6 +7,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "../cancel.h"
 #include "../err.h"
 
 typedef struct hpgo_modstate {
@@ -41,6 +42,24 @@ PyObject *glue_seq_copy(PyObject *o, const char *what);
 
 /* Filesystem path (str, bytes or os.PathLike) to a new bytes object. */
 PyObject *glue_fspath(PyObject *o);
+
+/* Core work run by glue_call: reads and writes only its context (no
+ * PyObject, no exception). */
+typedef void (*glue_work_fn)(void *ctx);
+
+/* Run fn(ctx) with the GIL released so that Ctrl-C and a timeout stop it
+ * (call_glue.c): the work must read `cancel` (its options point at it).
+ * timeout: seconds, <= 0 or +inf for none.  small: a quick call, run on
+ * the calling thread when there is no timeout.  Returns 0 when the work
+ * ran to its end, -1 with KeyboardInterrupt (or what the signal handler
+ * raised) or TimeoutError (naming `what`) set after the work stopped; the
+ * caller frees whatever the work produced in both cases.  Needs the GIL. */
+int glue_call(glue_work_fn fn, void *ctx, hpgo_cancel_t *cancel, double timeout, int small,
+              const char *what);
+
+/* A timeout argument: None -> 0 (none), a real > 0 -> seconds (float()
+ * semantics); ValueError / TypeError naming `timeout` otherwise. */
+int glue_timeout(PyObject *o, double *out);
 
 /* Init hooks, one per glue file; return 0 or -1 with an exception set. */
 int glue_profile_init(PyObject *module);

@@ -704,26 +704,33 @@ typedef struct {
     int exhaustive;
     int threads;
     size_t max_bytes;
+    double timeout; /* seconds, 0 = none */
 } OrchObject;
 
 PyDoc_STRVAR(orch_doc,
-             "AsyncOrchestrate(model, devices, *, threads=0, exhaustive=False, max_memory=0)\n--\n\n"
+             "AsyncOrchestrate(model, devices, *, threads=0, exhaustive=False, max_memory=0,\n"
+             "                 timeout=None)\n--\n\n"
              "HPGO's hybrid planner for a model on a cluster.  orchestrate() fills `res`\n"
              "with every candidate plan in HPGO's order; py_orchestrate() returns the best\n"
              "as (speedup, [(first_state, end_state, units, [gpu ids]), ...]).\n"
              "threads: worker threads (0 = HPGO_NUM_THREADS or all cores).  exhaustive:\n"
              "disable the exact pruning of the search (same results, slower).  max_memory:\n"
              "bytes one candidate's search may use (0 = 512 MiB); a candidate that needs\n"
-             "more is listed in `skipped`.");
+             "more is listed in `skipped`.  timeout: seconds one orchestrate() may take\n"
+             "(TimeoutError past it; None = no limit).  Ctrl-C stops a run.");
 
 static PyObject *orch_tp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"model", "devices", "threads", "exhaustive", "max_memory", NULL};
-    PyObject *model, *devices;
+    static char *kwlist[] = {"model",      "devices", "threads", "exhaustive",
+                             "max_memory", "timeout", NULL};
+    PyObject *model, *devices, *timeout_o = Py_None;
     int threads = 0, exhaustive = 0;
     long long max_memory = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$ipL:AsyncOrchestrate", kwlist, &model,
-                                     &devices, &threads, &exhaustive, &max_memory))
+    double timeout;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$ipLO:AsyncOrchestrate", kwlist, &model,
+                                     &devices, &threads, &exhaustive, &max_memory, &timeout_o))
+        return NULL;
+    if (glue_timeout(timeout_o, &timeout) < 0)
         return NULL;
     if (max_memory < 0)
         return PyErr_Format(PyExc_ValueError, "max_memory must be >= 0 bytes, got %lld",
@@ -751,6 +758,7 @@ static PyObject *orch_tp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     o->exhaustive = exhaustive;
     o->threads = threads;
     o->max_bytes = (size_t)max_memory;
+    o->timeout = timeout;
     PyObject_GC_Track(o);
     if (!o->res || !o->skipped) {
         Py_DECREF(o);
@@ -789,8 +797,24 @@ static void orch_dealloc(PyObject *self)
     Py_DECREF(tp);
 }
 
-/* Plan with the GIL released; on success replaces res/skipped and returns
- * the index of the best candidate in res (-1: none). */
+typedef struct orch_work {
+    const hpgo_model_t *m;
+    const hpgo_topo_t *t;
+    const hpgo_plan_opts_t *opts;
+    hpgo_orch_t *res;
+    hpgo_err_t err;
+    int rc;
+} orch_work_t;
+
+static void orch_work(void *ctx)
+{
+    orch_work_t *w = ctx;
+    w->rc = hpgo_orchestrate(w->m, w->t, w->opts, &w->res, &w->err);
+}
+
+/* Plan with the GIL released (Ctrl-C and the timeout stop it); on success
+ * replaces res/skipped and returns the index of the best candidate in res
+ * (-1: none). */
 static int orch_run(OrchObject *o, Py_ssize_t *best_out)
 {
     PyObject *module = glue_module_of((PyObject *)o);
@@ -800,18 +824,19 @@ static int orch_run(OrchObject *o, Py_ssize_t *best_out)
     const hpgo_topo_t *t = ((DevicesObject *)o->devices)->t;
     Py_INCREF(o->devices); /* keep the topology alive while unlocked */
     PyObject *devices = o->devices;
-    hpgo_plan_opts_t opts = {o->exhaustive, o->threads, o->max_bytes};
-    hpgo_orch_t *res = NULL;
-    hpgo_err_t err;
-    hpgo_err_clear(&err);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = hpgo_orchestrate(m, t, &opts, &res, &err);
-    Py_END_ALLOW_THREADS
+    hpgo_cancel_t cancel;
+    hpgo_cancel_init(&cancel);
+    hpgo_plan_opts_t opts = {o->exhaustive, o->threads, o->max_bytes, &cancel};
+    orch_work_t w = {m, t, &opts, NULL, {0}, HPGO_OK};
+    int stopped = glue_call(orch_work, &w, &cancel, o->timeout,
+                            (int64_t)m->L * t->n * t->n < 20000, "AsyncOrchestrate.orchestrate");
     Py_DECREF(devices);
     hpgo_model_free(m);
-    if (rc != HPGO_OK) {
-        glue_raise(module, rc, &err);
+    hpgo_orch_t *res = w.res;
+    if (stopped < 0 || w.rc != HPGO_OK) {
+        hpgo_orch_free(res);
+        if (stopped == 0)
+            glue_raise(module, w.rc, &w.err);
         return -1;
     }
     PyObject *lres = PyList_New(0), *lskip = PyList_New(0);
@@ -972,18 +997,39 @@ error:
     return NULL;
 }
 
+typedef struct sweep_work {
+    const hpgo_model_t *m;
+    const hpgo_topo_t **topos;
+    int32_t nl;
+    const uint32_t *gv;
+    int32_t ng;
+    const hpgo_plan_opts_t *opts;
+    hpgo_sweep_t *out;
+    hpgo_err_t err;
+    int rc;
+} sweep_work_t;
+
+static void sweep_work(void *ctx)
+{
+    sweep_work_t *w = ctx;
+    w->rc = hpgo_sweep_run(w->m, w->topos, w->nl, w->gv, w->ng, w->opts, &w->out, &w->err);
+}
+
 PyDoc_STRVAR(sweep_doc,
-             "_sweep(model, layouts, gbs, threads=0, exhaustive=False)\n--\n\n"
+             "_sweep(model, layouts, gbs, threads=0, exhaustive=False, timeout=None)\n--\n\n"
              "Backend of hpgo.sweep: one row per (gbs, layout), gbs-major, as tuples\n"
              "(gbs, layout_index, dp, dp_p3, dp_overlap, ga_error, best, res, skipped).");
 
 static PyObject *f_sweep(PyObject *module, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"model", "layouts", "gbs", "threads", "exhaustive", NULL};
-    PyObject *model_o, *layouts_o, *gbs_o;
+    static char *kwlist[] = {"model", "layouts", "gbs", "threads", "exhaustive", "timeout", NULL};
+    PyObject *model_o, *layouts_o, *gbs_o, *timeout_o = Py_None;
     int threads = 0, exhaustive = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|ip:_sweep", kwlist, &model_o, &layouts_o,
-                                     &gbs_o, &threads, &exhaustive))
+    double timeout;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|ipO:_sweep", kwlist, &model_o, &layouts_o,
+                                     &gbs_o, &threads, &exhaustive, &timeout_o))
+        return NULL;
+    if (glue_timeout(timeout_o, &timeout) < 0)
         return NULL;
     if (threads < 0)
         return PyErr_Format(PyExc_ValueError, "threads must be >= 0, got %d", threads);
@@ -1028,17 +1074,17 @@ static PyObject *f_sweep(PyObject *module, PyObject *args, PyObject *kw)
     if (!(m = model_snapshot(module, model_o)))
         goto done;
     {
-        hpgo_plan_opts_t opts = {exhaustive, threads, 0};
-        hpgo_sweep_t *sw = NULL;
-        hpgo_err_t err;
-        hpgo_err_clear(&err);
-        int rc;
+        hpgo_cancel_t cancel;
+        hpgo_cancel_init(&cancel);
+        hpgo_plan_opts_t opts = {exhaustive, threads, 0, &cancel};
+        sweep_work_t w = {m, topos, (int32_t)nl, gv, (int32_t)ng, &opts, NULL, {0}, HPGO_OK};
         /* `lay` holds references to every Devices, so topos stay valid */
-        Py_BEGIN_ALLOW_THREADS
-        rc = hpgo_sweep_run(m, topos, (int32_t)nl, gv, (int32_t)ng, &opts, &sw, &err);
-        Py_END_ALLOW_THREADS
-        if (rc != HPGO_OK) {
-            glue_raise(module, rc, &err);
+        int stopped = glue_call(sweep_work, &w, &cancel, timeout, 0, "sweep");
+        hpgo_sweep_t *sw = w.out;
+        if (stopped < 0 || w.rc != HPGO_OK) {
+            hpgo_sweep_free(sw);
+            if (stopped == 0)
+                glue_raise(module, w.rc, &w.err);
             goto done;
         }
         PyObject *rows = PyList_New(sw->n);

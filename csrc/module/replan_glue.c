@@ -189,15 +189,31 @@ PyDoc_STRVAR(replan_run_doc,
              "remaining_iterations, microbatches_per_iteration) -> dict\n\n"
              "comm and param_bytes may be None; method 0 = top-k (DynPipe), 1 = DP.");
 
+typedef struct replan_work {
+    const hpgo_replan_input_t *in;
+    hpgo_replan_result_t *res;
+    hpgo_err_t err;
+    int rc;
+} replan_work_t;
+
+static void replan_work(void *ctx)
+{
+    replan_work_t *w = ctx;
+    w->rc = hpgo_replan_run(w->in, w->res, &w->err);
+}
+
 static PyObject *replan_run(PyObject *module, PyObject *args)
 {
-    PyObject *fo, *bo, *co, *po, *curo, *so;
+    PyObject *fo, *bo, *co, *po, *curo, *so, *timeout_o = Py_None;
     hpgo_replan_input_t in;
     memset(&in, 0, sizeof in);
-    if (!PyArg_ParseTuple(args, "OOOOOOiipiddddd", &fo, &bo, &co, &po, &curo, &so, &in.method,
+    double timeout;
+    if (!PyArg_ParseTuple(args, "OOOOOOiipiddddd|O", &fo, &bo, &co, &po, &curo, &so, &in.method,
                           &in.top_k, &in.include_current, &in.microbatches, &in.bandwidth,
                           &in.optimizer_factor, &in.fixed_cost, &in.remaining_iterations,
-                          &in.microbatches_per_iteration))
+                          &in.microbatches_per_iteration, &timeout_o))
+        return NULL;
+    if (glue_timeout(timeout_o, &timeout) < 0)
         return NULL;
     double *f = NULL, *b = NULL, *c = NULL, *p = NULL, *sd = NULL;
     int64_t *cur64 = NULL;
@@ -250,15 +266,17 @@ static PyObject *replan_run(PyObject *module, PyObject *args)
     hpgo_replan_result_t res;
     memset(&res, 0, sizeof res);
     res.counts = counts;
-    hpgo_err_t err;
-    hpgo_err_clear(&err);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = hpgo_replan_run(&in, &res, &err);
-    Py_END_ALLOW_THREADS
+    hpgo_cancel_t cancel;
+    hpgo_cancel_init(&cancel);
+    in.cancel = &cancel;
+    replan_work_t w = {&in, &res, {0}, HPGO_OK};
+    int stopped = glue_call(replan_work, &w, &cancel, timeout,
+                            (int64_t)in.n_layers * in.n_stages < 100000, "replan");
     PyObject *out = NULL;
-    if (rc != HPGO_OK) {
-        glue_raise(module, rc, &err);
+    if (stopped < 0) {
+        /* KeyboardInterrupt or TimeoutError is set */
+    } else if (w.rc != HPGO_OK) {
+        glue_raise(module, w.rc, &w.err);
     } else {
         PyObject *cl = PyList_New(ncur);
         if (cl) {

@@ -204,6 +204,19 @@ PyDoc_STRVAR(sim_pipeline_doc,
              "gpus) with gpus a sequence of ints or an int count; schedule 0=1f1b, 1=gpipe, "
              "2=pipedream.");
 
+typedef struct pipe_work {
+    const hpgo_sim_pipeline_t *cfg;
+    hpgo_sim_result_t *out;
+    hpgo_err_t err;
+    int rc;
+} pipe_work_t;
+
+static void pipe_work(void *ctx)
+{
+    pipe_work_t *w = ctx;
+    w->rc = hpgo_sim_pipeline_run(w->cfg, &w->out, &w->err);
+}
+
 static PyObject *sim_pipeline(PyObject *module, PyObject *args)
 {
     PyObject *stages_obj;
@@ -289,21 +302,22 @@ static PyObject *sim_pipeline(PyObject *module, PyObject *args)
         used += st[i].n_gpus;
         Py_DECREF(gs);
     }
+    hpgo_cancel_t cancel;
+    hpgo_cancel_init(&cancel);
     hpgo_sim_pipeline_t cfg = {(int32_t)n, st, microbatches, schedule, link_bw, link_lat, ar_bw,
-                               opt, timeline};
-    hpgo_sim_result_t *r = NULL;
-    hpgo_err_t err;
-    hpgo_err_clear(&err);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = hpgo_sim_pipeline_run(&cfg, &r, &err);
-    Py_END_ALLOW_THREADS
+                               opt, timeline, &cancel};
+    pipe_work_t w = {&cfg, NULL, {0}, HPGO_OK};
+    /* a few thousand operations take well under a millisecond */
+    int small = (int64_t)n * (microbatches > 0 ? microbatches : 1) < 100000;
+    int stopped = glue_call(pipe_work, &w, &cancel, 0.0, small, "simulate_pipeline");
     PyMem_Free(st);
     PyMem_Free(gpus);
     Py_DECREF(seq);
-    if (rc != HPGO_OK)
-        return glue_raise(module, rc, &err);
-    return wrap_result(module, r);
+    if (stopped < 0 || w.rc != HPGO_OK) {
+        hpgo_sim_result_free(w.out);
+        return stopped < 0 ? NULL : glue_raise(module, w.rc, &w.err);
+    }
+    return wrap_result(module, w.out);
 error:
     PyMem_Free(st);
     PyMem_Free(gpus);
@@ -375,45 +389,80 @@ static int distir_config_from_dict(PyObject *d, hpgo_distir_config_t *c)
 
 PyDoc_STRVAR(sim_distir_doc, "sim_distir(config: dict) -> SimResult");
 
+typedef struct distir_work {
+    const hpgo_distir_config_t *cfg;
+    hpgo_sim_result_t *out;
+    hpgo_err_t err;
+    int rc;
+} distir_work_t;
+
+static void distir_work(void *ctx)
+{
+    distir_work_t *w = ctx;
+    w->rc = hpgo_distir_simulate(w->cfg, &w->out, &w->err);
+}
+
 static PyObject *sim_distir(PyObject *module, PyObject *arg)
 {
     hpgo_distir_config_t cfg;
     if (distir_config_from_dict(arg, &cfg) < 0)
         return NULL;
-    hpgo_sim_result_t *r = NULL;
-    hpgo_err_t err;
-    hpgo_err_clear(&err);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = hpgo_distir_simulate(&cfg, &r, &err);
-    Py_END_ALLOW_THREADS
-    if (rc != HPGO_OK)
-        return glue_raise(module, rc, &err);
-    return wrap_result(module, r);
+    hpgo_cancel_t cancel;
+    hpgo_cancel_init(&cancel);
+    cfg.cancel = &cancel;
+    distir_work_t w = {&cfg, NULL, {0}, HPGO_OK};
+    int small = (int64_t)cfg.layers * (cfg.microbatches > 0 ? cfg.microbatches : 1) *
+                    (cfg.dp > 0 ? cfg.dp : 1) * (cfg.tp > 0 ? cfg.tp : 1) < 20000;
+    int stopped = glue_call(distir_work, &w, &cancel, 0.0, small, "the DistIR simulation");
+    if (stopped < 0 || w.rc != HPGO_OK) {
+        hpgo_sim_result_free(w.out);
+        return stopped < 0 ? NULL : glue_raise(module, w.rc, &w.err);
+    }
+    return wrap_result(module, w.out);
 }
 
 /* Run points on a pool of `threads` (0 = default) with the GIL released and
  * return [(dp, tp, pp, microbatches, iteration_time, peak_bytes), ...]; the
  * first failing point raises.  Takes ownership of pts. */
-static PyObject *run_points(PyObject *module, hpgo_distir_point_t *pts, int64_t n, int threads)
-{
-    hpgo_pool_t *pool = NULL;
+typedef struct points_work {
+    hpgo_distir_point_t *pts;
+    int64_t n;
+    int threads;
     hpgo_err_t err;
-    hpgo_err_clear(&err);
-    int rc = HPGO_OK;
-    Py_BEGIN_ALLOW_THREADS
-    if (threads != 1 && n > 1) {
-        rc = hpgo_pool_new(threads, &pool, &err);
-        if (rc == HPGO_E_INTERNAL) { /* not even one thread: run on this one */
-            rc = HPGO_OK;
+    int rc;
+} points_work_t;
+
+static void points_work(void *ctx)
+{
+    points_work_t *w = ctx;
+    hpgo_pool_t *pool = NULL;
+    w->rc = HPGO_OK;
+    if (w->threads != 1 && w->n > 1) {
+        w->rc = hpgo_pool_new(w->threads, &pool, &w->err);
+        if (w->rc == HPGO_E_INTERNAL) { /* not even one thread: run on this one */
+            w->rc = HPGO_OK;
             pool = NULL;
         }
     }
-    if (rc == HPGO_OK) {
-        hpgo_distir_run_points(pts, n, pool);
+    if (w->rc == HPGO_OK) {
+        hpgo_distir_run_points(w->pts, w->n, pool);
         hpgo_pool_free(pool);
     }
-    Py_END_ALLOW_THREADS
+}
+
+static PyObject *run_points(PyObject *module, hpgo_distir_point_t *pts, int64_t n, int threads)
+{
+    hpgo_cancel_t cancel;
+    hpgo_cancel_init(&cancel);
+    for (int64_t i = 0; i < n; i++)
+        pts[i].cfg.cancel = &cancel;
+    points_work_t w = {pts, n, threads, {0}, HPGO_OK};
+    if (glue_call(points_work, &w, &cancel, 0.0, 0, "the DistIR study") < 0) {
+        PyMem_Free(pts);
+        return NULL;
+    }
+    int rc = w.rc;
+    hpgo_err_t err = w.err;
     if (rc != HPGO_OK) {
         PyMem_Free(pts);
         return glue_raise(module, rc, &err);
