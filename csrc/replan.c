@@ -330,6 +330,15 @@ static int run_topk(ctx_t *c, const hpgo_replan_input_t *in, int32_t *best_cut, 
                           HPGO_REPLAN_MAX_CANDIDATES, (int)n_opt, (int)(S - 1));
         goto done;
     }
+    if ((double)total * S * in->microbatches > HPGO_REPLAN_MAX_WORK) {
+        rc = hpgo_err_set(err, HPGO_E_LIMIT, 0,
+                          "top-k search would take %lld partitions x %d stages x %d micro-batches "
+                          "= %.6g steps, over the limit of %.6g (HPGO_REPLAN_MAX_WORK); use fewer "
+                          "micro-batches, a smaller top_k or the DP method",
+                          (long long)total, (int)S, (int)in->microbatches,
+                          (double)total * S * in->microbatches, HPGO_REPLAN_MAX_WORK);
+        goto done;
+    }
     for (int32_t i = 0; i < S - 1; i++)
         idx[i] = i;
     *best_t = INFINITY;
@@ -369,6 +378,13 @@ done:
 static int run_dp(ctx_t *c, const hpgo_replan_input_t *in, int32_t *best_cut, hpgo_err_t *err)
 {
     const int32_t L = c->L, S = c->S;
+    double work = (double)S * (double)L * (double)L / 2.0;
+    if (work > HPGO_REPLAN_MAX_WORK)
+        return hpgo_err_set(err, HPGO_E_LIMIT, 0,
+                            "the DP would take %d stages x %d layers^2 / 2 = %.6g steps, over the "
+                            "limit of %.6g (HPGO_REPLAN_MAX_WORK); merge neighbouring layers or "
+                            "use method 'topk'",
+                            (int)S, (int)L, work, HPGO_REPLAN_MAX_WORK);
     size_t n = (size_t)(L + 1);
     double *vb = malloc(2 * n * sizeof *vb), *vc = malloc(2 * n * sizeof *vc);
     int32_t *bp = malloc((size_t)S * n * sizeof *bp);

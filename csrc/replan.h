@@ -20,6 +20,12 @@
 #define HPGO_REPLAN_MAX_STAGES 4096
 #define HPGO_REPLAN_MAX_MICROBATCHES 100000
 #define HPGO_REPLAN_MAX_CANDIDATES 5000000 /* top-k partitions scored per call */
+/* Work of one call, checked before it starts: the DP's stages x layers^2 / 2
+ * steps (about 1.6 ns each), or top-k's partitions x stages x micro-batches
+ * (one score each).  1e10 is about 15 s here. */
+#define HPGO_REPLAN_MAX_WORK 1e10
+/* Cells (senders x receivers) of one slice table: 2^24 int64 is 128 MiB. */
+#define HPGO_REPLAN_MAX_SLICE_CELLS (1 << 24)
 
 /* Re-partition methods. */
 enum {

@@ -19,6 +19,7 @@ Times are seconds per iteration, sizes bytes, bandwidths bytes/s.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from numbers import Real
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -138,8 +139,13 @@ def hap_cluster(*type_counts, bandwidths: str = "hetero-10gbps") -> Cluster:
     for t, c in zip(type_counts[::2], type_counts[1::2]):
         if t not in DEVICE_FLOPS:
             raise ValueError(f"unknown device type {t!r}; known: {sorted(DEVICE_FLOPS)}")
-        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+        if isinstance(c, bool) or not hasattr(type(c), "__index__") or operator.index(c) < 0:
             raise ValueError(f"device count for {t} must be an int >= 0, got {c!r}")
+        c = operator.index(c)
+        # the C limit, checked before building lists of that many devices here
+        if len(flops) + c > _core.HAP_MAX_DEVICES:
+            raise ValueError(f"{len(flops) + c} devices exceed the limit of "
+                             f"{_core.HAP_MAX_DEVICES} (HPGO_HAP_MAX_DEVICES)")
         flops += [DEVICE_FLOPS[t]] * c
         names += [t] * c
     if not flops:

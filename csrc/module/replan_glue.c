@@ -483,6 +483,13 @@ static PyObject *slice_table(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "at most 65536 replicas per side");
         goto done;
     }
+    if ((int64_t)ns * (int64_t)nr > HPGO_REPLAN_MAX_SLICE_CELLS) {
+        PyErr_Format(PyExc_ValueError,
+                     "a table of %zd x %zd replicas exceeds the limit of %lld cells "
+                     "(HPGO_REPLAN_MAX_SLICE_CELLS)",
+                     ns, nr, (long long)HPGO_REPLAN_MAX_SLICE_CELLS);
+        goto done;
+    }
     out = PyMem_Malloc((size_t)(ns > 0 ? ns : 1) * (size_t)(nr > 0 ? nr : 1) * sizeof *out);
     if (!out) {
         PyErr_NoMemory();
@@ -712,6 +719,9 @@ static PyMethodDef replan_functions[] = {
 int glue_replan_init(PyObject *module)
 {
     if (!glue_add_type(module, &trigger_spec, NULL))
+        return -1;
+    if (PyModule_AddIntConstant(module, "HAP_MAX_DEVICES", HPGO_HAP_MAX_DEVICES) < 0 ||
+        PyModule_AddIntConstant(module, "REPLAN_MAX_SLICE_CELLS", HPGO_REPLAN_MAX_SLICE_CELLS) < 0)
         return -1;
     return PyModule_AddFunctions(module, replan_functions);
 }
