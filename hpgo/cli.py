@@ -163,9 +163,18 @@ def _agg_plt():
 
 
 def _save_fig(fig: Any, path: str) -> None:
+    from . import _files
+
     plt = _agg_plt()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        if os.path.splitext(path)[1]:
+            # the format follows the suffix, so the temporary name keeps it
+            with _files.atomic_path(path, keep_suffix=True) as tmp:
+                fig.savefig(tmp, dpi=120)
+        else:
+            fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
 
 
 # ---------------------------------------------------------------- plan

@@ -21,13 +21,14 @@ Times are seconds, sizes bytes, bandwidths bytes/s.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from dataclasses import dataclass
 from numbers import Real
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-from . import _core
+from . import _core, _files
 
 __all__ = [
     "LayerChain",
@@ -112,8 +113,8 @@ def read_layer_profile(path) -> LayerChain:
     Errors name the file and line (``ValueError``)."""
     path = os.fspath(path)
     fwd, bwd, comm, par, names = [], [], [], [], []
-    with open(path, newline="", encoding="utf-8") as fh:
-        rd = csv.DictReader(fh)
+    rd = csv.DictReader(io.StringIO(_files.read_text(path, "layer profile"), newline=""))
+    try:
         need = {"fwd_ms", "bwd_ms", "out_comm_s_at_1GBps"}
         if not rd.fieldnames or not need.issubset(rd.fieldnames):
             raise ValueError(f"{path}:1: header must name the columns {sorted(need)}")
@@ -133,6 +134,8 @@ def read_layer_profile(path) -> LayerChain:
             comm.append(c)
             par.append(p)
             names.append(row.get("layer") or str(len(names)))
+    except csv.Error as e:  # an oversized field, a NUL byte, ...
+        raise ValueError(f"{path}:{rd.line_num}: malformed CSV: {e}") from None
     if not fwd:
         raise ValueError(f"{path}: no layers")
     return LayerChain(tuple(fwd), tuple(bwd), tuple(comm), tuple(par), tuple(names))

@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import _core
+from . import _core, _files
 
 if TYPE_CHECKING:
     from .sim import SimulationResult
@@ -283,10 +283,9 @@ class Plan:
         return json.dumps(self.to_dict(), indent=indent)
 
     def save(self, path: PathLike) -> None:
-        """Write the plan as JSON (UTF-8)."""
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(self.to_json())
-            f.write("\n")
+        """Write the plan as JSON (UTF-8), atomically: on any error the file
+        that was there is left as it was."""
+        _files.atomic_write(path, self.to_json() + "\n")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Plan":
@@ -356,13 +355,14 @@ class Plan:
             d = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"line {e.lineno}: invalid JSON: {e.msg}") from None
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
         return cls.from_dict(d)
 
     @classmethod
     def load(cls, path: PathLike) -> "Plan":
         """Read a plan written by :meth:`save`; errors name the file."""
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = _files.read_text(path, "plan file")
         try:
             return cls.from_json(text)
         except (ValueError, TypeError) as e:

@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from . import _core
+from . import _core, _files
 
 __all__ = [
     "SCHEDULES",
@@ -201,8 +201,7 @@ class SimulationResult:
                                **{k: v for k, v in self.config.items()
                                   if isinstance(v, (int, float, str))}}}
         if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                json.dump(trace, f)
+            _files.atomic_write(path, json.dumps(trace))
         return trace
 
     def __repr__(self) -> str:

@@ -14,7 +14,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
-from . import _core
+from . import _core, _files
 
 __all__ = ["SweepRow", "SweepResult", "sweep"]
 
@@ -63,8 +63,7 @@ class SweepResult(list):
             w.writerow(["" if d[c] is None else d[c] for c in cols])
         text = buf.getvalue()
         if path is not None:
-            with open(path, "w", newline="") as f:
-                f.write(text)
+            _files.atomic_write(path, text)
         return text
 
     def to_pandas(self):
