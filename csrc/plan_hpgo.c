@@ -1853,6 +1853,22 @@ int hpgo_orchestrate(const hpgo_model_t *m, const hpgo_topo_t *t, const hpgo_pla
     }
     free(rcs);
     free(errs);
+    /* a candidate without one micro-batch (min_micro_batch_size above
+     * gbs / rp) has no pipeline: HPGO's score is 0 there, which would make
+     * a 0.0-speedup plan the "best" one */
+    uint32_t mbs = m->min_micro_batch_size ? m->min_micro_batch_size : 1;
+    for (int32_t a = 0; a < n; a++) {
+        hpgo_candidate_t *c = &o->cands[a];
+        if (c->status == HPGO_OK && c->rp > 0 && m->gbs / (uint32_t)c->rp / mbs == 0) {
+            free(c->stages);
+            c->stages = NULL;
+            c->n_stages = 0;
+            c->status = HPGO_E_NOPLAN;
+            snprintf(c->reason, sizeof c->reason,
+                     "no micro-batch: gbs %lu / %d replicas / min_micro_batch_size %lu is 0",
+                     (unsigned long)m->gbs, (int)c->rp, (unsigned long)mbs);
+        }
+    }
     o->best = -1;
     for (int32_t a = 0; a < n; a++)
         if (o->cands[a].status == HPGO_OK &&

@@ -132,6 +132,24 @@ def _opt_str(name: str, v: Any) -> Optional[str]:
     return v
 
 
+def _check_tiling(stages: Sequence["PlanStage"], num_states: Any) -> None:
+    """Stages must cover states 0..num_states-1 in order, each starting right
+    after the previous one: an overlapping, gapped or out-of-range plan would
+    load without complaint and price some other model."""
+    expect = 0
+    for s in stages:
+        if s.first_state < expect:
+            raise ValueError(f"stage {s.index} starts at state {s.first_state}, inside the "
+                             f"previous stage (which ends at {expect - 1}): stages overlap")
+        if s.first_state > expect:
+            raise ValueError(f"stage {s.index} starts at state {s.first_state}: states "
+                             f"{expect}..{s.first_state - 1} are in no stage")
+        expect = s.last_state + 1
+    if isinstance(num_states, int) and not isinstance(num_states, bool) and expect != num_states:
+        raise ValueError(f"the stages cover states 0..{expect - 1} but num_states is "
+                         f"{num_states}")
+
+
 def _layer_name(model: Any, k: int) -> Optional[str]:
     layers = getattr(model, "layers", None)
     if layers is None or not (0 <= k < len(layers)):
@@ -328,6 +346,7 @@ class Plan:
                 compute_time=_opt_float(f"stage {i} compute_time", s.get("compute_time")),
                 parameter_bytes=_opt_float(f"stage {i} parameter_bytes",
                                            s.get("parameter_bytes"))))
+        _check_tiling(stages, d.get("num_states"))
         seps = d.get("seps")
         if seps is not None and not isinstance(seps, list):
             raise TypeError("plan 'seps' must be a list")

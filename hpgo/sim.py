@@ -344,6 +344,35 @@ def _plan_stages(plan: Any) -> list:
     return out
 
 
+def _check_cover(stages: list, model: Any) -> None:
+    """The stages must tile the model's states 0..L-1 in order (HPGO's
+    convention: stage s covers a..b-1, the last one a..b): no overlap, no
+    gap, no reversed or out-of-range stage, which would simulate a plan of
+    some other model without complaint."""
+    n_states = getattr(model, "num_layers", None)
+    expect = 0
+    for s, st in enumerate(stages):
+        a = _check_int(f"plan stage {s} first state", st[0], 0)
+        b = _check_int(f"plan stage {s} end state", st[1], 0)
+        if s == 0 and a != 0:
+            raise ValueError(f"plan stage 0 starts at state {a}, not 0")
+        if a < expect:
+            raise ValueError(f"plan stage {s} starts at state {a}, inside stage {s - 1} (which "
+                             f"covers up to {expect - 1}): stages overlap")
+        if a > expect:
+            raise ValueError(f"plan stage {s} starts at state {a}: states {expect}..{a - 1} are "
+                             f"in no stage")
+        last = b if s == len(stages) - 1 else b - 1
+        if last < a:
+            raise ValueError(f"plan stage {s} covers no state ({a}..{last}): reversed or empty")
+        expect = b
+    if isinstance(n_states, int) and last > n_states - 1:
+        raise IndexError(f"plan state {last} is out of range: the model has {n_states} states")
+    if isinstance(n_states, int) and last < n_states - 1:
+        raise ValueError(f"the plan covers states 0..{last} but the model has {n_states} "
+                         f"(0..{n_states - 1})")
+
+
 def simulate_plan(model: Any, plan: Any, rp: int | None = None, schedule: str = "1f1b", *,
                   forward_fraction: float = 0.5, link_bandwidth: float = _NVLINK_BYTES_PER_S,
                   link_latency: float = 0.0, allreduce_bandwidth: float | None = None,
@@ -364,6 +393,7 @@ def simulate_plan(model: Any, plan: Any, rp: int | None = None, schedule: str = 
     (0.5 as HPGO's recursive model), and sends oa / (units rp M) bytes.
     """
     stages = _plan_stages(plan)
+    _check_cover(stages, model)
     ff = _check_num("forward_fraction", forward_fraction)
     if ff > 1:
         raise ValueError(f"forward_fraction must be in [0, 1], got {forward_fraction}")
@@ -653,13 +683,16 @@ def distir_figure3(cost_model: str = "distir-2021", *, width: int = 4096, layers
     parallelism at batch 4096 with 4-32 micro-batches.  Speedup = the
     untransformed one-device time / the distributed time.  All points run in
     one pooled batch."""
+    seqs = {}
     for name, seq in (("devices", devices), ("dp_batches", dp_batches),
                       ("pp_microbatches", pp_microbatches)):
         if isinstance(seq, (str, bytes)) or not isinstance(seq, Iterable):
             raise TypeError(f"{name} must be a sequence of ints")
-        for v in seq:
-            _check_int(name[:-1] if name.endswith("s") else name, v)
-    _check_int("pp_batch", pp_batch)
+        # read once: a generator would be empty the second time
+        seqs[name] = [_check_int(name[:-1] if name.endswith("s") else name, v) for v in seq]
+    devices, dp_batches, pp_microbatches = (seqs["devices"], seqs["dp_batches"],
+                                            seqs["pp_microbatches"])
+    pp_batch = _check_int("pp_batch", pp_batch)
     common = {"width": width, "layers": layers, "cost_model": cost_model,
               "devices_bandwidth_gbps": devices_bandwidth_gbps}
     batches = sorted(set(dp_batches) | {pp_batch})

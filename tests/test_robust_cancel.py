@@ -83,7 +83,7 @@ LONG_CALLS = {
         run = lambda: hpgo.simulate_transformer(4096, 2048, 8192, 64, 4096, dp=4, tp=8, pp=8,
                                                 microbatches=512, timeline=False)""",
     "replan": """
-        L = 300000
+        L = 70000  # 4 x 70,000^2 / 2 steps: under HPGO_REPLAN_MAX_WORK, ~15 s
         run = lambda: hpgo.replan([1.0] * L, [2.0] * L, current=[L // 4] * 4,
                                   slowdown=[1, 2, 1, 1], method='dp')""",
 }
@@ -111,7 +111,7 @@ def test_timeout_from_a_worker_thread():
     child = run_child(PRELUDE + """
 from concurrent.futures import ThreadPoolExecutor
 big, d = chain(1500), hpgo.devices_from_seps(list(range(8, 1025, 8)))
-L = 300000
+L = 70000  # 4 x 70,000^2 / 2 steps: under HPGO_REPLAN_MAX_WORK, ~15 s
 calls = {
     'orchestrate': lambda: hpgo.AsyncOrchestrate(big, d, threads=2, timeout=0.5).orchestrate(),
     'best_plan': lambda: hpgo.best_plan(big, 1, 1024, d, threads=2, timeout=0.5),

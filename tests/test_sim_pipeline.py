@@ -216,7 +216,10 @@ def test_simulate_plan_single_stage_data_parallel():
 @pytest.mark.parametrize("plan, rp, msg", [
     ([(0, 1, 1, [0, 1, 2])], 2, "expected units"),
     ([], None, "no stages"),
-    ([(2, 1, 1, [0]), (1, 3, 1, [1])], 1, "covers no state"),
+    ([(0, 0, 1, [0]), (0, 3, 1, [1])], 1, "covers no state"),
+    ([(2, 1, 1, [0]), (1, 3, 1, [1])], 1, "starts at state 2, not 0"),
+    ([(0, 2, 1, [0]), (1, 3, 1, [1])], 1, "stages overlap"),
+    ([(0, 1, 1, [0]), (2, 3, 1, [1])], 1, "states 1..1 are in no stage"),
     ([(0, 3, 1, [0])], 64, "0 micro-batches"),
 ])
 def test_simulate_plan_bad_plans(plan, rp, msg):

@@ -173,6 +173,9 @@ static PyObject *replan_score(PyObject *module, PyObject *args)
     PyMem_Free(c);
     if (rc != HPGO_OK)
         return glue_raise(module, rc, &err);
+    if (!isfinite(t))
+        return PyErr_Format(PyExc_ValueError,
+                            "the score is not finite: the stage times are too large for doubles");
     return PyFloat_FromDouble(t);
 error:
     PyMem_Free(f);
@@ -277,6 +280,10 @@ static PyObject *replan_run(PyObject *module, PyObject *args)
         /* KeyboardInterrupt or TimeoutError is set */
     } else if (w.rc != HPGO_OK) {
         glue_raise(module, w.rc, &w.err);
+    } else if (!isfinite(res.current_time) || !isfinite(res.new_time)) {
+        /* sums past the largest double: every score ties at inf, no split wins */
+        PyErr_SetString(PyExc_ValueError, "the scores are not finite: the layer times (or their "
+                                          "sums times the slowdowns) are too large for doubles");
     } else {
         PyObject *cl = PyList_New(ncur);
         if (cl) {

@@ -160,6 +160,12 @@ static PyType_Spec simresult_spec = {
 /* Wrap r (ownership moves to the new object; freed here on failure). */
 static PyObject *wrap_result(PyObject *module, hpgo_sim_result_t *r)
 {
+    if (!isfinite(r->iteration_time)) {
+        hpgo_sim_result_free(r);
+        return PyErr_Format(PyExc_ValueError,
+                            "the simulated iteration time is not finite: the stage times or "
+                            "sizes are too large for doubles");
+    }
     hpgo_modstate *st = glue_state(module);
     PyTypeObject *tp = NULL;
     for (int i = 0; i < st->n_types; i++)
