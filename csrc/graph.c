@@ -156,8 +156,8 @@ static size_t space_at(const unsigned char *s, size_t n)
 static size_t space_before(const unsigned char *s, size_t n)
 {
     for (size_t k = 1; k <= 3 && k <= n; k++) {
-        if (k > 1 && (s[n - k] & 0xC0) == 0x80)
-            continue;
+        if ((s[n - k] & 0xC0) == 0x80)
+            continue; /* a continuation byte: the character starts before it */
         return space_at(s + n - k, k) == k ? k : 0;
     }
     return 0;

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-from . import _core, _files
+from . import _args, _core, _files
 
 __all__ = [
     "LayerChain",
@@ -51,9 +51,7 @@ def _floats(name: str, values, length: Optional[int] = None, positive=False) -> 
         raise TypeError(f"{name} must be a sequence of numbers, not {type(values).__name__}")
     out = []
     for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, Real):
-            raise TypeError(f"{name}[{i}] must be a number, not {type(v).__name__}")
-        f = float(v)
+        f = _args.real(f"{name}[{i}]", v)
         if not math.isfinite(f) or f < 0 or (positive and f == 0):
             raise ValueError(f"{name}[{i}] must be finite and {'> 0' if positive else '>= 0'}, got {v!r}")
         out.append(f)
@@ -65,29 +63,18 @@ def _floats(name: str, values, length: Optional[int] = None, positive=False) -> 
 def _ints(name: str, values) -> List[int]:
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise TypeError(f"{name} must be a sequence of ints, not {type(values).__name__}")
-    out = []
-    for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, int) and not hasattr(v, "__index__"):
-            raise TypeError(f"{name}[{i}] must be an int, not {type(v).__name__}")
-        out.append(int(v.__index__()) if not isinstance(v, int) else int(v))
-    return out
+    return [_args.index(f"{name}[{i}]", v) for i, v in enumerate(values)]
 
 
 def _number(name: str, v, *, positive=False, allow_inf=False) -> float:
-    if isinstance(v, bool) or not isinstance(v, Real):
-        raise TypeError(f"{name} must be a number, not {type(v).__name__}")
-    f = float(v)
+    f = _args.real(name, v)
     if math.isnan(f) or f < 0 or (positive and f == 0) or (math.isinf(f) and not allow_inf):
         raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'} and finite, got {v!r}")
     return f
 
 
-def _int(name: str, v, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
-    if v < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {v}")
-    return int(v)
+def _int(name: str, v, lo: int, hi: int = _args.INT32_MAX) -> int:
+    return _args.index(name, v, lo, hi)
 
 
 @dataclass(frozen=True)
@@ -371,7 +358,7 @@ def split_batch(batch: int, weights: Sequence[float]) -> List[int]:
     slowdown itself, which favours the slow rank): round half to even, then
     spread the rounding difference (floor division to all, +1 to the first
     ones).  The result sums to ``batch`` and is never negative."""
-    b = _int("batch", batch, 0)
+    b = _int("batch", batch, 0, _args.INT64_MAX)
     w = _floats("weights", weights, positive=True)
     if not w:
         raise ValueError("weights must name at least one replica")

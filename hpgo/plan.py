@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import _core, _files
+from . import _args, _core, _files
 
 if TYPE_CHECKING:
     from .sim import SimulationResult
@@ -106,17 +106,11 @@ class PlanStage:
 
 
 def _int(name: str, v: Any, minimum: int = 0) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
-    if v < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {v}")
-    return v
+    return _args.index(name, v, minimum)
 
 
 def _float(name: str, v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError(f"{name} must be a number, not {type(v).__name__}")
-    f = float(v)
+    f = _args.real(name, v)
     if math.isnan(f):
         raise ValueError(f"{name} must not be NaN")
     return f

@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from . import _core, _files
+from . import _args, _core, _files
 
 __all__ = [
     "SCHEDULES",
@@ -215,17 +215,11 @@ class SimulationResult:
 
 
 def _check_int(name: str, v: Any, minimum: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
-    if v < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {v}")
-    return v
+    return _args.index(name, v, minimum)
 
 
 def _check_num(name: str, v: Any, *, positive: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError(f"{name} must be a number, not {type(v).__name__}")
-    f = float(v)
+    f = _args.real(name, v)
     if f != f or f in (float("inf"), float("-inf")):
         raise ValueError(f"{name} must be finite, got {v}")
     if positive and f <= 0:

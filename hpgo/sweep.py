@@ -14,7 +14,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
-from . import _core, _files
+from . import _args, _core, _files
 
 __all__ = ["SweepRow", "SweepResult", "sweep"]
 
@@ -83,7 +83,7 @@ def _layouts(seps) -> List[_core.Devices]:
     seps = list(seps)
     if not seps:
         raise ValueError("seps must not be empty")
-    if all(isinstance(s, int) and not isinstance(s, bool) for s in seps):
+    if all(hasattr(type(s), "__index__") and not isinstance(s, bool) for s in seps):
         return [_core.devices_from_seps(seps)]
     out = []
     for s in seps:
@@ -115,10 +115,7 @@ def sweep(
     per (gbs, layout), gbs-major.  timeout: seconds the planning may take
     (TimeoutError past it; None = no limit); Ctrl-C stops it too.
     """
-    if isinstance(pbs, bool) or not isinstance(pbs, int):
-        raise TypeError(f"pbs must be an int, not {type(pbs).__name__}")
-    if pbs < 1:
-        raise ValueError(f"pbs (profile batch size) must be >= 1, got {pbs}")
+    pbs = _args.index("pbs", pbs, 1, 2**32 - 1)
     if isinstance(profile, _core.Model):
         model = profile
         if model.gbs != pbs:
@@ -135,15 +132,14 @@ def sweep(
             model.min_micro_batch_size = min_micro_batch_size
         if peak_activation_per_batch is not None:
             model.peak_activation_per_batch = peak_activation_per_batch
-    if isinstance(gbs, int) and not isinstance(gbs, bool):
+    if hasattr(type(gbs), "__index__") and not isinstance(gbs, bool):
         gbs_list = [gbs]
     elif isinstance(gbs, (str, bytes)) or not isinstance(gbs, Iterable):
         raise TypeError(f"gbs must be an int or a sequence of ints, not {type(gbs).__name__}")
     else:
         gbs_list = list(gbs)
     layouts = _layouts(seps)
-    if isinstance(threads, bool) or not isinstance(threads, int):
-        raise TypeError("threads must be an int")
+    threads = _args.index("threads", threads, 0, _args.INT32_MAX)
     raw = _core._sweep(model, layouts, gbs_list, threads, bool(exhaustive), timeout)
     out = SweepResult()
     for g, li, dp, p3, ov, gerr, best, res, skipped in raw:

@@ -161,13 +161,8 @@ int glue_timeout(PyObject *o, double *out)
     *out = 0.0;
     if (o == NULL || o == Py_None)
         return 0;
-    if (PyBool_Check(o) || !PyNumber_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "timeout must be a number of seconds or None, not %.100s",
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    double v = PyFloat_AsDouble(o);
-    if (v == -1.0 && PyErr_Occurred())
+    double v;
+    if (glue_double(o, "timeout (seconds or None)", &v) < 0)
         return -1;
     if (!(v > 0.0)) {
         PyErr_Format(PyExc_ValueError, "timeout must be > 0 seconds (or None), got %R", o);

@@ -29,8 +29,17 @@ PyObject *glue_raise(PyObject *module, int code, const hpgo_err_t *err);
  * and remember it in the module state.  Returns a borrowed reference. */
 PyObject *glue_add_type(PyObject *module, PyType_Spec *spec, PyObject *bases);
 
-/* Convert a Python int to uint32/int32/int64 with a ValueError naming `what`
- * when out of range (negative, too large) and TypeError for non-ints. */
+/* The argument-conversion policy of the whole API.  Integers follow
+ * operator.index (int, NumPy integer scalars, anything with __index__; bool
+ * refused): TypeError naming `what` otherwise, and ValueError naming `what`
+ * and its range when out of range (never a bare OverflowError).  Reals
+ * follow float() (also NumPy floats, __float__): TypeError otherwise, and
+ * ValueError when too large for a double.
+ * glue_index_ll: no range check; *overflow is +1 / -1 when the value does
+ * not fit a long long (then *out is LLONG_MAX / LLONG_MIN). */
+int glue_index_ll(PyObject *o, const char *what, long long *out, int *overflow);
+int glue_index(PyObject *o, const char *what, long long lo, long long hi, long long *out);
+int glue_double(PyObject *o, const char *what, double *out);
 int glue_u32(PyObject *o, const char *what, uint32_t *out);
 int glue_i32(PyObject *o, const char *what, int32_t *out);
 int glue_i64(PyObject *o, const char *what, int64_t *out);

@@ -19,17 +19,9 @@
 
 static int num_to_double(PyObject *o, const char *what, Py_ssize_t i, double *out)
 {
-    if (PyBool_Check(o) || !(PyFloat_Check(o) || PyLong_Check(o) || PyNumber_Check(o)) ||
-        PyUnicode_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s[%zd] must be a number, not %.100s", what, i,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    double v = PyFloat_AsDouble(o);
-    if (v == -1.0 && PyErr_Occurred())
-        return -1;
-    *out = v;
-    return 0;
+    char name[96];
+    PyOS_snprintf(name, sizeof name, "%s[%zd]", what, i);
+    return glue_double(o, name, out);
 }
 
 /* Sequence of numbers -> new PyMem array (at least one slot).  *n gets the length. */
@@ -69,21 +61,10 @@ static int64_t *get_i64s(PyObject *o, const char *what, Py_ssize_t *n)
         return NULL;
     }
     for (Py_ssize_t i = 0; i < len; i++) {
-        PyObject *v = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyLong_Check(v) || PyBool_Check(v)) {
-            PyErr_Format(PyExc_TypeError, "%s[%zd] must be an int, not %.100s", what, i,
-                         Py_TYPE(v)->tp_name);
+        char name[96];
+        PyOS_snprintf(name, sizeof name, "%s[%zd]", what, i);
+        if (glue_i64(PySequence_Fast_GET_ITEM(seq, i), name, &a[i]) < 0)
             goto error;
-        }
-        int overflow = 0;
-        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (x == -1 && PyErr_Occurred())
-            goto error;
-        if (overflow) {
-            PyErr_Format(PyExc_ValueError, "%s[%zd] is out of range", what, i);
-            goto error;
-        }
-        a[i] = (int64_t)x;
     }
     Py_DECREF(seq);
     *n = len;
@@ -135,9 +116,11 @@ PyDoc_STRVAR(replan_score_doc,
 
 static PyObject *replan_score(PyObject *module, PyObject *args)
 {
-    PyObject *fo, *bo, *co;
-    int mb;
-    if (!PyArg_ParseTuple(args, "OOOi", &fo, &bo, &co, &mb))
+    PyObject *fo, *bo, *co, *mbo;
+    int32_t mb;
+    if (!PyArg_ParseTuple(args, "OOOO", &fo, &bo, &co, &mbo))
+        return NULL;
+    if (glue_i32(mbo, "microbatches", &mb) < 0)
         return NULL;
     Py_ssize_t nf = 0, nb = 0, nc = 0;
     double *f = NULL, *b = NULL, *c = NULL;
@@ -207,14 +190,17 @@ static void replan_work(void *ctx)
 
 static PyObject *replan_run(PyObject *module, PyObject *args)
 {
-    PyObject *fo, *bo, *co, *po, *curo, *so, *timeout_o = Py_None;
+    PyObject *fo, *bo, *co, *po, *curo, *so, *topk_o, *mb_o, *timeout_o = Py_None;
     hpgo_replan_input_t in;
     memset(&in, 0, sizeof in);
     double timeout;
-    if (!PyArg_ParseTuple(args, "OOOOOOiipiddddd|O", &fo, &bo, &co, &po, &curo, &so, &in.method,
-                          &in.top_k, &in.include_current, &in.microbatches, &in.bandwidth,
+    if (!PyArg_ParseTuple(args, "OOOOOOiOpOddddd|O", &fo, &bo, &co, &po, &curo, &so, &in.method,
+                          &topk_o, &in.include_current, &mb_o, &in.bandwidth,
                           &in.optimizer_factor, &in.fixed_cost, &in.remaining_iterations,
                           &in.microbatches_per_iteration, &timeout_o))
+        return NULL;
+    if (glue_i32(topk_o, "top_k", &in.top_k) < 0 ||
+        glue_i32(mb_o, "microbatches", &in.microbatches) < 0)
         return NULL;
     if (glue_timeout(timeout_o, &timeout) < 0)
         return NULL;
@@ -339,9 +325,13 @@ static PyObject *trigger_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                              "rebaseline", NULL};
     hpgo_trigger_params_t p;
     memset(&p, 0, sizeof p);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiddip", kwlist, &p.n_stages, &p.window,
-                                     &p.warmup_windows, &p.low, &p.high, &p.patience,
-                                     &p.rebaseline))
+    PyObject *n_o, *w_o, *ww_o, *pat_o;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOddOp", kwlist, &n_o, &w_o, &ww_o, &p.low,
+                                     &p.high, &pat_o, &p.rebaseline))
+        return NULL;
+    if (glue_i32(n_o, "n_stages", &p.n_stages) < 0 || glue_i32(w_o, "window", &p.window) < 0 ||
+        glue_i32(ww_o, "warmup_windows", &p.warmup_windows) < 0 ||
+        glue_i32(pat_o, "patience", &p.patience) < 0)
         return NULL;
     PyObject *module = PyType_GetModule(type);
     hpgo_trigger_t *t = NULL;
@@ -446,9 +436,11 @@ PyDoc_STRVAR(split_batch_doc, "split_batch(batch, weights) -> list of int");
 
 static PyObject *split_batch(PyObject *module, PyObject *args)
 {
-    long long batch;
-    PyObject *wo;
-    if (!PyArg_ParseTuple(args, "LO", &batch, &wo))
+    int64_t batch;
+    PyObject *bo, *wo;
+    if (!PyArg_ParseTuple(args, "OO", &bo, &wo))
+        return NULL;
+    if (glue_i64(bo, "batch", &batch) < 0)
         return NULL;
     Py_ssize_t n = 0;
     double *w = get_doubles(wo, "weights", &n);
@@ -686,9 +678,11 @@ PyDoc_STRVAR(hap_shard_round_doc, "hap_shard_round(length, ratios) -> list of in
 
 static PyObject *hap_shard_round(PyObject *module, PyObject *args)
 {
-    long long length;
-    PyObject *ro;
-    if (!PyArg_ParseTuple(args, "LO", &length, &ro))
+    int64_t length;
+    PyObject *lo, *ro;
+    if (!PyArg_ParseTuple(args, "OO", &lo, &ro))
+        return NULL;
+    if (glue_i64(lo, "length", &length) < 0)
         return NULL;
     Py_ssize_t n = 0;
     double *r = get_doubles(ro, "ratios", &n);

@@ -189,16 +189,7 @@ static PyObject *wrap_result(PyObject *module, hpgo_sim_result_t *r)
 
 static int get_double(PyObject *o, const char *what, double *out)
 {
-    if (PyBool_Check(o) || !(PyFloat_Check(o) || PyLong_Check(o))) {
-        PyErr_Format(PyExc_TypeError, "%s must be a number, not %.100s", what,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    double v = PyFloat_AsDouble(o);
-    if (v == -1.0 && PyErr_Occurred())
-        return -1;
-    *out = v;
-    return 0;
+    return glue_double(o, what, out);
 }
 
 /* ---- sim_pipeline ---------------------------------------------------------- */
@@ -225,12 +216,17 @@ static void pipe_work(void *ctx)
 
 static PyObject *sim_pipeline(PyObject *module, PyObject *args)
 {
-    PyObject *stages_obj;
-    int microbatches, schedule, timeline;
+    PyObject *stages_obj, *mb_o;
+    int32_t microbatches;
+    int schedule, timeline;
     double link_bw, link_lat, ar_bw, opt;
-    if (!PyArg_ParseTuple(args, "Oiiddddp", &stages_obj, &microbatches, &schedule, &link_bw,
-                          &link_lat, &ar_bw, &opt, &timeline))
+    if (!PyArg_ParseTuple(args, "OOiddddp", &stages_obj, &mb_o, &schedule, &link_bw, &link_lat,
+                          &ar_bw, &opt, &timeline))
         return NULL;
+    long long mb;
+    if (glue_index(mb_o, "microbatches", 1, INT32_MAX, &mb) < 0)
+        return NULL;
+    microbatches = (int32_t)mb;
     PyObject *seq = PySequence_Tuple(stages_obj); /* own copy: see distir_batch */
     if (!seq)
         return NULL;
@@ -256,7 +252,7 @@ static PyObject *sim_pipeline(PyObject *module, PyObject *args)
             goto error;
         }
         PyObject *g = PyTuple_GET_ITEM(t, 5);
-        if (PyLong_Check(g)) {
+        if (PyIndex_Check(g)) {
             int32_t c;
             if (glue_i32(g, "replicas", &c) < 0)
                 goto error;
@@ -288,7 +284,7 @@ static PyObject *sim_pipeline(PyObject *module, PyObject *args)
             get_double(PyTuple_GET_ITEM(t, 4), "activation_bytes", &st[i].activation_bytes) < 0)
             goto error;
         PyObject *g = PyTuple_GET_ITEM(t, 5);
-        if (PyLong_Check(g))
+        if (PyIndex_Check(g))
             continue;
         PyObject *gs = PySequence_Fast(g, "gpus must be a sequence of ints");
         if (!gs)
@@ -509,14 +505,12 @@ PyDoc_STRVAR(distir_batch_doc,
 
 static PyObject *distir_batch(PyObject *module, PyObject *args)
 {
-    PyObject *configs;
-    int threads;
-    if (!PyArg_ParseTuple(args, "Oi", &configs, &threads))
+    PyObject *configs, *threads_o;
+    long long threads;
+    if (!PyArg_ParseTuple(args, "OO", &configs, &threads_o))
         return NULL;
-    if (threads < 0) {
-        PyErr_Format(PyExc_ValueError, "threads must be >= 0 (0 = all cores), got %d", threads);
+    if (glue_index(threads_o, "threads (0 = all cores)", 0, INT32_MAX, &threads) < 0)
         return NULL;
-    }
     /* a tuple copy: reading a config may run Python code that edits the list */
     PyObject *seq = PySequence_Tuple(configs);
     if (!seq)
@@ -534,7 +528,7 @@ static PyObject *distir_batch(PyObject *module, PyObject *args)
             return NULL;
         }
     Py_DECREF(seq);
-    return run_points(module, pts, (int64_t)n, threads);
+    return run_points(module, pts, (int64_t)n, (int)threads);
 }
 
 static int int_list(PyObject *o, const char *what, int32_t **out, int32_t *n_out)
@@ -574,14 +568,12 @@ PyDoc_STRVAR(distir_grid_doc,
 
 static PyObject *distir_grid(PyObject *module, PyObject *args)
 {
-    PyObject *base_obj, *ws_obj, *mb_obj;
-    int threads;
-    if (!PyArg_ParseTuple(args, "OOOi", &base_obj, &ws_obj, &mb_obj, &threads))
+    PyObject *base_obj, *ws_obj, *mb_obj, *threads_o;
+    long long threads;
+    if (!PyArg_ParseTuple(args, "OOOO", &base_obj, &ws_obj, &mb_obj, &threads_o))
         return NULL;
-    if (threads < 0) {
-        PyErr_Format(PyExc_ValueError, "threads must be >= 0 (0 = all cores), got %d", threads);
+    if (glue_index(threads_o, "threads (0 = all cores)", 0, INT32_MAX, &threads) < 0)
         return NULL;
-    }
     hpgo_distir_config_t base;
     if (distir_config_from_dict(base_obj, &base) < 0)
         return NULL;
@@ -613,7 +605,7 @@ static PyObject *distir_grid(PyObject *module, PyObject *args)
     for (int64_t i = 0; i < n; i++)
         pts[i].cfg = cfgs[i];
     free(cfgs);
-    return run_points(module, pts, n, threads);
+    return run_points(module, pts, n, (int)threads);
 }
 
 PyDoc_STRVAR(default_threads_doc,
