@@ -260,6 +260,15 @@ static int validate(const hpgo_replan_input_t *in, hpgo_err_t *err)
     if (!(isfinite(in->microbatches_per_iteration) && in->microbatches_per_iteration > 0.0))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "microbatches_per_iteration must be finite and > 0");
+    /* the DP's work, before any allocation or score (top-k's partitions are
+     * counted once its candidate cuts are known, see run_topk) */
+    double work = (double)in->n_stages * (double)in->n_layers * (double)in->n_layers / 2.0;
+    if (in->method == HPGO_REPLAN_DP && work > HPGO_REPLAN_MAX_WORK)
+        return hpgo_err_set(err, HPGO_E_LIMIT, 0,
+                            "the DP would take %d stages x %d layers^2 / 2 = %.6g steps, over the "
+                            "limit of %.6g (HPGO_REPLAN_MAX_WORK); merge neighbouring layers or "
+                            "use method 'topk'",
+                            (int)in->n_stages, (int)in->n_layers, work, HPGO_REPLAN_MAX_WORK);
     return HPGO_OK;
 }
 
@@ -378,13 +387,6 @@ done:
 static int run_dp(ctx_t *c, const hpgo_replan_input_t *in, int32_t *best_cut, hpgo_err_t *err)
 {
     const int32_t L = c->L, S = c->S;
-    double work = (double)S * (double)L * (double)L / 2.0;
-    if (work > HPGO_REPLAN_MAX_WORK)
-        return hpgo_err_set(err, HPGO_E_LIMIT, 0,
-                            "the DP would take %d stages x %d layers^2 / 2 = %.6g steps, over the "
-                            "limit of %.6g (HPGO_REPLAN_MAX_WORK); merge neighbouring layers or "
-                            "use method 'topk'",
-                            (int)S, (int)L, work, HPGO_REPLAN_MAX_WORK);
     size_t n = (size_t)(L + 1);
     double *vb = malloc(2 * n * sizeof *vb), *vc = malloc(2 * n * sizeof *vc);
     int32_t *bp = malloc((size_t)S * n * sizeof *bp);

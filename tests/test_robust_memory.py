@@ -96,6 +96,17 @@ CALLS = """
     class Liar(list):
         def __len__(self):
             return 0
+    def maybe(exc, f, *a, **k):
+        try:
+            f(*a, **k)
+        except exc:
+            pass
+    def maybe_timeout():
+        # a tiny timeout: the helper thread is stopped or finishes first
+        maybe(TimeoutError, hpgo.AsyncOrchestrate(m, d, timeout=1e-6).orchestrate)
+    import tempfile, os
+    plan_path = os.path.join(tempfile.mkdtemp(), 'plan.json')
+    hpgo.Plan.from_hpgo(plan, m, d).save(plan_path)
     calls = {
         # success paths
         'read_profile': lambda: _core.read_profile(C + 'ok_duplicate_edges.txt'),
@@ -162,6 +173,25 @@ CALLS = """
         'detector': lambda: hpgo.StragglerDetector(2, window=2).feed([[1.0, 1.0]] * 6),
         'plan_json': lambda: hpgo.Plan.from_json(hpgo.Plan.from_hpgo(plan, m, d).to_json()),
         'plan_json_error': expect(ValueError, hpgo.Plan.from_json, '{"stages": 3}'),
+        # paths added by issue 16: timeouts, argument policy, file policy, limits
+        'timeout': maybe_timeout,
+        'sweep_timeout': lambda: maybe(TimeoutError, hpgo.sweep, m, 1, [64, 128], [8, 16],
+                                       timeout=1e-6),
+        'bad_timeout': expect(ValueError, hpgo.AsyncOrchestrate, m, d, timeout=-1),
+        'overflow_arg': expect(ValueError, hpgo.AsyncOrchestrate, m, d, threads=2**63),
+        'huge_real': expect(ValueError, hpgo.simulate_pipeline, [hpgo.Stage(10**400, 1.0)], 2),
+        'state_index': expect(IndexError, m.oa, 2**63),
+        'device_file': expect(ValueError, hpgo.Plan.load, '/dev/zero'),
+        'plan_file': lambda: hpgo.Plan.load(plan_path),
+        'plan_save': lambda: hpgo.Plan.load(plan_path).save(plan_path),
+        'slice_limit': expect(ValueError, hpgo.slice_table, [1] * 5000, [1] * 5000),
+        'replan_limit': expect(ValueError, hpgo.replan, [1.0] * 5000, [1.0] * 5000,
+                               current=[5] * 1000, method='dp', microbatches=2001),
+        'no_micro_batch': expect(hpgo.PlanningError, hpgo.best_plan, m, 1, 128, [8, 16],
+                                 min_micro_batch_size=4096),
+        'not_finite': expect(ValueError, hpgo.pipeline_score, [1e308, 1e308], [1e308, 1e308]),
+        'bad_tiling': expect(ValueError, hpgo.simulate_plan, m, [(0, 20, 1, [0]), (19, 38, 1,
+                                                                                   [1])]),
         'orchestrate_type': expect(TypeError, hpgo.AsyncOrchestrate, m, None),
     }
 """
