@@ -9,7 +9,6 @@
 #include "glue.h"
 
 #include <errno.h>
-#include <limits.h>
 
 hpgo_modstate *glue_state(PyObject *module)
 {
@@ -76,52 +75,9 @@ PyObject *glue_add_type(PyObject *module, PyType_Spec *spec, PyObject *bases)
     return t;
 }
 
-int glue_index_ll(PyObject *o, const char *what, long long *out, int *overflow)
-{
-    /* operator.index semantics: int, NumPy integer scalars and anything with
-     * __index__; bool is refused (True is not a batch size) */
-    if (PyBool_Check(o) || !PyIndex_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    PyObject *i = PyNumber_Index(o);
-    if (!i)
-        return -1;
-    *overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(i, overflow);
-    Py_DECREF(i);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    if (*overflow)
-        v = *overflow > 0 ? LLONG_MAX : LLONG_MIN;
-    *out = v;
-    return 0;
-}
-
-int glue_index(PyObject *o, const char *what, long long lo, long long hi, long long *out)
-{
-    int overflow;
-    long long v;
-    if (glue_index_ll(o, what, &v, &overflow) < 0)
-        return -1;
-    if ((overflow < 0 || v < lo) && lo != LLONG_MIN) {
-        PyErr_Format(PyExc_ValueError, "%s must be >= %lld (and <= %lld), got %R", what, lo, hi,
-                     o);
-        return -1;
-    }
-    if (overflow || v < lo || v > hi) {
-        PyErr_Format(PyExc_ValueError, "%s must be between %lld and %lld, got %R", what, lo, hi,
-                     o);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 int glue_u32(PyObject *o, const char *what, uint32_t *out)
 {
-    long long v;
+    long long v; /* the policy of args_glue.c: operator.index, ranges named */
     if (glue_index(o, what, 0, (long long)UINT32_MAX, &v) < 0)
         return -1;
     *out = (uint32_t)v;
@@ -143,33 +99,6 @@ int glue_i32(PyObject *o, const char *what, int32_t *out)
     if (glue_index(o, what, INT32_MIN, INT32_MAX, &v) < 0)
         return -1;
     *out = (int32_t)v;
-    return 0;
-}
-
-int glue_double(PyObject *o, const char *what, double *out)
-{
-    /* float() semantics: float, int, NumPy floats and integers, anything
-     * with __float__ or __index__; bool and str are refused */
-    if (PyFloat_Check(o)) {
-        *out = PyFloat_AS_DOUBLE(o);
-        return 0;
-    }
-    PyNumberMethods *nb = Py_TYPE(o)->tp_as_number;
-    if (PyBool_Check(o) || !(PyIndex_Check(o) || (nb && nb->nb_float))) {
-        PyErr_Format(PyExc_TypeError, "%s must be a number, not %.100s", what,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    double v = PyFloat_AsDouble(o);
-    if (v == -1.0 && PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_ValueError,
-                         "%s is too large for a double (at most about 1.8e308)", what);
-        }
-        return -1;
-    }
-    *out = v;
     return 0;
 }
 
