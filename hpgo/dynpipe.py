@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-from . import _args, _core, _files
+from . import _args, _files
+from . import _core
 
 __all__ = [
     "LayerChain",

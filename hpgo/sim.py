@@ -229,6 +229,35 @@ def _check_num(name: str, v: Any, *, positive: bool = False) -> float:
     return f
 
 
+def _check_cover(stages: list, model: Any) -> None:
+    """The stages must tile the model's states 0..L-1 in order (HPGO's
+    convention: stage s covers a..b-1, the last one a..b): no overlap, no
+    gap, no reversed or out-of-range stage, which would simulate a plan of
+    some other model without complaint."""
+    n_states = getattr(model, "num_layers", None)
+    expect = 0
+    for s, st in enumerate(stages):
+        a = _check_int(f"plan stage {s} first state", st[0], 0)
+        b = _check_int(f"plan stage {s} end state", st[1], 0)
+        if s == 0 and a != 0:
+            raise ValueError(f"plan stage 0 starts at state {a}, not 0")
+        if a < expect:
+            raise ValueError(f"plan stage {s} starts at state {a}, inside stage {s - 1} (which "
+                             f"covers up to {expect - 1}): stages overlap")
+        if a > expect:
+            raise ValueError(f"plan stage {s} starts at state {a}: states {expect}..{a - 1} are "
+                             f"in no stage")
+        last = b if s == len(stages) - 1 else b - 1
+        if last < a:
+            raise ValueError(f"plan stage {s} covers no state ({a}..{last}): reversed or empty")
+        expect = b
+    if isinstance(n_states, int) and last > n_states - 1:
+        raise IndexError(f"plan state {last} is out of range: the model has {n_states} states")
+    if isinstance(n_states, int) and last < n_states - 1:
+        raise ValueError(f"the plan covers states 0..{last} but the model has {n_states} "
+                         f"(0..{n_states - 1})")
+
+
 def _choice(name: str, v: Any, table: Mapping[str, int]) -> int:
     if not isinstance(v, str):
         raise TypeError(f"{name} must be a str, not {type(v).__name__}")
@@ -336,35 +365,6 @@ def _plan_stages(plan: Any) -> list:
         if not isinstance(st, (tuple, list)) or len(st) != 4:
             raise TypeError(f"plan stage {i} must be (first_state, end_state, units, gpus)")
     return out
-
-
-def _check_cover(stages: list, model: Any) -> None:
-    """The stages must tile the model's states 0..L-1 in order (HPGO's
-    convention: stage s covers a..b-1, the last one a..b): no overlap, no
-    gap, no reversed or out-of-range stage, which would simulate a plan of
-    some other model without complaint."""
-    n_states = getattr(model, "num_layers", None)
-    expect = 0
-    for s, st in enumerate(stages):
-        a = _check_int(f"plan stage {s} first state", st[0], 0)
-        b = _check_int(f"plan stage {s} end state", st[1], 0)
-        if s == 0 and a != 0:
-            raise ValueError(f"plan stage 0 starts at state {a}, not 0")
-        if a < expect:
-            raise ValueError(f"plan stage {s} starts at state {a}, inside stage {s - 1} (which "
-                             f"covers up to {expect - 1}): stages overlap")
-        if a > expect:
-            raise ValueError(f"plan stage {s} starts at state {a}: states {expect}..{a - 1} are "
-                             f"in no stage")
-        last = b if s == len(stages) - 1 else b - 1
-        if last < a:
-            raise ValueError(f"plan stage {s} covers no state ({a}..{last}): reversed or empty")
-        expect = b
-    if isinstance(n_states, int) and last > n_states - 1:
-        raise IndexError(f"plan state {last} is out of range: the model has {n_states} states")
-    if isinstance(n_states, int) and last < n_states - 1:
-        raise ValueError(f"the plan covers states 0..{last} but the model has {n_states} "
-                         f"(0..{n_states - 1})")
 
 
 def simulate_plan(model: Any, plan: Any, rp: int | None = None, schedule: str = "1f1b", *,

@@ -178,14 +178,14 @@ PyDoc_STRVAR(replan_run_doc,
 typedef struct replan_work {
     const hpgo_replan_input_t *in;
     hpgo_replan_result_t *res;
-    hpgo_err_t err;
+    hpgo_err_t *err;
     int rc;
 } replan_work_t;
 
 static void replan_work(void *ctx)
 {
     replan_work_t *w = ctx;
-    w->rc = hpgo_replan_run(w->in, w->res, &w->err);
+    w->rc = hpgo_replan_run(w->in, w->res, w->err);
 }
 
 static PyObject *replan_run(PyObject *module, PyObject *args)
@@ -255,21 +255,26 @@ static PyObject *replan_run(PyObject *module, PyObject *args)
     hpgo_replan_result_t res;
     memset(&res, 0, sizeof res);
     res.counts = counts;
+    hpgo_err_t err;
+    hpgo_err_clear(&err);
+    int rc;
     hpgo_cancel_t cancel;
     hpgo_cancel_init(&cancel);
     in.cancel = &cancel;
-    replan_work_t w = {&in, &res, {0}, HPGO_OK};
-    int stopped = glue_call(replan_work, &w, &cancel, timeout,
-                            (int64_t)in.n_layers * in.n_stages < 100000, "replan");
-    PyObject *out = NULL;
-    if (stopped < 0) {
-        /* KeyboardInterrupt or TimeoutError is set */
-    } else if (w.rc != HPGO_OK) {
-        glue_raise(module, w.rc, &w.err);
-    } else if (!isfinite(res.current_time) || !isfinite(res.new_time)) {
+    replan_work_t w = {&in, &res, &err, HPGO_OK};
+    if (glue_call(replan_work, &w, &cancel, timeout,
+                  (int64_t)in.n_layers * in.n_stages < 100000, "replan") < 0)
+        goto error; /* KeyboardInterrupt or TimeoutError */
+    rc = w.rc;
+    if (rc == HPGO_OK && (!isfinite(res.current_time) || !isfinite(res.new_time))) {
         /* sums past the largest double: every score ties at inf, no split wins */
         PyErr_SetString(PyExc_ValueError, "the scores are not finite: the layer times (or their "
                                           "sums times the slowdowns) are too large for doubles");
+        goto error;
+    }
+    PyObject *out = NULL;
+    if (rc != HPGO_OK) {
+        glue_raise(module, rc, &err);
     } else {
         PyObject *cl = PyList_New(ncur);
         if (cl) {
