@@ -14,7 +14,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
-from . import _args, _core, _files
+from . import _args, _files
+from . import _core
 
 __all__ = ["SweepRow", "SweepResult", "sweep"]
 
@@ -103,17 +104,18 @@ def sweep(
     optimizer_memory_scaling: Optional[int] = None,
     min_micro_batch_size: Optional[int] = None,
     peak_activation_per_batch: Optional[float] = None,
+    timeout: Optional[float] = None,
     threads: int = 0,
     exhaustive: bool = False,
-    timeout: Optional[float] = None,
 ) -> SweepResult:
-    """sweep(profile, pbs, gbs, seps, *, optimizer_memory_scaling=None, min_micro_batch_size=None, peak_activation_per_batch=None, threads=0, exhaustive=False, timeout=None)
+    """sweep(profile, pbs, gbs, seps, *, optimizer_memory_scaling=None, min_micro_batch_size=None, peak_activation_per_batch=None, threads=0, exhaustive=False)
 
+    timeout: seconds the planning may take (TimeoutError past it; None = no
+    limit); Ctrl-C stops it too.
     profile: a graph.txt path, or a Model (its settings are used unless given
     here).  gbs: one global batch size or a list.  seps: one layout ([8, 16]),
     a list of layouts, or Devices.  Returns a SweepResult with one SweepRow
-    per (gbs, layout), gbs-major.  timeout: seconds the planning may take
-    (TimeoutError past it; None = no limit); Ctrl-C stops it too.
+    per (gbs, layout), gbs-major.
     """
     pbs = _args.index("pbs", pbs, 1, 2**32 - 1)
     if isinstance(profile, _core.Model):

@@ -16,7 +16,6 @@ the default scales the peaks by the device's efficiency fields.
 from __future__ import annotations
 
 import inspect
-import operator
 import platform
 
 from ..graphfile import Node, Profile, write_profile
@@ -47,11 +46,9 @@ def _config(info: ModelInfo, overrides: dict) -> dict:
     cfg.update(overrides)
     for k, v in cfg.items():
         default = info.config.get(k, sig.parameters[k].default if k in sig.parameters else None)
-        if isinstance(default, int) and not isinstance(default, bool):
-            # operator.index: NumPy integers too
-            if isinstance(v, bool) or not hasattr(type(v), "__index__"):
-                raise TypeError(f"option {k} must be an int, not {type(v).__name__}")
-            v = cfg[k] = operator.index(v)
+        if isinstance(default, int) and not isinstance(default, bool) and (
+                isinstance(v, bool) or not isinstance(v, int)):
+            raise TypeError(f"option {k} must be an int, not {type(v).__name__}")
         if isinstance(v, bool) or k == "head":
             continue
         if isinstance(v, int) and v < 1:
