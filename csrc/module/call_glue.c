@@ -15,7 +15,10 @@
  * The helper touches no Python object.  When no thread can be started the
  * work runs on the calling thread with the GIL released, as before (not
  * interruptible).  Small calls without a timeout skip the helper: starting
- * a thread costs tens of microseconds. */
+ * a thread costs tens of microseconds.  A helper that only waits for a pool
+ * the caller made gets a 64 KiB stack instead of the default 8 MiB: under a
+ * tight address-space limit the pool's workers take what is left, and a
+ * full-size helper stack would take the memory their results need. */
 #include "glue.h"
 
 #include <errno.h>
@@ -25,6 +28,7 @@
 #include <time.h>
 
 #define GLUE_POLL_MS 50
+#define GLUE_WAITER_STACK ((size_t)64 << 10)
 
 typedef struct call {
     glue_work_fn fn;
@@ -79,11 +83,11 @@ static void wait_done(call_t *c)
     pthread_mutex_unlock(&c->mu);
 }
 
-int glue_call(glue_work_fn fn, void *ctx, hpgo_cancel_t *cancel, double timeout, int small,
+int glue_call(glue_work_fn fn, void *ctx, hpgo_cancel_t *cancel, double timeout, int flags,
               const char *what)
 {
     int has_deadline = timeout > 0.0 && isfinite(timeout);
-    if (small && !has_deadline) {
+    if ((flags & GLUE_SMALL) && !has_deadline) {
         Py_BEGIN_ALLOW_THREADS
         fn(ctx);
         Py_END_ALLOW_THREADS
@@ -103,11 +107,21 @@ int glue_call(glue_work_fn fn, void *ctx, hpgo_cancel_t *cancel, double timeout,
         ok = 0;
     }
     pthread_t th;
-    if (ok && pthread_create(&th, NULL, call_main, &c) != 0) {
+    pthread_attr_t ta, *tap = NULL;
+    if ((flags & GLUE_WAITS) && pthread_attr_init(&ta) == 0) {
+        tap = &ta;
+        if (pthread_attr_setstacksize(&ta, GLUE_WAITER_STACK) != 0) {
+            pthread_attr_destroy(&ta);
+            tap = NULL;
+        }
+    }
+    if (ok && pthread_create(&th, tap, call_main, &c) != 0) {
         pthread_mutex_destroy(&c.mu);
         pthread_cond_destroy(&c.cv);
         ok = 0;
     }
+    if (tap)
+        pthread_attr_destroy(tap);
     pthread_condattr_destroy(&ca);
     if (!ok) {
         Py_BEGIN_ALLOW_THREADS

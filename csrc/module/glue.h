@@ -56,14 +56,18 @@ PyObject *glue_fspath(PyObject *o);
  * PyObject, no exception). */
 typedef void (*glue_work_fn)(void *ctx);
 
+/* Flags of glue_call: GLUE_SMALL, a quick call, run on the calling thread
+ * when there is no timeout; GLUE_WAITS, the work only waits for a pool the
+ * caller made (its helper thread gets a small stack). */
+enum { GLUE_SMALL = 1, GLUE_WAITS = 2 };
+
 /* Run fn(ctx) with the GIL released so that Ctrl-C and a timeout stop it
  * (call_glue.c): the work must read `cancel` (its options point at it).
- * timeout: seconds, <= 0 or +inf for none.  small: a quick call, run on
- * the calling thread when there is no timeout.  Returns 0 when the work
+ * timeout: seconds, <= 0 or +inf for none; flags: GLUE_*.  Returns 0 when the work
  * ran to its end, -1 with KeyboardInterrupt (or what the signal handler
  * raised) or TimeoutError (naming `what`) set after the work stopped; the
  * caller frees whatever the work produced in both cases.  Needs the GIL. */
-int glue_call(glue_work_fn fn, void *ctx, hpgo_cancel_t *cancel, double timeout, int small,
+int glue_call(glue_work_fn fn, void *ctx, hpgo_cancel_t *cancel, double timeout, int flags,
               const char *what);
 
 /* A timeout argument: None -> 0 (none), a real > 0 -> seconds (float()

@@ -847,8 +847,9 @@ static int orch_run(OrchObject *o, Py_ssize_t *best_out)
     hpgo_cancel_init(&cancel);
     hpgo_plan_opts_t opts = {o->exhaustive, o->threads, o->max_bytes, &cancel};
     orch_work_t w = {m, t, &opts, NULL, {0}, HPGO_OK};
-    int stopped = glue_call(orch_work, &w, &cancel, o->timeout,
-                            (int64_t)m->L * t->n * t->n < 20000, "AsyncOrchestrate.orchestrate");
+    int small = (int64_t)m->L * t->n * t->n < 20000;
+    int stopped = glue_call(orch_work, &w, &cancel, o->timeout, small ? GLUE_SMALL : 0,
+                            "AsyncOrchestrate.orchestrate");
     Py_DECREF(devices);
     hpgo_model_free(m);
     hpgo_orch_t *res = w.res;

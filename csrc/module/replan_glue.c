@@ -262,8 +262,8 @@ static PyObject *replan_run(PyObject *module, PyObject *args)
     hpgo_cancel_init(&cancel);
     in.cancel = &cancel;
     replan_work_t w = {&in, &res, &err, HPGO_OK};
-    if (glue_call(replan_work, &w, &cancel, timeout,
-                  (int64_t)in.n_layers * in.n_stages < 100000, "replan") < 0)
+    int small = (int64_t)in.n_layers * in.n_stages < 100000;
+    if (glue_call(replan_work, &w, &cancel, timeout, small ? GLUE_SMALL : 0, "replan") < 0)
         goto error; /* KeyboardInterrupt or TimeoutError */
     rc = w.rc;
     if (rc == HPGO_OK && (!isfinite(res.current_time) || !isfinite(res.new_time))) {

@@ -311,7 +311,8 @@ static PyObject *sim_pipeline(PyObject *module, PyObject *args)
     pipe_work_t w = {&cfg, NULL, {0}, HPGO_OK};
     /* a few thousand operations take well under a millisecond */
     int small = (int64_t)n * (microbatches > 0 ? microbatches : 1) < 100000;
-    int stopped = glue_call(pipe_work, &w, &cancel, 0.0, small, "simulate_pipeline");
+    int stopped = glue_call(pipe_work, &w, &cancel, 0.0, small ? GLUE_SMALL : 0,
+                            "simulate_pipeline");
     PyMem_Free(st);
     PyMem_Free(gpus);
     Py_DECREF(seq);
@@ -415,7 +416,8 @@ static PyObject *sim_distir(PyObject *module, PyObject *arg)
     distir_work_t w = {&cfg, NULL, {0}, HPGO_OK};
     int small = (int64_t)cfg.layers * (cfg.microbatches > 0 ? cfg.microbatches : 1) *
                     (cfg.dp > 0 ? cfg.dp : 1) * (cfg.tp > 0 ? cfg.tp : 1) < 20000;
-    int stopped = glue_call(distir_work, &w, &cancel, 0.0, small, "the DistIR simulation");
+    int stopped = glue_call(distir_work, &w, &cancel, 0.0, small ? GLUE_SMALL : 0,
+                            "the DistIR simulation");
     if (stopped < 0 || w.rc != HPGO_OK) {
         hpgo_sim_result_free(w.out);
         return stopped < 0 ? NULL : glue_raise(module, w.rc, &w.err);
@@ -429,45 +431,49 @@ static PyObject *sim_distir(PyObject *module, PyObject *arg)
 typedef struct points_work {
     hpgo_distir_point_t *pts;
     int64_t n;
-    int threads;
-    hpgo_err_t err;
-    int rc;
+    hpgo_pool_t *pool;
 } points_work_t;
 
 static void points_work(void *ctx)
 {
     points_work_t *w = ctx;
-    hpgo_pool_t *pool = NULL;
-    w->rc = HPGO_OK;
-    if (w->threads != 1 && w->n > 1) {
-        w->rc = hpgo_pool_new(w->threads, &pool, &w->err);
-        if (w->rc == HPGO_E_INTERNAL) { /* not even one thread: run on this one */
-            w->rc = HPGO_OK;
-            pool = NULL;
-        }
-    }
-    if (w->rc == HPGO_OK) {
-        hpgo_distir_run_points(w->pts, w->n, pool);
-        hpgo_pool_free(pool);
-    }
+    hpgo_distir_run_points(w->pts, w->n, w->pool);
 }
 
 static PyObject *run_points(PyObject *module, hpgo_distir_point_t *pts, int64_t n, int threads)
 {
+    hpgo_pool_t *pool = NULL;
+    hpgo_err_t err;
+    hpgo_err_clear(&err);
+    int rc = HPGO_OK;
+    /* the pool is made and freed by this thread, as before glue_call: under
+     * a tight address-space limit the workers take what is left */
+    Py_BEGIN_ALLOW_THREADS
+    if (threads != 1 && n > 1) {
+        rc = hpgo_pool_new(threads, &pool, &err);
+        if (rc == HPGO_E_INTERNAL) { /* not even one thread: run on this one */
+            rc = HPGO_OK;
+            pool = NULL;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (rc != HPGO_OK) {
+        PyMem_Free(pts);
+        return glue_raise(module, rc, &err);
+    }
     hpgo_cancel_t cancel;
     hpgo_cancel_init(&cancel);
     for (int64_t i = 0; i < n; i++)
         pts[i].cfg.cancel = &cancel;
-    points_work_t w = {pts, n, threads, {0}, HPGO_OK};
-    if (glue_call(points_work, &w, &cancel, 0.0, 0, "the DistIR study") < 0) {
+    points_work_t w = {pts, n, pool};
+    int stopped = glue_call(points_work, &w, &cancel, 0.0, pool ? GLUE_WAITS : 0,
+                            "the DistIR study");
+    Py_BEGIN_ALLOW_THREADS
+    hpgo_pool_free(pool);
+    Py_END_ALLOW_THREADS
+    if (stopped < 0) {
         PyMem_Free(pts);
         return NULL;
-    }
-    int rc = w.rc;
-    hpgo_err_t err = w.err;
-    if (rc != HPGO_OK) {
-        PyMem_Free(pts);
-        return glue_raise(module, rc, &err);
     }
     for (int64_t i = 0; i < n; i++)
         if (pts[i].code != HPGO_OK) {
