@@ -42,6 +42,7 @@ const char *hpgo_strerror(int code)
     case HPGO_E_LIMIT: return "HPGO_E_LIMIT";
     case HPGO_E_NOPLAN: return "HPGO_E_NOPLAN";
     case HPGO_E_INTERNAL: return "HPGO_E_INTERNAL";
+    case HPGO_E_CANCELLED: return "HPGO_E_CANCELLED";
     default: return "HPGO_E_UNKNOWN";
     }
 }

@@ -19,7 +19,9 @@ enum {
     HPGO_E_INVALID = -5,  /* invalid argument                         -> ValueError */
     HPGO_E_LIMIT = -6,    /* input beyond a documented limit          -> ValueError */
     HPGO_E_NOPLAN = -7,   /* the planner cannot produce a result      -> hpgo.PlanningError */
-    HPGO_E_INTERNAL = -8  /* broken invariant (a bug)                 -> hpgo.HpgoError */
+    HPGO_E_INTERNAL = -8, /* broken invariant (a bug)                 -> hpgo.HpgoError */
+    HPGO_E_CANCELLED = -9 /* the caller raised its cancel flag (cancel.h) -> KeyboardInterrupt
+                             or TimeoutError, whichever made the glue raise it */
 };
 
 #define HPGO_ERRMSG_LEN 640

@@ -156,8 +156,8 @@ static size_t space_at(const unsigned char *s, size_t n)
 static size_t space_before(const unsigned char *s, size_t n)
 {
     for (size_t k = 1; k <= 3 && k <= n; k++) {
-        if (k > 1 && (s[n - k] & 0xC0) == 0x80)
-            continue;
+        if ((s[n - k] & 0xC0) == 0x80)
+            continue; /* a continuation byte: the character starts before it */
         return space_at(s + n - k, k) == k ? k : 0;
     }
     return 0;
@@ -805,7 +805,9 @@ int hpgo_graph_load(const char *path, hpgo_graph_t **out, hpgo_err_t *err)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "hpgo_graph_load: NULL argument");
     *out = NULL;
     hpgo_snip(name, NAME_SNIP, path, strlen(path));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO without a writer would wait for one forever
+     * (cleared below, so a pipe with a writer is read normally) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         if (strerror_r(e, ebuf, sizeof ebuf) != 0)
@@ -818,6 +820,17 @@ int hpgo_graph_load(const char *path, hpgo_graph_t **out, hpgo_err_t *err)
     if (fstat(fd, &stb) != 0 || S_ISDIR(stb.st_mode)) {
         close(fd);
         return hpgo_err_set(err, HPGO_E_IO, 0, "%s: is a directory, not a profile file", name);
+    }
+    if (S_ISCHR(stb.st_mode) || S_ISBLK(stb.st_mode)) {
+        close(fd);
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "%s: is a device, not a profile file (a regular file or a pipe)",
+                            name);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        close(fd);
+        return hpgo_err_set(err, HPGO_E_IO, 0, "%s: cannot read", name);
     }
     if (S_ISREG(stb.st_mode) && (uintmax_t)stb.st_size > (uintmax_t)HPGO_MAX_FILE_BYTES) {
         close(fd);
@@ -833,14 +846,16 @@ int hpgo_graph_load(const char *path, hpgo_graph_t **out, hpgo_err_t *err)
     }
     for (;;) {
         if (len == cap) {
-            if (cap > HPGO_MAX_FILE_BYTES) {
+            /* a pipe, or a file that grew: past the limit by one byte is enough */
+            if (len > HPGO_MAX_FILE_BYTES) {
                 free(buf);
                 close(fd);
                 return hpgo_err_set(err, HPGO_E_LIMIT, 0,
                                     "%s: profile is more than the limit of %zu bytes", name,
                                     HPGO_MAX_FILE_BYTES);
             }
-            char *nb = realloc(buf, cap * 2);
+            size_t ncap = cap * 2 > HPGO_MAX_FILE_BYTES + 1 ? HPGO_MAX_FILE_BYTES + 1 : cap * 2;
+            char *nb = realloc(buf, ncap);
             if (!nb) {
                 free(buf);
                 close(fd);
@@ -848,7 +863,7 @@ int hpgo_graph_load(const char *path, hpgo_graph_t **out, hpgo_err_t *err)
                                     name);
             }
             buf = nb;
-            cap *= 2;
+            cap = ncap;
         }
         ssize_t r = read(fd, buf + len, cap - len);
         if (r < 0) {

@@ -283,6 +283,8 @@ typedef struct dp {
     int straight;
     int prune;
     int limit_hit;      /* a table would have exceeded max_bytes */
+    hpgo_cancel_t *cancel; /* the caller's flag (NULL: never) */
+    uint32_t tick;      /* inner iterations since the flag was last read */
     int strict;         /* prune values >= bound, not just > bound */
     double bound;
     cmap_t *A;          /* L * i */
@@ -1293,6 +1295,10 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
         for (int32_t j = 1; j < L; j++) {
             if (!row_useful(d, j, mm))
                 continue;
+            if (hpgo_cancelled(d->cancel)) {
+                put = -3;
+                goto fail;
+            }
             cmap_t *dst = AT(d, j, mm);
             if ((put = row_begin(d, dst)) < 0)
                 goto fail;
@@ -1324,6 +1330,13 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
                         continue;
                     const cmap_t *src = AT(d, k, mm - mp);
                     for (int32_t e = 0; e < src->n; e++) {
+                        if (++d->tick >= HPGO_CANCEL_EVERY) {
+                            d->tick = 0;
+                            if (hpgo_cancelled(d->cancel)) {
+                                put = -3;
+                                goto fail;
+                            }
+                        }
                         const cell_t *cell = cmap_at(src, stride, e);
                         if (d->prune && beyond(d, cell->value))
                             continue;
@@ -1384,6 +1397,8 @@ static int dp_run(dp_t *d, hpgo_err_t *err)
     return HPGO_OK;
 fail:
     free(scratch);
+    if (put == -3)
+        return hpgo_err_set(err, HPGO_E_CANCELLED, 0, "planning was cancelled");
     if (put == -2 || d->limit_hit || d->bytes > d->max_bytes)
         return hpgo_err_set(err, HPGO_E_LIMIT, 0,
                             "the search for this candidate needs more than %.6g MiB "
@@ -1484,6 +1499,7 @@ int hpgo_plan_for(const hpgo_model_t *m, const hpgo_topo_t *t, int32_t i, int st
     d.straight = straight;
     d.prune = !(opts && opts->exhaustive);
     d.max_bytes = opts && opts->max_bytes ? opts->max_bytes : HPGO_PLAN_MAX_BYTES;
+    d.cancel = opts ? opts->cancel : NULL;
     out->rp = d.rp;
     hpgo_err_t lerr;
     hpgo_err_clear(&lerr);
@@ -1749,7 +1765,9 @@ static void orch_run_one(void *ctx, int64_t job)
     orch_job_t *J = ctx;
     job = J->order[job];
     hpgo_candidate_t *c = &J->o->cands[job];
-    if (c->kind == HPGO_CAND_BIPARTITION)
+    if (J->opts && hpgo_cancelled(J->opts->cancel))
+        J->rcs[job] = hpgo_err_set(&J->errs[job], HPGO_E_CANCELLED, 0, "planning was cancelled");
+    else if (c->kind == HPGO_CAND_BIPARTITION)
         J->rcs[job] = hpgo_bipartition(J->m, J->t, c, &J->errs[job]);
     else
         J->rcs[job] = hpgo_plan_for(J->m, J->t, c->i, c->kind == HPGO_CAND_STRAIGHT, J->opts, c,
@@ -1835,6 +1853,22 @@ int hpgo_orchestrate(const hpgo_model_t *m, const hpgo_topo_t *t, const hpgo_pla
     }
     free(rcs);
     free(errs);
+    /* a candidate without one micro-batch (min_micro_batch_size above
+     * gbs / rp) has no pipeline: HPGO's score is 0 there, which would make
+     * a 0.0-speedup plan the "best" one */
+    uint32_t mbs = m->min_micro_batch_size ? m->min_micro_batch_size : 1;
+    for (int32_t a = 0; a < n; a++) {
+        hpgo_candidate_t *c = &o->cands[a];
+        if (c->status == HPGO_OK && c->rp > 0 && m->gbs / (uint32_t)c->rp / mbs == 0) {
+            free(c->stages);
+            c->stages = NULL;
+            c->n_stages = 0;
+            c->status = HPGO_E_NOPLAN;
+            snprintf(c->reason, sizeof c->reason,
+                     "no micro-batch: gbs %lu / %d replicas / min_micro_batch_size %lu is 0",
+                     (unsigned long)m->gbs, (int)c->rp, (unsigned long)mbs);
+        }
+    }
     o->best = -1;
     for (int32_t a = 0; a < n; a++)
         if (o->cands[a].status == HPGO_OK &&

@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "cancel.h"
 #include "err.h"
 #include "model.h"
 #include "topo.h"
@@ -50,11 +51,13 @@ typedef struct hpgo_orch {
 
 /* Options beyond HPGO's behaviour.  exhaustive = 1 disables the exact
  * pruning of the DP (for verification); threads: 0 = default; max_bytes:
- * see HPGO_PLAN_MAX_BYTES. */
+ * see HPGO_PLAN_MAX_BYTES; cancel: NULL, or a flag that makes the call
+ * return HPGO_E_CANCELLED soon after it is raised (cancel.h). */
 typedef struct hpgo_plan_opts {
     int exhaustive;
     int threads;
     size_t max_bytes; /* per-candidate table memory; 0 = HPGO_PLAN_MAX_BYTES */
+    hpgo_cancel_t *cancel;
 } hpgo_plan_opts_t;
 
 /* One DP candidate (7.2).  Returns HPGO_OK (out->status tells whether HPGO

@@ -194,6 +194,8 @@ typedef struct {
 static int score_cuts(ctx_t *c, const hpgo_replan_input_t *in, const int32_t *cut, double *t,
                       hpgo_err_t *err)
 {
+    if (hpgo_cancelled(in->cancel)) /* a score costs O(S * M): reading the flag is free */
+        return hpgo_err_set(err, HPGO_E_CANCELLED, 0, "re-planning was cancelled");
     for (int32_t s = 0; s < c->S; s++) {
         double sd = in->slowdown[s];
         c->F[s] = sd * (c->pf[cut[s + 1]] - c->pf[cut[s]]);
@@ -260,6 +262,15 @@ static int validate(const hpgo_replan_input_t *in, hpgo_err_t *err)
     if (!(isfinite(in->microbatches_per_iteration) && in->microbatches_per_iteration > 0.0))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "microbatches_per_iteration must be finite and > 0");
+    /* the DP's work, before any allocation or score (top-k's partitions are
+     * counted once its candidate cuts are known, see run_topk) */
+    double work = (double)in->n_stages * (double)in->n_layers * (double)in->n_layers / 2.0;
+    if (in->method == HPGO_REPLAN_DP && work > HPGO_REPLAN_MAX_WORK)
+        return hpgo_err_set(err, HPGO_E_LIMIT, 0,
+                            "the DP would take %d stages x %d layers^2 / 2 = %.6g steps, over the "
+                            "limit of %.6g (HPGO_REPLAN_MAX_WORK); merge neighbouring layers or "
+                            "use method 'topk'",
+                            (int)in->n_stages, (int)in->n_layers, work, HPGO_REPLAN_MAX_WORK);
     return HPGO_OK;
 }
 
@@ -330,6 +341,15 @@ static int run_topk(ctx_t *c, const hpgo_replan_input_t *in, int32_t *best_cut, 
                           HPGO_REPLAN_MAX_CANDIDATES, (int)n_opt, (int)(S - 1));
         goto done;
     }
+    if ((double)total * S * in->microbatches > HPGO_REPLAN_MAX_WORK) {
+        rc = hpgo_err_set(err, HPGO_E_LIMIT, 0,
+                          "top-k search would take %lld partitions x %d stages x %d micro-batches "
+                          "= %.6g steps, over the limit of %.6g (HPGO_REPLAN_MAX_WORK); use fewer "
+                          "micro-batches, a smaller top_k or the DP method",
+                          (long long)total, (int)S, (int)in->microbatches,
+                          (double)total * S * in->microbatches, HPGO_REPLAN_MAX_WORK);
+        goto done;
+    }
     for (int32_t i = 0; i < S - 1; i++)
         idx[i] = i;
     *best_t = INFINITY;
@@ -389,6 +409,12 @@ static int run_dp(ctx_t *c, const hpgo_replan_input_t *in, int32_t *best_cut, hp
     for (int32_t s = 1; s < S; s++) {
         double sd = in->slowdown[s];
         for (int32_t j = 0; j <= L; j++) {
+            if (hpgo_cancelled(in->cancel)) {
+                free(vb);
+                free(vc);
+                free(bp);
+                return hpgo_err_set(err, HPGO_E_CANCELLED, 0, "re-planning was cancelled");
+            }
             nb_[j] = INFINITY;
             nc_[j] = INFINITY;
             bp[(size_t)s * n + j] = -1;

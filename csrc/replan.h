@@ -13,12 +13,19 @@
 
 #include <stdint.h>
 
+#include "cancel.h"
 #include "err.h"
 
 #define HPGO_REPLAN_MAX_LAYERS 1000000
 #define HPGO_REPLAN_MAX_STAGES 4096
 #define HPGO_REPLAN_MAX_MICROBATCHES 100000
 #define HPGO_REPLAN_MAX_CANDIDATES 5000000 /* top-k partitions scored per call */
+/* Work of one call, checked before it starts: the DP's stages x layers^2 / 2
+ * steps (about 1.6 ns each), or top-k's partitions x stages x micro-batches
+ * (one score each).  1e10 is about 15 s here. */
+#define HPGO_REPLAN_MAX_WORK 1e10
+/* Cells (senders x receivers) of one slice table: 2^24 int64 is 128 MiB. */
+#define HPGO_REPLAN_MAX_SLICE_CELLS (1 << 24)
 
 /* Re-partition methods. */
 enum {
@@ -62,6 +69,7 @@ typedef struct hpgo_replan_input {
     double fixed_cost;         /* seconds of every switch (restart, rebuild), >= 0 */
     double remaining_iterations;       /* iterations left to benefit, >= 0 (may be +inf) */
     double microbatches_per_iteration; /* seconds per iteration = this * seconds per micro-batch */
+    hpgo_cancel_t *cancel;     /* NULL, or a flag that stops the run (HPGO_E_CANCELLED) */
 } hpgo_replan_input_t;
 
 typedef struct hpgo_replan_result {

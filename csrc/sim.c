@@ -479,9 +479,11 @@ static int p_init(psim *P, const hpgo_sim_pipeline_t *cfg, int32_t iters, int re
         return hpgo_err_set(err, HPGO_E_NOMEM, 0,
                             "out of memory simulating %d stages x %d micro-batches", (int)P->S,
                             (int)P->Mtot);
-    for (size_t i = 0; i < S * T; i++)
-        P->act_arr[i] = P->grad_arr[i] = P->f_end[i] = P->b_end[i] = NAN;
     for (int32_t s = 0; s < P->S; s++) {
+        if (hpgo_cancelled(cfg->cancel))
+            return hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the simulation was cancelled");
+        for (size_t i = (size_t)s * T; i < ((size_t)s + 1) * T; i++)
+            P->act_arr[i] = P->grad_arr[i] = P->f_end[i] = P->b_end[i] = NAN;
         P->ops[s] = malloc((2 * T + (size_t)iters + 1) * sizeof(pop));
         if (!P->ops[s])
             return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
@@ -498,6 +500,10 @@ static int p_execute(psim *P, hpgo_err_t *err)
     for (int32_t s = 0; s < P->S; s++)
         left += P->n_ops[s];
     while (left > 0 && rc == HPGO_OK) {
+        if (hpgo_cancelled(P->cfg->cancel)) {
+            rc = hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the simulation was cancelled");
+            break;
+        }
         int progress = 0;
         for (int32_t s = 0; s < P->S && rc == HPGO_OK; s++) {
             while (P->pos[s] < P->n_ops[s]) {

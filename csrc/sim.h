@@ -19,6 +19,7 @@
 
 #include <stdint.h>
 
+#include "cancel.h"
 #include "err.h"
 
 #define HPGO_SIM_MAX_STAGES 4096
@@ -152,6 +153,7 @@ typedef struct hpgo_sim_pipeline {
                                    (a stage may override it) */
     double optimizer_factor;    /* optimizer-state bytes per parameter byte, >= 0 */
     int record_events;          /* non-zero: fill the timeline */
+    hpgo_cancel_t *cancel;      /* NULL, or a flag that stops the run (HPGO_E_CANCELLED) */
 } hpgo_sim_pipeline_t;
 
 /* Simulate one iteration of the plan.

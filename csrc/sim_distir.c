@@ -45,6 +45,7 @@ typedef struct dsim {
     const hpgo_distir_config_t *cfg;
     hpgo_err_t *err;
     int rc;
+    uint32_t tick;           /* operations since the cancel flag was last read */
     int flav, rec, seq;
     double e;                /* bytes per element */
     int64_t ei;
@@ -465,6 +466,20 @@ static void d_aggregate_concat(dsim *S, const int32_t *devs, int32_t mb, int32_t
     }
 }
 
+/* Non-zero when the run must stop: an earlier error, or the caller's cancel
+ * flag (read every HPGO_CANCEL_EVERY / 16 operations; one may cost H). */
+static int d_stop(dsim *S)
+{
+    if (S->rc != HPGO_OK)
+        return 1;
+    if (++S->tick < HPGO_CANCEL_EVERY / 16)
+        return 0;
+    S->tick = 0;
+    if (hpgo_cancelled(S->cfg->cancel))
+        S->rc = hpgo_err_set(S->err, HPGO_E_CANCELLED, 0, "the simulation was cancelled");
+    return S->rc != HPGO_OK;
+}
+
 static void emit_forward(dsim *S, int32_t i, int32_t k, int32_t mb)
 {
     int32_t devs[HPGO_SIM_MAX_DEVICES];
@@ -476,6 +491,8 @@ static void emit_forward(dsim *S, int32_t i, int32_t k, int32_t mb)
             S->max_infl[devs[j]] = S->infl[devs[j]];
     }
     for (int32_t o = S->st_first[k]; o <= S->st_last[k]; o++) {
+        if (d_stop(S))
+            return;
         const dop *op = &S->prog[o];
         double cost;
         if (op->type == T_MM)
@@ -535,6 +552,8 @@ static void emit_backward(dsim *S, int32_t i, int32_t k, int32_t mb)
     for (int32_t j = 0; j < H; j++)
         devs[j] = dev_of(S, i, j, k);
     for (int32_t o = S->st_last[k]; o >= S->st_first[k]; o--) {
+        if (d_stop(S))
+            return;
         const dop *op = &S->prog[o];
         double cost;
         if (op->type == T_MM)
@@ -686,6 +705,8 @@ static void emit_dp(dsim *S)
             mem_add(S, devs[i], CAT_A, (double)(D - 1) * bytes_of(S, nel));
     }
     for (int32_t o = S->nprog - 1; o >= 0; o--) {
+        if (d_stop(S))
+            return;
         const dop *op = &S->prog[o];
         if (o == 0)
             for (int32_t j = 0; j < S->H; j++) {
@@ -1004,7 +1025,7 @@ int hpgo_distir_simulate(const hpgo_distir_config_t *cfg, hpgo_sim_result_t **ou
         memset(S.wsent, 0, (size_t)S.H * (size_t)S.nprog);
         for (int32_t t = 0; t < S.nts && S.rc == HPGO_OK; t++) {
             const int32_t e0 = S.ts_off[t], e1 = S.ts_off[t + 1];
-            for (int32_t e = e0; e < e1; e++) {
+            for (int32_t e = e0; e < e1 && S.rc == HPGO_OK; e++) {
                 if (S.ts_t[e] == TY_F)
                     emit_forward(&S, i, S.ts_k[e], S.ts_mb[e]);
                 else
@@ -1123,6 +1144,10 @@ static void point_job(void *ctx, int64_t i)
     hpgo_distir_point_t *p = &((hpgo_distir_point_t *)ctx)[i];
     hpgo_sim_result_t *r = NULL;
     hpgo_err_clear(&p->err);
+    if (hpgo_cancelled(p->cfg.cancel)) {
+        p->code = hpgo_err_set(&p->err, HPGO_E_CANCELLED, 0, "the simulation was cancelled");
+        return;
+    }
     p->cfg.record_events = 0;
     p->code = hpgo_distir_simulate(&p->cfg, &r, &p->err);
     if (p->code == HPGO_OK) {

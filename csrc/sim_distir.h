@@ -65,6 +65,7 @@ typedef struct hpgo_distir_config {
     double kernel_launch;   /* seconds (split cost in the 2021 flavours), < 0: flavour default */
     double link_gbps;       /* Gbit/s between every pair of devices, <= 0: flavour default */
     int record_events;      /* non-zero: fill the timeline */
+    hpgo_cancel_t *cancel;  /* NULL, or a flag that stops the run (HPGO_E_CANCELLED) */
 } hpgo_distir_config_t;
 
 /* Canonical name of a flavour ("distir-2021", "distir-2021-grid",

@@ -28,6 +28,8 @@ typedef struct sweep_ctx {
 static int run_case(sweep_ctx_t *C, int64_t job, hpgo_err_t *err)
 {
     hpgo_sweep_row_t *row = &C->s->rows[job];
+    if (hpgo_cancelled(C->inner.cancel))
+        return hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the sweep was cancelled");
     const hpgo_topo_t *t = C->layouts[row->layout];
     hpgo_model_t *m = NULL;
     int rc = hpgo_model_normalized_copy(C->base, row->gbs, &m, err);
@@ -93,6 +95,7 @@ int hpgo_sweep_run(const hpgo_model_t *base, const hpgo_topo_t *const *layouts, 
     if (opts) {
         C.inner.exhaustive = opts->exhaustive;
         C.inner.max_bytes = opts->max_bytes;
+        C.inner.cancel = opts->cancel;
     }
     /* few cases: parallelise inside each case instead */
     if (n < threads)

@@ -61,6 +61,7 @@ def parse_gbs(text: str) -> List[int]:
     up to B) or A:B:S (A, A+S, ... up to B).  Duplicates are dropped, the
     order kept."""
     out: List[int] = []
+    seen = set()  # linear de-duplication: 1:100000:1 has 100,000 values
     for item in text.split(","):
         item = item.strip()
         if not item:
@@ -88,7 +89,8 @@ def parse_gbs(text: str) -> List[int]:
                 if len(vals) > 100000:
                     raise CliError(f"--gbs item {item!r} gives more than 100000 values")
         for v in vals:
-            if v not in out:
+            if v not in seen:
+                seen.add(v)
                 out.append(v)
     return out
 
@@ -161,9 +163,18 @@ def _agg_plt():
 
 
 def _save_fig(fig: Any, path: str) -> None:
+    from . import _files
+
     plt = _agg_plt()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        if os.path.splitext(path)[1]:
+            # the format follows the suffix, so the temporary name keeps it
+            with _files.atomic_path(path, keep_suffix=True) as tmp:
+                fig.savefig(tmp, dpi=120)
+        else:
+            fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
 
 
 # ---------------------------------------------------------------- plan

@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
-from . import _core
+from . import _core, _files
 from .plan import STAGE_COLORS, Plan, _ranges
 
 __all__ = ["node_stages", "profile_dot", "write_dot", "render", "can_render"]
@@ -137,7 +137,7 @@ def write_dot(profile: PathLike, path: PathLike, plan: Any = None, **kwargs: Any
     """Write :func:`profile_dot` to ``path``; returns the path."""
     text = profile_dot(profile, plan, **kwargs)
     out = Path(os.fspath(path))
-    out.write_text(text, encoding="utf-8")
+    _files.atomic_write(out, text)
     return out
 
 
@@ -168,5 +168,5 @@ def render(profile: PathLike, path: PathLike, plan: Any = None, *, format: Optio
         # graphviz keeps the DOT source beside the output unless cleaned up
         return Path(written), True
     dot_path = out.with_suffix(".dot")
-    dot_path.write_text(text, encoding="utf-8")
+    _files.atomic_write(dot_path, text)
     return dot_path, False

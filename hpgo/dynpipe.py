@@ -21,12 +21,14 @@ Times are seconds, sizes bytes, bandwidths bytes/s.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from dataclasses import dataclass
 from numbers import Real
 from typing import Iterable, List, Optional, Sequence, Tuple
 
+from . import _args, _files
 from . import _core
 from .sim import FORWARD_FRACTION, HPGO_NVLINK_BW
 
@@ -51,9 +53,7 @@ def _floats(name: str, values, length: Optional[int] = None, positive=False) -> 
         raise TypeError(f"{name} must be a sequence of numbers, not {type(values).__name__}")
     out = []
     for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, Real):
-            raise TypeError(f"{name}[{i}] must be a number, not {type(v).__name__}")
-        f = float(v)
+        f = _args.real(f"{name}[{i}]", v)
         if not math.isfinite(f) or f < 0 or (positive and f == 0):
             raise ValueError(f"{name}[{i}] must be finite and {'> 0' if positive else '>= 0'}, got {v!r}")
         out.append(f)
@@ -65,29 +65,18 @@ def _floats(name: str, values, length: Optional[int] = None, positive=False) -> 
 def _ints(name: str, values) -> List[int]:
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise TypeError(f"{name} must be a sequence of ints, not {type(values).__name__}")
-    out = []
-    for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, int) and not hasattr(v, "__index__"):
-            raise TypeError(f"{name}[{i}] must be an int, not {type(v).__name__}")
-        out.append(int(v.__index__()) if not isinstance(v, int) else int(v))
-    return out
+    return [_args.index(f"{name}[{i}]", v) for i, v in enumerate(values)]
 
 
 def _number(name: str, v, *, positive=False, allow_inf=False) -> float:
-    if isinstance(v, bool) or not isinstance(v, Real):
-        raise TypeError(f"{name} must be a number, not {type(v).__name__}")
-    f = float(v)
+    f = _args.real(name, v)
     if math.isnan(f) or f < 0 or (positive and f == 0) or (math.isinf(f) and not allow_inf):
         raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'} and finite, got {v!r}")
     return f
 
 
-def _int(name: str, v, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
-    if v < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {v}")
-    return int(v)
+def _int(name: str, v, lo: int, hi: int = _args.INT32_MAX) -> int:
+    return _args.index(name, v, lo, hi)
 
 
 @dataclass(frozen=True)
@@ -113,8 +102,8 @@ def read_layer_profile(path) -> LayerChain:
     Errors name the file and line (``ValueError``)."""
     path = os.fspath(path)
     fwd, bwd, comm, par, names = [], [], [], [], []
-    with open(path, newline="", encoding="utf-8") as fh:
-        rd = csv.DictReader(fh)
+    rd = csv.DictReader(io.StringIO(_files.read_text(path, "layer profile"), newline=""))
+    try:
         need = {"fwd_ms", "bwd_ms", "out_comm_s_at_1GBps"}
         if not rd.fieldnames or not need.issubset(rd.fieldnames):
             raise ValueError(f"{path}:1: header must name the columns {sorted(need)}")
@@ -134,6 +123,8 @@ def read_layer_profile(path) -> LayerChain:
             comm.append(c)
             par.append(p)
             names.append(row.get("layer") or str(len(names)))
+    except csv.Error as e:  # an oversized field, a NUL byte, ...
+        raise ValueError(f"{path}:{rd.line_num}: malformed CSV: {e}") from None
     if not fwd:
         raise ValueError(f"{path}: no layers")
     return LayerChain(tuple(fwd), tuple(bwd), tuple(comm), tuple(par), tuple(names))
@@ -223,7 +214,8 @@ def replan(chain_or_forward, backward=None, *, current: Sequence[int],
            method: str = "topk", top_k: int = 2, include_current: bool = False,
            microbatches: int = 99, bandwidth: float = 1e9, optimizer_factor: float = 2.0,
            fixed_cost: float = 0.0, remaining_iterations: float = math.inf,
-           microbatches_per_iteration: float = 1.0) -> ReplanResult:
+           microbatches_per_iteration: float = 1.0,
+           timeout: Optional[float] = None) -> ReplanResult:
     """Re-partition a chain of layers for per-stage slowdowns.
 
     ``replan(chain, current=[10, 28], slowdown=[1.89, 1.0])`` with a
@@ -244,6 +236,9 @@ def replan(chain_or_forward, backward=None, *, current: Sequence[int],
     (current - predicted) * microbatches_per_iteration * remaining_iterations
     exceeds the migration cost = moved parameter bytes * (1 + optimizer_factor)
     / bandwidth + (S - 1) * current_time (drain) + fixed_cost.
+
+    ``timeout``: seconds the search may take (``TimeoutError`` past it; None
+    = no limit); Ctrl-C stops it too.
     """
     if isinstance(chain_or_forward, LayerChain):
         if backward is not None:
@@ -287,7 +282,7 @@ def replan(chain_or_forward, backward=None, *, current: Sequence[int],
     rem = _number("remaining_iterations", remaining_iterations, allow_inf=True)
     mbpi = _number("microbatches_per_iteration", microbatches_per_iteration, positive=True)
     r = _core.replan_run(fwd, bwd, c, p, cur, sd, METHODS[method], k, bool(include_current),
-                         mb, bw, of, fc, rem, mbpi)
+                         mb, bw, of, fc, rem, mbpi, timeout)
     return ReplanResult(
         stages=tuple(r["counts"]), current=tuple(cur), current_time=r["current_time"],
         predicted_time=r["new_time"], moved_bytes=r["moved_bytes"],
@@ -377,7 +372,7 @@ def split_batch(batch: int, weights: Sequence[float]) -> List[int]:
     slowdown itself, which favours the slow rank): round half to even, then
     spread the rounding difference (floor division to all, +1 to the first
     ones).  The result sums to ``batch`` and is never negative."""
-    b = _int("batch", batch, 0)
+    b = _int("batch", batch, 0, _args.INT64_MAX)
     w = _floats("weights", weights, positive=True)
     if not w:
         raise ValueError("weights must name at least one replica")

@@ -28,6 +28,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from . import _files
+
 __all__ = [
     "Node",
     "Profile",
@@ -190,10 +192,7 @@ def _atomic_write(path: str | os.PathLike, text: str) -> None:
     d = os.path.dirname(path)
     if d:
         os.makedirs(d, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    _files.atomic_write(path, text)
 
 
 def write_graph(path: str | os.PathLike, profile: Profile) -> None:
@@ -305,14 +304,12 @@ def parse_graph(text: str, name: str = "<text>") -> Profile:
 
 def read_graph(path: str | os.PathLike) -> Profile:
     """Read a graph.txt file (see parse_graph)."""
-    with open(path, "r", encoding="utf-8", newline="") as f:
-        return parse_graph(f.read(), os.fspath(path))
+    return parse_graph(_files.read_text(path, "graph file"), os.fspath(path))
 
 
 def read_json(path: str | os.PathLike) -> Profile:
     """Read a JSON sidecar written by write_json back into a Profile."""
-    with open(path, "r", encoding="utf-8") as f:
-        d = json.load(f)
+    d = _files.load_json(path, "profile JSON file")
     if not isinstance(d, dict) or d.get("format") != JSON_FORMAT:
         raise ProfileFormatError(f"{os.fspath(path)}: not an {JSON_FORMAT} file")
     ids = {n["id"]: i for i, n in enumerate(d["nodes"])}

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from . import _core
+from . import _args, _core
 
 __all__ = [
     "DEVICE_FLOPS",
@@ -71,9 +71,7 @@ _RATIO_MODES = {"optimal": 0, "proportional": 1, "uniform": 2}
 
 
 def _pos(name, v, allow_zero=False) -> float:
-    if isinstance(v, bool) or not isinstance(v, Real):
-        raise TypeError(f"{name} must be a number, not {type(v).__name__}")
-    f = float(v)
+    f = _args.real(name, v)
     if not math.isfinite(f) or f < 0 or (f == 0 and not allow_zero):
         raise ValueError(f"{name} must be finite and {'>= 0' if allow_zero else '> 0'}, got {v!r}")
     return f
@@ -138,8 +136,11 @@ def hap_cluster(*type_counts, bandwidths: str = "hetero-10gbps") -> Cluster:
     for t, c in zip(type_counts[::2], type_counts[1::2]):
         if t not in DEVICE_FLOPS:
             raise ValueError(f"unknown device type {t!r}; known: {sorted(DEVICE_FLOPS)}")
-        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
-            raise ValueError(f"device count for {t} must be an int >= 0, got {c!r}")
+        c = _args.index(f"device count for {t}", c, 0)
+        # the C limit, checked before building lists of that many devices here
+        if len(flops) + c > _core.HAP_MAX_DEVICES:
+            raise ValueError(f"{len(flops) + c} devices exceed the limit of "
+                             f"{_core.HAP_MAX_DEVICES} (HPGO_HAP_MAX_DEVICES)")
         flops += [DEVICE_FLOPS[t]] * c
         names += [t] * c
     if not flops:
@@ -184,8 +185,7 @@ def transformer_chain(blocks: int = 12, batch: int = 256, seq: int = 128, d_mode
     output projection, FFN up, GELU (8 FLOPs per element), FFN down."""
     for name, v in (("blocks", blocks), ("batch", batch), ("seq", seq), ("d_model", d_model),
                     ("ffn", ffn)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        _args.index(name, v, 1)
     M = batch * seq
     out = []
     for i in range(blocks):
@@ -294,8 +294,7 @@ def plan(layers: Sequence[HapLayer], cluster: Cluster, *, dtype_bytes: float = 4
         if abs(math.fsum(given) - 1.0) > 1e-9:
             raise ValueError(f"ratios must sum to 1, got {math.fsum(given)!r}")
         mode = 3
-    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
-        raise ValueError(f"max_rounds must be an int >= 1, got {max_rounds!r}")
+    max_rounds = _args.index("max_rounds", max_rounds, 1, _args.INT32_MAX)
     r = _core.hap_plan(ls, list(cluster.flops), cluster.bandwidths(), dt, allowed, mode, given,
                        max_rounds)
     return HapPlan(tuple(STRATEGIES[s] for s in r["strategy"]), tuple(r["ratios"]), r["time"],
@@ -327,16 +326,14 @@ def all_gather_cost(ratios: Sequence[float], nbytes: float, bw_padded: float,
 def crossover_ratio(n: int, bw_padded: float, bw_grouped: float) -> float:
     """Largest share max_d r_d for which the padded variant is not slower:
     B_padded / (n B_grouped)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    n = _args.index("n", n, 1)
     return _pos("bw_padded", bw_padded) / (n * _pos("bw_grouped", bw_grouped))
 
 
 def shard_lengths(length: int, ratios: Sequence[float]) -> List[int]:
     """HAP's ``sharding_round``: floor(r_d L), the remaining units to the
     largest deficits (lowest index on ties).  Sums to ``length``."""
-    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
-        raise ValueError(f"length must be an int >= 0, got {length!r}")
+    length = _args.index("length", length, 0, _args.INT64_MAX)
     r = _vec("ratios", ratios, allow_zero=True)
     if abs(math.fsum(r) - 1.0) > 1e-9:
         raise ValueError(f"ratios must sum to 1, got {math.fsum(r)!r}")

@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import _core
+from . import _args, _core, _files
 
 if TYPE_CHECKING:
     from .sim import SimulationResult
@@ -106,17 +106,11 @@ class PlanStage:
 
 
 def _int(name: str, v: Any, minimum: int = 0) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
-    if v < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {v}")
-    return v
+    return _args.index(name, v, minimum)
 
 
 def _float(name: str, v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError(f"{name} must be a number, not {type(v).__name__}")
-    f = float(v)
+    f = _args.real(name, v)
     if math.isnan(f):
         raise ValueError(f"{name} must not be NaN")
     return f
@@ -130,6 +124,24 @@ def _opt_str(name: str, v: Any) -> Optional[str]:
     if v is not None and not isinstance(v, str):
         raise TypeError(f"{name} must be a str or None, not {type(v).__name__}")
     return v
+
+
+def _check_tiling(stages: Sequence["PlanStage"], num_states: Any) -> None:
+    """Stages must cover states 0..num_states-1 in order, each starting right
+    after the previous one: an overlapping, gapped or out-of-range plan would
+    load without complaint and price some other model."""
+    expect = 0
+    for s in stages:
+        if s.first_state < expect:
+            raise ValueError(f"stage {s.index} starts at state {s.first_state}, inside the "
+                             f"previous stage (which ends at {expect - 1}): stages overlap")
+        if s.first_state > expect:
+            raise ValueError(f"stage {s.index} starts at state {s.first_state}: states "
+                             f"{expect}..{s.first_state - 1} are in no stage")
+        expect = s.last_state + 1
+    if isinstance(num_states, int) and not isinstance(num_states, bool) and expect != num_states:
+        raise ValueError(f"the stages cover states 0..{expect - 1} but num_states is "
+                         f"{num_states}")
 
 
 def _layer_name(model: Any, k: int) -> Optional[str]:
@@ -283,10 +295,9 @@ class Plan:
         return json.dumps(self.to_dict(), indent=indent)
 
     def save(self, path: PathLike) -> None:
-        """Write the plan as JSON (UTF-8)."""
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(self.to_json())
-            f.write("\n")
+        """Write the plan as JSON (UTF-8), atomically: on any error the file
+        that was there is left as it was."""
+        _files.atomic_write(path, self.to_json() + "\n")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Plan":
@@ -329,6 +340,7 @@ class Plan:
                 compute_time=_opt_float(f"stage {i} compute_time", s.get("compute_time")),
                 parameter_bytes=_opt_float(f"stage {i} parameter_bytes",
                                            s.get("parameter_bytes"))))
+        _check_tiling(stages, d.get("num_states"))
         seps = d.get("seps")
         if seps is not None and not isinstance(seps, list):
             raise TypeError("plan 'seps' must be a list")
@@ -356,13 +368,14 @@ class Plan:
             d = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"line {e.lineno}: invalid JSON: {e.msg}") from None
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
         return cls.from_dict(d)
 
     @classmethod
     def load(cls, path: PathLike) -> "Plan":
         """Read a plan written by :meth:`save`; errors name the file."""
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = _files.read_text(path, "plan file")
         try:
             return cls.from_json(text)
         except (ValueError, TypeError) as e:
@@ -518,15 +531,16 @@ def candidate_plans(profile: Union[PathLike, Any], pbs: int, gbs: int, seps: Any
                     min_micro_batch_size: Optional[int] = None,
                     optimizer_memory_scaling: Optional[int] = None,
                     peak_activation_per_batch: Optional[float] = None,
-                    threads: int = 0) -> PlanList:
+                    threads: int = 0, timeout: Optional[float] = None) -> PlanList:
     """Every candidate of one orchestration (HPGO's ``res``, in its order)
     as a :class:`PlanList`.  ``profile``: a graph.txt path or an
     :class:`hpgo.Model` (copied, never modified); ``seps``: [8, 16] or
-    :class:`hpgo.Devices`."""
+    :class:`hpgo.Devices`; ``timeout``: seconds the planning may take
+    (``TimeoutError`` past it; None = no limit)."""
     m, path = _model(profile, pbs, gbs, min_micro_batch_size, optimizer_memory_scaling,
                      peak_activation_per_batch)
     d = _devices(seps)
-    ao = _core.AsyncOrchestrate(m, d, threads=threads)
+    ao = _core.AsyncOrchestrate(m, d, threads=threads, timeout=timeout)
     ao.orchestrate()
     extra = {"skipped": [list(s) for s in ao.skipped]} if ao.skipped else {}
     return PlanList(replace(Plan.from_candidate(c, m, d, profile=path), extra=extra)
@@ -536,13 +550,15 @@ def candidate_plans(profile: Union[PathLike, Any], pbs: int, gbs: int, seps: Any
 def best_plan(profile: Union[PathLike, Any], pbs: int, gbs: int, seps: Any, *,
               min_micro_batch_size: Optional[int] = None,
               optimizer_memory_scaling: Optional[int] = None,
-              peak_activation_per_batch: Optional[float] = None, threads: int = 0) -> Plan:
+              peak_activation_per_batch: Optional[float] = None, threads: int = 0,
+              timeout: Optional[float] = None) -> Plan:
     """The plan ``py_orchestrate()`` returns, as a :class:`Plan` (with its
     candidate's label, rp and block time).  Raises
     :class:`hpgo.PlanningError` when no candidate exists."""
     plans = candidate_plans(profile, pbs, gbs, seps, min_micro_batch_size=min_micro_batch_size,
                             optimizer_memory_scaling=optimizer_memory_scaling,
-                            peak_activation_per_batch=peak_activation_per_batch, threads=threads)
+                            peak_activation_per_batch=peak_activation_per_batch, threads=threads,
+                            timeout=timeout)
     if not plans:
         raise _core.PlanningError(f"no candidate plan for gbs {gbs} on seps {list(_devices(seps).seps)}")
     return plans.best()

@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from . import _core
+from . import _args, _core, _files
 
 __all__ = [
     "SCHEDULES",
@@ -277,8 +277,7 @@ class SimulationResult:
                                **{k: v for k, v in self.config.items()
                                   if isinstance(v, (int, float, str))}}}
         if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                json.dump(trace, f)
+            _files.atomic_write(path, json.dumps(trace))
         return trace
 
     def __repr__(self) -> str:
@@ -292,17 +291,11 @@ class SimulationResult:
 
 
 def _check_int(name: str, v: Any, minimum: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
-    if v < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {v}")
-    return v
+    return _args.index(name, v, minimum)
 
 
 def _check_num(name: str, v: Any, *, positive: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError(f"{name} must be a number, not {type(v).__name__}")
-    f = float(v)
+    f = _args.real(name, v)
     if f != f or f in (float("inf"), float("-inf")):
         raise ValueError(f"{name} must be finite, got {v}")
     if positive and f <= 0:
@@ -310,6 +303,35 @@ def _check_num(name: str, v: Any, *, positive: bool = False) -> float:
     if not positive and f < 0:
         raise ValueError(f"{name} must be >= 0, got {v}")
     return f
+
+
+def _check_cover(stages: list, model: Any) -> None:
+    """The stages must tile the model's states 0..L-1 in order (HPGO's
+    convention: stage s covers a..b-1, the last one a..b): no overlap, no
+    gap, no reversed or out-of-range stage, which would simulate a plan of
+    some other model without complaint."""
+    n_states = getattr(model, "num_layers", None)
+    expect = 0
+    for s, st in enumerate(stages):
+        a = _check_int(f"plan stage {s} first state", st[0], 0)
+        b = _check_int(f"plan stage {s} end state", st[1], 0)
+        if s == 0 and a != 0:
+            raise ValueError(f"plan stage 0 starts at state {a}, not 0")
+        if a < expect:
+            raise ValueError(f"plan stage {s} starts at state {a}, inside stage {s - 1} (which "
+                             f"covers up to {expect - 1}): stages overlap")
+        if a > expect:
+            raise ValueError(f"plan stage {s} starts at state {a}: states {expect}..{a - 1} are "
+                             f"in no stage")
+        last = b if s == len(stages) - 1 else b - 1
+        if last < a:
+            raise ValueError(f"plan stage {s} covers no state ({a}..{last}): reversed or empty")
+        expect = b
+    if isinstance(n_states, int) and last > n_states - 1:
+        raise IndexError(f"plan state {last} is out of range: the model has {n_states} states")
+    if isinstance(n_states, int) and last < n_states - 1:
+        raise ValueError(f"the plan covers states 0..{last} but the model has {n_states} "
+                         f"(0..{n_states - 1})")
 
 
 def _choice(name: str, v: Any, table: Mapping[str, int]) -> int:
@@ -475,6 +497,7 @@ def simulate_plan(model: Any, plan: Any, rp: int | None = None, schedule: str = 
     machines, ``link_bandwidth`` x (GPUs // 2) inside one machine.
     """
     stages = _plan_stages(plan)
+    _check_cover(stages, model)
     ff = _check_num("forward_fraction", forward_fraction)
     if ff > 1:
         raise ValueError(f"forward_fraction must be in [0, 1], got {forward_fraction}")
@@ -790,13 +813,16 @@ def distir_figure3(cost_model: str = "distir-2021", *, width: int = 4096, layers
     parallelism at batch 4096 with 4-32 micro-batches.  Speedup = the
     untransformed one-device time / the distributed time.  All points run in
     one pooled batch."""
+    seqs = {}
     for name, seq in (("devices", devices), ("dp_batches", dp_batches),
                       ("pp_microbatches", pp_microbatches)):
         if isinstance(seq, (str, bytes)) or not isinstance(seq, Iterable):
             raise TypeError(f"{name} must be a sequence of ints")
-        for v in seq:
-            _check_int(name[:-1] if name.endswith("s") else name, v)
-    _check_int("pp_batch", pp_batch)
+        # read once: a generator would be empty the second time
+        seqs[name] = [_check_int(name[:-1] if name.endswith("s") else name, v) for v in seq]
+    devices, dp_batches, pp_microbatches = (seqs["devices"], seqs["dp_batches"],
+                                            seqs["pp_microbatches"])
+    pp_batch = _check_int("pp_batch", pp_batch)
     common = {"width": width, "layers": layers, "cost_model": cost_model,
               "devices_bandwidth_gbps": devices_bandwidth_gbps}
     batches = sorted(set(dp_batches) | {pp_batch})

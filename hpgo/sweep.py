@@ -14,6 +14,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
+from . import _args, _files
 from . import _core
 
 __all__ = ["SweepRow", "SweepResult", "sweep"]
@@ -63,8 +64,7 @@ class SweepResult(list):
             w.writerow(["" if d[c] is None else d[c] for c in cols])
         text = buf.getvalue()
         if path is not None:
-            with open(path, "w", newline="") as f:
-                f.write(text)
+            _files.atomic_write(path, text)
         return text
 
     def to_pandas(self):
@@ -84,7 +84,7 @@ def _layouts(seps) -> List[_core.Devices]:
     seps = list(seps)
     if not seps:
         raise ValueError("seps must not be empty")
-    if all(isinstance(s, int) and not isinstance(s, bool) for s in seps):
+    if all(hasattr(type(s), "__index__") and not isinstance(s, bool) for s in seps):
         return [_core.devices_from_seps(seps)]
     out = []
     for s in seps:
@@ -104,20 +104,20 @@ def sweep(
     optimizer_memory_scaling: Optional[int] = None,
     min_micro_batch_size: Optional[int] = None,
     peak_activation_per_batch: Optional[float] = None,
+    timeout: Optional[float] = None,
     threads: int = 0,
     exhaustive: bool = False,
 ) -> SweepResult:
     """sweep(profile, pbs, gbs, seps, *, optimizer_memory_scaling=None, min_micro_batch_size=None, peak_activation_per_batch=None, threads=0, exhaustive=False)
 
+    timeout: seconds the planning may take (TimeoutError past it; None = no
+    limit); Ctrl-C stops it too.
     profile: a graph.txt path, or a Model (its settings are used unless given
     here).  gbs: one global batch size or a list.  seps: one layout ([8, 16]),
     a list of layouts, or Devices.  Returns a SweepResult with one SweepRow
     per (gbs, layout), gbs-major.
     """
-    if isinstance(pbs, bool) or not isinstance(pbs, int):
-        raise TypeError(f"pbs must be an int, not {type(pbs).__name__}")
-    if pbs < 1:
-        raise ValueError(f"pbs (profile batch size) must be >= 1, got {pbs}")
+    pbs = _args.index("pbs", pbs, 1, 2**32 - 1)
     if isinstance(profile, _core.Model):
         model = profile
         if model.gbs != pbs:
@@ -134,16 +134,15 @@ def sweep(
             model.min_micro_batch_size = min_micro_batch_size
         if peak_activation_per_batch is not None:
             model.peak_activation_per_batch = peak_activation_per_batch
-    if isinstance(gbs, int) and not isinstance(gbs, bool):
+    if hasattr(type(gbs), "__index__") and not isinstance(gbs, bool):
         gbs_list = [gbs]
     elif isinstance(gbs, (str, bytes)) or not isinstance(gbs, Iterable):
         raise TypeError(f"gbs must be an int or a sequence of ints, not {type(gbs).__name__}")
     else:
         gbs_list = list(gbs)
     layouts = _layouts(seps)
-    if isinstance(threads, bool) or not isinstance(threads, int):
-        raise TypeError("threads must be an int")
-    raw = _core._sweep(model, layouts, gbs_list, threads, bool(exhaustive))
+    threads = _args.index("threads", threads, 0, _args.INT32_MAX)
+    raw = _core._sweep(model, layouts, gbs_list, threads, bool(exhaustive), timeout)
     out = SweepResult()
     for g, li, dp, p3, ov, gerr, best, res, skipped in raw:
         err = gerr

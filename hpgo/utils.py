@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
+from . import _args
+
 __all__ = ["pipeline_length_recursive"]
 
 MAX_ELEMENTS = 1_000_000  # pipeline elements x micro-batches
@@ -32,18 +34,21 @@ def pipeline_length_recursive(
         raise ValueError("F, B and AllReduce must have the same length")
     if E == 0:
         raise ValueError("need at least one pipeline element")
-    if isinstance(M, bool) or not isinstance(M, int) or M < 1:
-        raise ValueError(f"M must be a positive int, got {M!r}")
+    M = _args.index("M", M, 1)
     if E * M > MAX_ELEMENTS:  # pure Python, about 7 s per million
         raise ValueError(f"E x M = {E} x {M} exceeds the limit of {MAX_ELEMENTS:,} "
                          "(use hpgo.simulate_pipeline for large pipelines)")
+    vals = {}
     for name, seq in (("F", F), ("B", B), ("AllReduce", AllReduce)):
-        for v in seq:
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"{name} must hold non-negative finite numbers, got {v!r}")
+        vals[name] = [_args.real(f"{name}[{i}]", v) for i, v in enumerate(seq)]
+        if not all(math.isfinite(v) and v >= 0 for v in vals[name]):
+            raise ValueError(f"{name} must hold non-negative finite numbers, got {seq!r}")
+    F, B, AllReduce = vals["F"], vals["B"], vals["AllReduce"]
     phi = list(Phi) if Phi is not None else [E - x + 1 for x in range(E)]
-    if len(phi) != E or any((not isinstance(p, int)) or p < 1 for p in phi):
+    if len(phi) != E or any(isinstance(p, bool) or not hasattr(type(p), "__index__")
+                            or p < 1 for p in phi):
         raise ValueError("Phi must hold one positive int per element")
+    phi = [int(p) for p in phi]
     # f[i][x], b[i][x] = (start, end); filled iteratively in an order that
     # respects every dependency of the recursion (section 7.8).
     fend = [[None] * E for _ in range(M)]

@@ -74,7 +74,10 @@ CASES = [
     ("Model", lambda: M().normalized_copy(None), TypeError, "bs must be an int"),
     ("Model", lambda: M().ct(-1, 0), IndexError, "out of range"),
     ("Model", lambda: M().ct(0, 39), IndexError, "out of range"),
-    ("Model", lambda: M().ac(0, 10**30), OverflowError, ""),
+    ("Model", lambda: M().ac(0, 10**30), IndexError, "out of range"),
+    ("Model", lambda: M().oa(2**63), IndexError, "out of range"),
+    ("Model", lambda: M().ct(2**31, 0), IndexError, "out of range"),
+    ("Model", lambda: M().preds(-2**63 - 1), IndexError, "out of range"),
     ("Model", lambda: M().pa("0", 0), TypeError, ""),
     ("Model", lambda: M().oa(39), IndexError, "out of range"),
     ("Model", lambda: M().preds(-1), IndexError, "out of range"),
@@ -125,7 +128,8 @@ CASES = [
     ("Devices", lambda: hpgo.Devices(100000, [100000]), ValueError,
      "100000 GPUs is more than the limit of 1024"),
     ("Devices", lambda: hpgo.Devices(1025, list(range(1, 1026))), ValueError, "limit of 1024"),
-    ("Devices", lambda: hpgo.Devices(16, [8, 2**40]), ValueError, "out of range"),
+    ("Devices", lambda: hpgo.Devices(16, [8, 2**40]), ValueError,
+     "seps item must be between"),
     ("Devices", lambda: hpgo.Devices(16, [8.0, 16]), TypeError, "seps item must be an int"),
     ("Devices", lambda: hpgo.Devices(16, None), TypeError, "seps must be a sequence"),
     ("Devices", lambda: hpgo.Devices("16", [16]), TypeError, ""),
@@ -239,7 +243,15 @@ CASES = [
     ("simulate_plan", lambda: hpgo.simulate_plan(M(), [(0, 99, 1, [0])]), IndexError,
      "out of range"),
     ("simulate_plan", lambda: hpgo.simulate_plan(M(), [(5, 2, 1, [0])]), ValueError,
-     "covers no state"),
+     "not 0"),
+    ("simulate_plan", lambda: hpgo.simulate_plan(M(), [(0, 20, 1, [0]), (19, 38, 1, [1])]),
+     ValueError, "stages overlap"),
+    ("simulate_plan", lambda: hpgo.simulate_plan(M(), [(0, 20, 1, [0]), (21, 38, 1, [1])]),
+     ValueError, "in no stage"),
+    ("simulate_plan", lambda: hpgo.simulate_plan(M(), [(0, 20, 1, [0]), (20, 19, 1, [1])]),
+     ValueError, "covers no state"),
+    ("simulate_plan", lambda: hpgo.simulate_plan(M(), [(0, 30, 1, [0])]), ValueError,
+     "model has 39"),
     ("simulate_plan", lambda: hpgo.simulate_plan(M(), [(0, 38, 2, [0])]), ValueError,
      "not a multiple"),
     ("simulate_plan", lambda: hpgo.simulate_plan(object(), [(0, 38, 1, [0])]), TypeError,
@@ -313,7 +325,7 @@ CASES = [
     ("Utils", lambda: hpgo.Utils.pipeline_length_recursive([1.0], [1.0, 2.0], [0.0], 1),
      ValueError, "same length"),
     ("Utils", lambda: hpgo.Utils.pipeline_length_recursive([1.0], [1.0], [0.0], 0), ValueError,
-     "M must be a positive int"),
+     "M must be >= 1"),
     ("Utils", lambda: hpgo.Utils.pipeline_length_recursive([float("nan")], [1.0], [0.0], 1),
      ValueError, "finite"),
     ("Utils", lambda: hpgo.Utils.pipeline_length_recursive([1.0], [1.0], [0.0], 10**7),
@@ -373,6 +385,51 @@ CASES = [
     ("HapLayer", lambda: hpgo.HapLayer(kind="bogus", m=1, k=1, n=1), ValueError, "kind"),
     ("HapLayer", lambda: hpgo.HapLayer(kind="linear", m=-1, k=1, n=1), ValueError, "m must be"),
     ("HapPlan", lambda: hpgo.HapPlan(), TypeError, "missing"),
+    # ---- one conversion policy (issue 16): integers beyond the C types are a
+    # ValueError naming the argument and its range, never a bare OverflowError
+    ("AsyncOrchestrate", lambda: hpgo.AsyncOrchestrate(M(), D(), threads=2**31), ValueError,
+     "threads must be between 0 and 2147483647"),
+    ("AsyncOrchestrate", lambda: hpgo.AsyncOrchestrate(M(), D(), max_memory=2**63), ValueError,
+     "max_memory (bytes) must be between 0 and"),
+    ("AsyncOrchestrate", lambda: hpgo.AsyncOrchestrate(M(), D(), max_memory=-1), ValueError,
+     "max_memory (bytes) must be >= 0"),
+    ("sweep", lambda: hpgo.sweep(M(), 1, [128], [8, 16], threads=2**63), ValueError,
+     "threads must be between 0 and 2147483647"),
+    ("sweep", lambda: hpgo.sweep(M(), 10**400, [128], [8, 16]), ValueError,
+     "pbs must be between 1 and 4294967295"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline(ST, 2**31), ValueError,
+     "microbatches must be between 1 and 2147483647"),
+    ("simulate_pipeline", lambda: hpgo.simulate_pipeline([hpgo.Stage(10**400, 1.0)], 2),
+     ValueError, "forward is too large for a double"),
+    ("simulate_mlp", lambda: hpgo.simulate_mlp(2**63, 8, 2), ValueError, "batch_size"),
+    ("grid_search", lambda: hpgo.grid_search(256, 64, 4, devices=[1], threads=2**31),
+     ValueError, "threads (0 = all cores) must be between 0 and 2147483647"),
+    ("replan", lambda: hpgo.replan([1.0] * 4, [1.0] * 4, current=[2, 2], top_k=2**31),
+     ValueError, "top_k must be between 1 and 2147483647"),
+    ("replan", lambda: hpgo.replan([1.0] * 4, [1.0] * 4, current=[2, 2], microbatches=2**63),
+     ValueError, "microbatches must be between 1 and 2147483647"),
+    ("replan", lambda: hpgo.replan([10**400] * 4, [1.0] * 4, current=[2, 2]), ValueError,
+     "forward[0] is too large for a double"),
+    ("split_batch", lambda: hpgo.split_batch(2**63, [1.0]), ValueError,
+     "batch must be between 0 and 9223372036854775807"),
+    ("pipeline_score", lambda: hpgo.pipeline_score([1.0], [1.0], microbatches=2**31),
+     ValueError, "microbatches must be between 1 and 2147483647"),
+    ("StragglerDetector", lambda: hpgo.StragglerDetector(2**31), ValueError,
+     "n_stages must be between 1 and 2147483647"),
+    ("StragglerDetector", lambda: hpgo.StragglerDetector(2, window=2**63), ValueError,
+     "window must be between 1 and 2147483647"),
+    ("slice_table", lambda: hpgo.slice_table([2**63], [2**63]), ValueError, "send[0]"),
+    ("hap_cluster", lambda: hpgo.hap_cluster("V100", 2**63), ValueError,
+     "HPGO_HAP_MAX_DEVICES"),
+    ("Utils", lambda: hpgo.Utils.pipeline_length_recursive([1.0], [1.0], [0.0], 2**63),
+     ValueError, "exceeds the limit"),
+    ("Model", lambda: setter("peak_activation_per_batch", 10**400), ValueError,
+     "peak_activation_per_batch is too large for a double"),
+    ("model_from_states", lambda: states(ct=[10**400, 2.0]), ValueError,
+     "ct[0] is too large for a double"),
+    ("Model", lambda: M().ct(0, "1"), TypeError, "column c must be an int"),
+    ("AsyncOrchestrate", lambda: hpgo.AsyncOrchestrate(M(), D(), timeout=10**400), ValueError,
+     "timeout (seconds or None) is too large"),
 ]
 CASES += STEP_CASES
 
@@ -523,3 +580,64 @@ def test_profiler_bad_arguments():
         assert words in str(ei.value), str(ei.value)
     # the model is left as it was
     assert model.training and all(p.grad is None for p in model.parameters())
+
+
+def test_out_of_range_ints_agree_in_kind():
+    """A state index past the model is an IndexError however far past it is:
+    oa(2**63) and oa(39) agree (issue 16)."""
+    m = M()
+    for bad in (39, 2**31, 2**63, 10**400, -1, -2**63 - 1):
+        with pytest.raises(IndexError):
+            m.oa(bad)
+        with pytest.raises(IndexError):
+            m.ct(0, bad)
+        with pytest.raises(IndexError):
+            m.preds(bad)
+
+
+def test_numpy_scalars_are_accepted_everywhere():
+    """operator.index for integers and float() for reals: NumPy integer and
+    float scalars work wherever an int or a number does."""
+    from optional_deps import need
+    np = need("numpy")
+    i32, i64, u16, f32, f64 = np.int32, np.int64, np.uint16, np.float32, np.float64
+    m = hpgo.model_from_torch_graph(PROF, i64(1), i32(128))
+    assert m.gbs == 128
+    m2 = m.normalized_copy(u16(64))
+    m2.min_micro_batch_size = i64(2)
+    m2.optimizer_memory_scaling = i32(3)
+    m2.peak_activation_per_batch = f32(1e6)
+    assert (m2.gbs, m2.min_micro_batch_size, m2.optimizer_memory_scaling) == (64, 2, 3)
+    assert m.ct(i64(0), i32(5)) == m.ct(0, 5) and m.oa(i64(3)) == m.oa(3)
+    assert m.preds(np.int8(4)) == m.preds(4)
+    d = hpgo.Devices(i64(16), [i32(8), i64(16)])
+    ref = hpgo.AsyncOrchestrate(m, hpgo.Devices(16, [8, 16])).py_orchestrate()
+    assert hpgo.AsyncOrchestrate(m, d, threads=i64(2), max_memory=i64(2**29),
+                                 timeout=f32(60)).py_orchestrate() == ref
+    assert hpgo.devices_from_seps([i64(8), i64(16)]).seps == [8, 16]
+    rows = hpgo.sweep(m, i64(128), i32(256), [i64(8), i64(16)], threads=i32(1))
+    assert rows == hpgo.sweep(m, 128, 256, [8, 16], threads=1)
+    assert hpgo.best_plan(PROF, i64(1), i64(128), [8, 16]).speedup == ref[0]
+    st = [hpgo.Stage(f32(1e-3), f64(2e-3), send_bytes=i64(10**6), replicas=i64(2))] * 2
+    r = hpgo.simulate_pipeline(st, i64(8), link_bandwidth=f32(1e10))
+    assert r.iteration_time == pytest.approx(hpgo.simulate_pipeline(
+        [hpgo.Stage(float(f32(1e-3)), 2e-3, send_bytes=1e6, replicas=2)] * 2, 8,
+        link_bandwidth=float(f32(1e10))).iteration_time)
+    assert hpgo.simulate_mlp(i64(256), i32(64), i64(2), dp=i64(2)).iteration_time > 0
+    assert hpgo.grid_search(i64(256), i64(64), i64(4), devices=[i64(1), i64(2)],
+                            threads=i64(1)) == hpgo.grid_search(256, 64, 4, devices=[1, 2],
+                                                                threads=1)
+    rp = hpgo.replan([f32(1.0)] * 8, np.array([2.0] * 8), current=np.array([2, 2, 2, 2]),
+                     slowdown=[f64(1), f32(2), 1, 1], top_k=i64(2), microbatches=i32(99),
+                     bandwidth=f32(1e9))
+    assert rp == hpgo.replan([1.0] * 8, [2.0] * 8, current=[2, 2, 2, 2],
+                             slowdown=[1, 2, 1, 1])
+    assert hpgo.split_batch(i64(64), [f32(1.0), f64(0.5)]) == hpgo.split_batch(64, [1.0, 0.5])
+    assert hpgo.slice_table([i64(3), i32(5)], [4, 4]) == hpgo.slice_table([3, 5], [4, 4])
+    assert hpgo.pipeline_score([f32(1.0)], [f64(2.0)], microbatches=i64(9)) == \
+        hpgo.pipeline_score([1.0], [2.0], microbatches=9)
+    assert hpgo.StragglerDetector(i64(2), window=i32(2)).feed([[f32(1.0), 1.0]] * 4) == []
+    assert hpgo.hap_cluster("V100", i64(2)).n_devices == 2
+    assert zoo.build("gpt", batch_size=i64(2)).n == 2
+    assert hpgo.Utils.pipeline_length_recursive([f32(1.0)], [1.0], [0.0], i64(2)) == \
+        hpgo.Utils.pipeline_length_recursive([1.0], [1.0], [0.0], 2)

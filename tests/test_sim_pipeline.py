@@ -393,7 +393,10 @@ def test_forward_fraction_is_one_documented_share():
 @pytest.mark.parametrize("plan, rp, msg", [
     ([(0, 1, 1, [0, 1, 2])], 2, "expected units"),
     ([], None, "no stages"),
-    ([(2, 1, 1, [0]), (1, 3, 1, [1])], 1, "covers no state"),
+    ([(0, 0, 1, [0]), (0, 3, 1, [1])], 1, "covers no state"),
+    ([(2, 1, 1, [0]), (1, 3, 1, [1])], 1, "starts at state 2, not 0"),
+    ([(0, 2, 1, [0]), (1, 3, 1, [1])], 1, "stages overlap"),
+    ([(0, 1, 1, [0]), (2, 3, 1, [1])], 1, "states 1..1 are in no stage"),
     ([(0, 3, 1, [0])], 64, "0 micro-batches"),
 ])
 def test_simulate_plan_bad_plans(plan, rp, msg):

@@ -29,10 +29,15 @@ PyObject *glue_raise(PyObject *module, int code, const hpgo_err_t *err)
     case HPGO_E_NOMEM:
         PyErr_SetString(PyExc_MemoryError, msg);
         break;
-    case HPGO_E_NOTFOUND:
-        PyErr_SetObject(PyExc_FileNotFoundError,
-                        Py_BuildValue("(is)", ENOENT, msg));
+    case HPGO_E_NOTFOUND: {
+        /* PyErr_SetObject does not steal its value: the tuple is ours to drop */
+        PyObject *args = Py_BuildValue("(is)", ENOENT, msg);
+        if (args) {
+            PyErr_SetObject(PyExc_FileNotFoundError, args);
+            Py_DECREF(args);
+        }
         break;
+    }
     case HPGO_E_IO:
         PyErr_SetString(PyExc_OSError, msg);
         break;
@@ -73,75 +78,36 @@ PyObject *glue_add_type(PyObject *module, PyType_Spec *spec, PyObject *bases)
 
 int glue_u32(PyObject *o, const char *what, uint32_t *out)
 {
-    if (!PyLong_Check(o) || PyBool_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
-                     Py_TYPE(o)->tp_name);
+    long long v; /* the policy of args_glue.c: operator.index, ranges named */
+    if (glue_index(o, what, 0, (long long)UINT32_MAX, &v) < 0)
         return -1;
-    }
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    if (overflow || v < 0 || v > (long long)UINT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s must be between 0 and %lu, got %R", what,
-                     (unsigned long)UINT32_MAX, o);
-        return -1;
-    }
     *out = (uint32_t)v;
     return 0;
 }
 
 int glue_i64(PyObject *o, const char *what, int64_t *out)
 {
-    if (!PyLong_Check(o) || PyBool_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
-                     Py_TYPE(o)->tp_name);
+    long long v;
+    if (glue_index(o, what, (long long)INT64_MIN, (long long)INT64_MAX, &v) < 0)
         return -1;
-    }
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    if (overflow) {
-        PyErr_Format(PyExc_ValueError, "%s is out of range: %R", what, o);
-        return -1;
-    }
     *out = (int64_t)v;
     return 0;
 }
 
 int glue_i32(PyObject *o, const char *what, int32_t *out)
 {
-    int64_t v;
-    if (glue_i64(o, what, &v) < 0)
+    long long v;
+    if (glue_index(o, what, INT32_MIN, INT32_MAX, &v) < 0)
         return -1;
-    if (v < INT32_MIN || v > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s is out of range: %R", what, o);
-        return -1;
-    }
     *out = (int32_t)v;
     return 0;
 }
 
 int glue_f64(PyObject *o, const char *what, double *out)
 {
-    if (PyBool_Check(o) || PyUnicode_Check(o) || PyBytes_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a number, not %.100s", what,
-                     Py_TYPE(o)->tp_name);
+    double v;
+    if (glue_double(o, what, &v) < 0)
         return -1;
-    }
-    double v = PyFloat_AsDouble(o);
-    if (v == -1.0 && PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "%s must be a number, not %.100s", what,
-                         Py_TYPE(o)->tp_name);
-        } else if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_ValueError, "%s is out of range: %R", what, o);
-        }
-        return -1;
-    }
     if (!isfinite(v)) {
         PyErr_Format(PyExc_ValueError, "%s must be finite, got %R", what, o);
         return -1;

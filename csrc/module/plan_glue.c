@@ -12,6 +12,7 @@
 #include "glue.h"
 
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 
 #include "../dataparallel.h"
@@ -183,12 +184,31 @@ static int check_rc(const hpgo_model_t *m, int32_t r, int32_t c, int row)
     return 0;
 }
 
+/* A state index: any int (operator.index); one that does not even fit an
+ * int32 is out of range like any other (IndexError, as for 39 states). */
+static int state_index(PyObject *o, const char *what, int32_t *out)
+{
+    long long v;
+    int overflow;
+    if (glue_index_ll(o, what, &v, &overflow) < 0)
+        return -1;
+    if (v < INT32_MIN || v > INT32_MAX) {
+        PyErr_Format(PyExc_IndexError, "%s is out of range: %R", what, o);
+        return -1;
+    }
+    *out = (int32_t)v;
+    return 0;
+}
+
 typedef double (*matrix_fn)(const hpgo_model_t *, int32_t, int32_t);
 
 static PyObject *model_matrix(PyObject *self, PyObject *args, matrix_fn fn, const char *fmt)
 {
-    int r, c;
-    if (!PyArg_ParseTuple(args, fmt, &r, &c))
+    PyObject *ro, *co;
+    int32_t r, c;
+    if (!PyArg_ParseTuple(args, fmt, &ro, &co))
+        return NULL;
+    if (state_index(ro, "row r", &r) < 0 || state_index(co, "column c", &c) < 0)
         return NULL;
     const hpgo_model_t *m = ((ModelObject *)self)->m;
     if (check_rc(m, r, c, 1) < 0)
@@ -198,22 +218,22 @@ static PyObject *model_matrix(PyObject *self, PyObject *args, matrix_fn fn, cons
 
 static PyObject *model_ct(PyObject *self, PyObject *args)
 {
-    return model_matrix(self, args, hpgo_model_ct, "ii:ct");
+    return model_matrix(self, args, hpgo_model_ct, "OO:ct");
 }
 static PyObject *model_ac(PyObject *self, PyObject *args)
 {
-    return model_matrix(self, args, hpgo_model_ac, "ii:ac");
+    return model_matrix(self, args, hpgo_model_ac, "OO:ac");
 }
 static PyObject *model_pa(PyObject *self, PyObject *args)
 {
-    return model_matrix(self, args, hpgo_model_pa, "ii:pa");
+    return model_matrix(self, args, hpgo_model_pa, "OO:pa");
 }
 
 static PyObject *model_oa(PyObject *self, PyObject *arg)
 {
     const hpgo_model_t *m = ((ModelObject *)self)->m;
     int32_t k;
-    if (glue_i32(arg, "k", &k) < 0)
+    if (state_index(arg, "k", &k) < 0)
         return NULL;
     if (check_rc(m, k, k, 0) < 0)
         return NULL;
@@ -224,7 +244,7 @@ static PyObject *model_preds(PyObject *self, PyObject *arg)
 {
     const hpgo_model_t *m = ((ModelObject *)self)->m;
     int32_t j, n;
-    if (glue_i32(arg, "j", &j) < 0)
+    if (state_index(arg, "j", &j) < 0)
         return NULL;
     if (check_rc(m, j, j, 0) < 0)
         return NULL;
@@ -355,13 +375,8 @@ static int model_set_papb(PyObject *self, PyObject *v, void *Py_UNUSED(c))
         PyErr_SetString(PyExc_AttributeError, "cannot delete peak_activation_per_batch");
         return -1;
     }
-    if (!PyLong_Check(v) && !PyFloat_Check(v)) {
-        PyErr_Format(PyExc_TypeError, "peak_activation_per_batch must be a number, not %.100s",
-                     Py_TYPE(v)->tp_name);
-        return -1;
-    }
-    double x = PyFloat_AsDouble(v);
-    if (x == -1.0 && PyErr_Occurred())
+    double x;
+    if (glue_double(v, "peak_activation_per_batch", &x) < 0)
         return -1;
     if (!(x > 0.0) || !isfinite(x)) {
         PyErr_Format(PyExc_ValueError,
@@ -704,30 +719,43 @@ typedef struct {
     int exhaustive;
     int threads;
     size_t max_bytes;
+    double timeout; /* seconds, 0 = none */
 } OrchObject;
 
 PyDoc_STRVAR(orch_doc,
-             "AsyncOrchestrate(model, devices, *, threads=0, exhaustive=False, max_memory=0)\n--\n\n"
+             "AsyncOrchestrate(model, devices, *, threads=0, exhaustive=False, max_memory=0,\n"
+             "                 timeout=None)\n--\n\n"
              "HPGO's hybrid planner for a model on a cluster.  orchestrate() fills `res`\n"
              "with every candidate plan in HPGO's order; py_orchestrate() returns the best\n"
              "as (speedup, [(first_state, end_state, units, [gpu ids]), ...]).\n"
              "threads: worker threads (0 = HPGO_NUM_THREADS or all cores).  exhaustive:\n"
              "disable the exact pruning of the search (same results, slower).  max_memory:\n"
              "bytes one candidate's search may use (0 = 512 MiB); a candidate that needs\n"
-             "more is listed in `skipped`.");
+             "more is listed in `skipped`.  timeout: seconds one orchestrate() may take\n"
+             "(TimeoutError past it; None = no limit).  Ctrl-C stops a run.");
 
 static PyObject *orch_tp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"model", "devices", "threads", "exhaustive", "max_memory", NULL};
-    PyObject *model, *devices;
-    int threads = 0, exhaustive = 0;
-    long long max_memory = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$ipL:AsyncOrchestrate", kwlist, &model,
-                                     &devices, &threads, &exhaustive, &max_memory))
+    static char *kwlist[] = {"model",      "devices", "threads", "exhaustive",
+                             "max_memory", "timeout", NULL};
+    PyObject *model, *devices, *timeout_o = Py_None, *threads_o = NULL, *max_memory_o = NULL;
+    int exhaustive = 0;
+    long long threads = 0, max_memory = 0;
+    double timeout;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$OpOO:AsyncOrchestrate", kwlist, &model,
+                                     &devices, &threads_o, &exhaustive, &max_memory_o,
+                                     &timeout_o))
         return NULL;
-    if (max_memory < 0)
-        return PyErr_Format(PyExc_ValueError, "max_memory must be >= 0 bytes, got %lld",
-                            max_memory);
+    if (glue_timeout(timeout_o, &timeout) < 0)
+        return NULL;
+    /* threads beyond the pool's limit are clamped by the pool, as documented */
+    if (threads_o && glue_index(threads_o, "threads", 0, INT32_MAX, &threads) < 0)
+        return NULL;
+    const long long max_size =
+        (uintmax_t)SIZE_MAX > (uintmax_t)LLONG_MAX ? LLONG_MAX : (long long)SIZE_MAX;
+    if (max_memory_o && glue_index(max_memory_o, "max_memory (bytes)", 0, max_size,
+                                   &max_memory) < 0)
+        return NULL;
     PyObject *module = PyType_GetModule(type);
     if (!module)
         return NULL;
@@ -739,8 +767,6 @@ static PyObject *orch_tp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                             Py_TYPE(model)->tp_name);
     if (!get_topo(module, devices))
         return NULL;
-    if (threads < 0)
-        return PyErr_Format(PyExc_ValueError, "threads must be >= 0, got %d", threads);
     OrchObject *o = PyObject_GC_New(OrchObject, type);
     if (!o)
         return NULL;
@@ -749,8 +775,9 @@ static PyObject *orch_tp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     o->res = PyList_New(0);
     o->skipped = PyList_New(0);
     o->exhaustive = exhaustive;
-    o->threads = threads;
+    o->threads = (int)threads;
     o->max_bytes = (size_t)max_memory;
+    o->timeout = timeout;
     PyObject_GC_Track(o);
     if (!o->res || !o->skipped) {
         Py_DECREF(o);
@@ -789,8 +816,24 @@ static void orch_dealloc(PyObject *self)
     Py_DECREF(tp);
 }
 
-/* Plan with the GIL released; on success replaces res/skipped and returns
- * the index of the best candidate in res (-1: none). */
+typedef struct orch_work {
+    const hpgo_model_t *m;
+    const hpgo_topo_t *t;
+    const hpgo_plan_opts_t *opts;
+    hpgo_orch_t *res;
+    hpgo_err_t err;
+    int rc;
+} orch_work_t;
+
+static void orch_work(void *ctx)
+{
+    orch_work_t *w = ctx;
+    w->rc = hpgo_orchestrate(w->m, w->t, w->opts, &w->res, &w->err);
+}
+
+/* Plan with the GIL released (Ctrl-C and the timeout stop it); on success
+ * replaces res/skipped and returns the index of the best candidate in res
+ * (-1: none). */
 static int orch_run(OrchObject *o, Py_ssize_t *best_out)
 {
     PyObject *module = glue_module_of((PyObject *)o);
@@ -800,18 +843,20 @@ static int orch_run(OrchObject *o, Py_ssize_t *best_out)
     const hpgo_topo_t *t = ((DevicesObject *)o->devices)->t;
     Py_INCREF(o->devices); /* keep the topology alive while unlocked */
     PyObject *devices = o->devices;
-    hpgo_plan_opts_t opts = {o->exhaustive, o->threads, o->max_bytes};
-    hpgo_orch_t *res = NULL;
-    hpgo_err_t err;
-    hpgo_err_clear(&err);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = hpgo_orchestrate(m, t, &opts, &res, &err);
-    Py_END_ALLOW_THREADS
+    hpgo_cancel_t cancel;
+    hpgo_cancel_init(&cancel);
+    hpgo_plan_opts_t opts = {o->exhaustive, o->threads, o->max_bytes, &cancel};
+    orch_work_t w = {m, t, &opts, NULL, {0}, HPGO_OK};
+    int small = (int64_t)m->L * t->n * t->n < 20000;
+    int stopped = glue_call(orch_work, &w, &cancel, o->timeout, small ? GLUE_SMALL : 0,
+                            "AsyncOrchestrate.orchestrate");
     Py_DECREF(devices);
     hpgo_model_free(m);
-    if (rc != HPGO_OK) {
-        glue_raise(module, rc, &err);
+    hpgo_orch_t *res = w.res;
+    if (stopped < 0 || w.rc != HPGO_OK) {
+        hpgo_orch_free(res);
+        if (stopped == 0)
+            glue_raise(module, w.rc, &w.err);
         return -1;
     }
     PyObject *lres = PyList_New(0), *lskip = PyList_New(0);
@@ -972,21 +1017,43 @@ error:
     return NULL;
 }
 
+typedef struct sweep_work {
+    const hpgo_model_t *m;
+    const hpgo_topo_t **topos;
+    int32_t nl;
+    const uint32_t *gv;
+    int32_t ng;
+    const hpgo_plan_opts_t *opts;
+    hpgo_sweep_t *out;
+    hpgo_err_t err;
+    int rc;
+} sweep_work_t;
+
+static void sweep_work(void *ctx)
+{
+    sweep_work_t *w = ctx;
+    w->rc = hpgo_sweep_run(w->m, w->topos, w->nl, w->gv, w->ng, w->opts, &w->out, &w->err);
+}
+
 PyDoc_STRVAR(sweep_doc,
-             "_sweep(model, layouts, gbs, threads=0, exhaustive=False)\n--\n\n"
+             "_sweep(model, layouts, gbs, threads=0, exhaustive=False, timeout=None)\n--\n\n"
              "Backend of hpgo.sweep: one row per (gbs, layout), gbs-major, as tuples\n"
              "(gbs, layout_index, dp, dp_p3, dp_overlap, ga_error, best, res, skipped).");
 
 static PyObject *f_sweep(PyObject *module, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"model", "layouts", "gbs", "threads", "exhaustive", NULL};
-    PyObject *model_o, *layouts_o, *gbs_o;
-    int threads = 0, exhaustive = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|ip:_sweep", kwlist, &model_o, &layouts_o,
-                                     &gbs_o, &threads, &exhaustive))
+    static char *kwlist[] = {"model", "layouts", "gbs", "threads", "exhaustive", "timeout", NULL};
+    PyObject *model_o, *layouts_o, *gbs_o, *timeout_o = Py_None, *threads_o = NULL;
+    int exhaustive = 0;
+    long long threads = 0;
+    double timeout;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OpO:_sweep", kwlist, &model_o, &layouts_o,
+                                     &gbs_o, &threads_o, &exhaustive, &timeout_o))
         return NULL;
-    if (threads < 0)
-        return PyErr_Format(PyExc_ValueError, "threads must be >= 0, got %d", threads);
+    if (glue_timeout(timeout_o, &timeout) < 0)
+        return NULL;
+    if (threads_o && glue_index(threads_o, "threads", 0, INT32_MAX, &threads) < 0)
+        return NULL;
     PyObject *lay = PySequence_Fast(layouts_o, "layouts must be a sequence of Devices");
     if (!lay)
         return NULL;
@@ -1028,17 +1095,17 @@ static PyObject *f_sweep(PyObject *module, PyObject *args, PyObject *kw)
     if (!(m = model_snapshot(module, model_o)))
         goto done;
     {
-        hpgo_plan_opts_t opts = {exhaustive, threads, 0};
-        hpgo_sweep_t *sw = NULL;
-        hpgo_err_t err;
-        hpgo_err_clear(&err);
-        int rc;
+        hpgo_cancel_t cancel;
+        hpgo_cancel_init(&cancel);
+        hpgo_plan_opts_t opts = {exhaustive, (int)threads, 0, &cancel};
+        sweep_work_t w = {m, topos, (int32_t)nl, gv, (int32_t)ng, &opts, NULL, {0}, HPGO_OK};
         /* `lay` holds references to every Devices, so topos stay valid */
-        Py_BEGIN_ALLOW_THREADS
-        rc = hpgo_sweep_run(m, topos, (int32_t)nl, gv, (int32_t)ng, &opts, &sw, &err);
-        Py_END_ALLOW_THREADS
-        if (rc != HPGO_OK) {
-            glue_raise(module, rc, &err);
+        int stopped = glue_call(sweep_work, &w, &cancel, timeout, 0, "sweep");
+        hpgo_sweep_t *sw = w.out;
+        if (stopped < 0 || w.rc != HPGO_OK) {
+            hpgo_sweep_free(sw);
+            if (stopped == 0)
+                glue_raise(module, w.rc, &w.err);
             goto done;
         }
         PyObject *rows = PyList_New(sw->n);
@@ -1119,13 +1186,9 @@ static double *float_array(PyObject *o, const char *what, Py_ssize_t *n)
     }
     for (Py_ssize_t i = 0; i < len; i++) {
         PyObject *it = PyTuple_GET_ITEM(seq, i);
-        if (!PyFloat_Check(it) && !PyLong_Check(it)) {
-            PyErr_Format(PyExc_TypeError, "%s[%zd] must be a number, not %.100s", what, i,
-                         Py_TYPE(it)->tp_name);
-            goto fail;
-        }
-        v[i] = PyFloat_AsDouble(it);
-        if (v[i] == -1.0 && PyErr_Occurred())
+        char name[96];
+        PyOS_snprintf(name, sizeof name, "%s[%zd]", what, i);
+        if (glue_double(it, name, &v[i]) < 0)
             goto fail;
         if (!isfinite(v[i])) {
             PyErr_Format(PyExc_ValueError, "%s[%zd] is not finite", what, i);

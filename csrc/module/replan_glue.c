@@ -19,17 +19,9 @@
 
 static int num_to_double(PyObject *o, const char *what, Py_ssize_t i, double *out)
 {
-    if (PyBool_Check(o) || !(PyFloat_Check(o) || PyLong_Check(o) || PyNumber_Check(o)) ||
-        PyUnicode_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s[%zd] must be a number, not %.100s", what, i,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    double v = PyFloat_AsDouble(o);
-    if (v == -1.0 && PyErr_Occurred())
-        return -1;
-    *out = v;
-    return 0;
+    char name[96];
+    PyOS_snprintf(name, sizeof name, "%s[%zd]", what, i);
+    return glue_double(o, name, out);
 }
 
 /* Sequence of numbers -> new PyMem array (at least one slot).  *n gets the length. */
@@ -69,21 +61,10 @@ static int64_t *get_i64s(PyObject *o, const char *what, Py_ssize_t *n)
         return NULL;
     }
     for (Py_ssize_t i = 0; i < len; i++) {
-        PyObject *v = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyLong_Check(v) || PyBool_Check(v)) {
-            PyErr_Format(PyExc_TypeError, "%s[%zd] must be an int, not %.100s", what, i,
-                         Py_TYPE(v)->tp_name);
+        char name[96];
+        PyOS_snprintf(name, sizeof name, "%s[%zd]", what, i);
+        if (glue_i64(PySequence_Fast_GET_ITEM(seq, i), name, &a[i]) < 0)
             goto error;
-        }
-        int overflow = 0;
-        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (x == -1 && PyErr_Occurred())
-            goto error;
-        if (overflow) {
-            PyErr_Format(PyExc_ValueError, "%s[%zd] is out of range", what, i);
-            goto error;
-        }
-        a[i] = (int64_t)x;
     }
     Py_DECREF(seq);
     *n = len;
@@ -135,9 +116,11 @@ PyDoc_STRVAR(replan_score_doc,
 
 static PyObject *replan_score(PyObject *module, PyObject *args)
 {
-    PyObject *fo, *bo, *co;
-    int mb;
-    if (!PyArg_ParseTuple(args, "OOOi", &fo, &bo, &co, &mb))
+    PyObject *fo, *bo, *co, *mbo;
+    int32_t mb;
+    if (!PyArg_ParseTuple(args, "OOOO", &fo, &bo, &co, &mbo))
+        return NULL;
+    if (glue_i32(mbo, "microbatches", &mb) < 0)
         return NULL;
     Py_ssize_t nf = 0, nb = 0, nc = 0;
     double *f = NULL, *b = NULL, *c = NULL;
@@ -173,6 +156,9 @@ static PyObject *replan_score(PyObject *module, PyObject *args)
     PyMem_Free(c);
     if (rc != HPGO_OK)
         return glue_raise(module, rc, &err);
+    if (!isfinite(t))
+        return PyErr_Format(PyExc_ValueError,
+                            "the score is not finite: the stage times are too large for doubles");
     return PyFloat_FromDouble(t);
 error:
     PyMem_Free(f);
@@ -189,15 +175,34 @@ PyDoc_STRVAR(replan_run_doc,
              "remaining_iterations, microbatches_per_iteration) -> dict\n\n"
              "comm and param_bytes may be None; method 0 = top-k (DynPipe), 1 = DP.");
 
+typedef struct replan_work {
+    const hpgo_replan_input_t *in;
+    hpgo_replan_result_t *res;
+    hpgo_err_t *err;
+    int rc;
+} replan_work_t;
+
+static void replan_work(void *ctx)
+{
+    replan_work_t *w = ctx;
+    w->rc = hpgo_replan_run(w->in, w->res, w->err);
+}
+
 static PyObject *replan_run(PyObject *module, PyObject *args)
 {
-    PyObject *fo, *bo, *co, *po, *curo, *so;
+    PyObject *fo, *bo, *co, *po, *curo, *so, *topk_o, *mb_o, *timeout_o = Py_None;
     hpgo_replan_input_t in;
     memset(&in, 0, sizeof in);
-    if (!PyArg_ParseTuple(args, "OOOOOOiipiddddd", &fo, &bo, &co, &po, &curo, &so, &in.method,
-                          &in.top_k, &in.include_current, &in.microbatches, &in.bandwidth,
+    double timeout;
+    if (!PyArg_ParseTuple(args, "OOOOOOiOpOddddd|O", &fo, &bo, &co, &po, &curo, &so, &in.method,
+                          &topk_o, &in.include_current, &mb_o, &in.bandwidth,
                           &in.optimizer_factor, &in.fixed_cost, &in.remaining_iterations,
-                          &in.microbatches_per_iteration))
+                          &in.microbatches_per_iteration, &timeout_o))
+        return NULL;
+    if (glue_i32(topk_o, "top_k", &in.top_k) < 0 ||
+        glue_i32(mb_o, "microbatches", &in.microbatches) < 0)
+        return NULL;
+    if (glue_timeout(timeout_o, &timeout) < 0)
         return NULL;
     double *f = NULL, *b = NULL, *c = NULL, *p = NULL, *sd = NULL;
     int64_t *cur64 = NULL;
@@ -255,9 +260,20 @@ static PyObject *replan_run(PyObject *module, PyObject *args)
     hpgo_err_t err;
     hpgo_err_clear(&err);
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = hpgo_replan_run(&in, &res, &err);
-    Py_END_ALLOW_THREADS
+    hpgo_cancel_t cancel;
+    hpgo_cancel_init(&cancel);
+    in.cancel = &cancel;
+    replan_work_t w = {&in, &res, &err, HPGO_OK};
+    int small = (int64_t)in.n_layers * in.n_stages < 100000;
+    if (glue_call(replan_work, &w, &cancel, timeout, small ? GLUE_SMALL : 0, "replan") < 0)
+        goto error; /* KeyboardInterrupt or TimeoutError */
+    rc = w.rc;
+    if (rc == HPGO_OK && (!isfinite(res.current_time) || !isfinite(res.new_time))) {
+        /* sums past the largest double: every score ties at inf, no split wins */
+        PyErr_SetString(PyExc_ValueError, "the scores are not finite: the layer times (or their "
+                                          "sums times the slowdowns) are too large for doubles");
+        goto error;
+    }
     PyObject *out = NULL;
     if (rc != HPGO_OK) {
         glue_raise(module, rc, &err);
@@ -325,9 +341,13 @@ static PyObject *trigger_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                              "rebaseline", NULL};
     hpgo_trigger_params_t p;
     memset(&p, 0, sizeof p);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiddip", kwlist, &p.n_stages, &p.window,
-                                     &p.warmup_windows, &p.low, &p.high, &p.patience,
-                                     &p.rebaseline))
+    PyObject *n_o, *w_o, *ww_o, *pat_o;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOddOp", kwlist, &n_o, &w_o, &ww_o, &p.low,
+                                     &p.high, &pat_o, &p.rebaseline))
+        return NULL;
+    if (glue_i32(n_o, "n_stages", &p.n_stages) < 0 || glue_i32(w_o, "window", &p.window) < 0 ||
+        glue_i32(ww_o, "warmup_windows", &p.warmup_windows) < 0 ||
+        glue_i32(pat_o, "patience", &p.patience) < 0)
         return NULL;
     PyObject *module = PyType_GetModule(type);
     hpgo_trigger_t *t = NULL;
@@ -432,9 +452,11 @@ PyDoc_STRVAR(split_batch_doc, "split_batch(batch, weights) -> list of int");
 
 static PyObject *split_batch(PyObject *module, PyObject *args)
 {
-    long long batch;
-    PyObject *wo;
-    if (!PyArg_ParseTuple(args, "LO", &batch, &wo))
+    int64_t batch;
+    PyObject *bo, *wo;
+    if (!PyArg_ParseTuple(args, "OO", &bo, &wo))
+        return NULL;
+    if (glue_i64(bo, "batch", &batch) < 0)
         return NULL;
     Py_ssize_t n = 0;
     double *w = get_doubles(wo, "weights", &n);
@@ -474,6 +496,13 @@ static PyObject *slice_table(PyObject *module, PyObject *args)
         goto done;
     if (ns > 65536 || nr > 65536) {
         PyErr_SetString(PyExc_ValueError, "at most 65536 replicas per side");
+        goto done;
+    }
+    if ((int64_t)ns * (int64_t)nr > HPGO_REPLAN_MAX_SLICE_CELLS) {
+        PyErr_Format(PyExc_ValueError,
+                     "a table of %zd x %zd replicas exceeds the limit of %lld cells "
+                     "(HPGO_REPLAN_MAX_SLICE_CELLS)",
+                     ns, nr, (long long)HPGO_REPLAN_MAX_SLICE_CELLS);
         goto done;
     }
     out = PyMem_Malloc((size_t)(ns > 0 ? ns : 1) * (size_t)(nr > 0 ? nr : 1) * sizeof *out);
@@ -665,9 +694,11 @@ PyDoc_STRVAR(hap_shard_round_doc, "hap_shard_round(length, ratios) -> list of in
 
 static PyObject *hap_shard_round(PyObject *module, PyObject *args)
 {
-    long long length;
-    PyObject *ro;
-    if (!PyArg_ParseTuple(args, "LO", &length, &ro))
+    int64_t length;
+    PyObject *lo, *ro;
+    if (!PyArg_ParseTuple(args, "OO", &lo, &ro))
+        return NULL;
+    if (glue_i64(lo, "length", &length) < 0)
         return NULL;
     Py_ssize_t n = 0;
     double *r = get_doubles(ro, "ratios", &n);
@@ -705,6 +736,9 @@ static PyMethodDef replan_functions[] = {
 int glue_replan_init(PyObject *module)
 {
     if (!glue_add_type(module, &trigger_spec, NULL))
+        return -1;
+    if (PyModule_AddIntConstant(module, "HAP_MAX_DEVICES", HPGO_HAP_MAX_DEVICES) < 0 ||
+        PyModule_AddIntConstant(module, "REPLAN_MAX_SLICE_CELLS", HPGO_REPLAN_MAX_SLICE_CELLS) < 0)
         return -1;
     return PyModule_AddFunctions(module, replan_functions);
 }

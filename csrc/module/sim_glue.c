@@ -160,6 +160,12 @@ static PyType_Spec simresult_spec = {
 /* Wrap r (ownership moves to the new object; freed here on failure). */
 static PyObject *wrap_result(PyObject *module, hpgo_sim_result_t *r)
 {
+    if (!isfinite(r->iteration_time)) {
+        hpgo_sim_result_free(r);
+        return PyErr_Format(PyExc_ValueError,
+                            "the simulated iteration time is not finite: the stage times or "
+                            "sizes are too large for doubles");
+    }
     hpgo_modstate *st = glue_state(module);
     PyTypeObject *tp = NULL;
     for (int i = 0; i < st->n_types; i++)
@@ -183,16 +189,7 @@ static PyObject *wrap_result(PyObject *module, hpgo_sim_result_t *r)
 
 static int get_double(PyObject *o, const char *what, double *out)
 {
-    if (PyBool_Check(o) || !(PyFloat_Check(o) || PyLong_Check(o))) {
-        PyErr_Format(PyExc_TypeError, "%s must be a number, not %.100s", what,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    double v = PyFloat_AsDouble(o);
-    if (v == -1.0 && PyErr_Occurred())
-        return -1;
-    *out = v;
-    return 0;
+    return glue_double(o, what, out);
 }
 
 /* ---- sim_pipeline ---------------------------------------------------------- */
@@ -205,14 +202,32 @@ PyDoc_STRVAR(sim_pipeline_doc,
              "int count and the optional bandwidths (bytes/s, 0 = the pipeline's) overriding "
              "the pipeline's for that stage; schedule 0=1f1b, 1=gpipe, 2=pipedream.");
 
+typedef struct pipe_work {
+    const hpgo_sim_pipeline_t *cfg;
+    hpgo_sim_result_t *out;
+    hpgo_err_t err;
+    int rc;
+} pipe_work_t;
+
+static void pipe_work(void *ctx)
+{
+    pipe_work_t *w = ctx;
+    w->rc = hpgo_sim_pipeline_run(w->cfg, &w->out, &w->err);
+}
+
 static PyObject *sim_pipeline(PyObject *module, PyObject *args)
 {
-    PyObject *stages_obj;
-    int microbatches, schedule, timeline;
+    PyObject *stages_obj, *mb_o;
+    int32_t microbatches;
+    int schedule, timeline;
     double link_bw, link_lat, ar_bw, opt;
-    if (!PyArg_ParseTuple(args, "Oiiddddp", &stages_obj, &microbatches, &schedule, &link_bw,
-                          &link_lat, &ar_bw, &opt, &timeline))
+    if (!PyArg_ParseTuple(args, "OOiddddp", &stages_obj, &mb_o, &schedule, &link_bw, &link_lat,
+                          &ar_bw, &opt, &timeline))
         return NULL;
+    long long mb;
+    if (glue_index(mb_o, "microbatches", 1, INT32_MAX, &mb) < 0)
+        return NULL;
+    microbatches = (int32_t)mb;
     PyObject *seq = PySequence_Tuple(stages_obj); /* own copy: see distir_batch */
     if (!seq)
         return NULL;
@@ -238,7 +253,7 @@ static PyObject *sim_pipeline(PyObject *module, PyObject *args)
             goto error;
         }
         PyObject *g = PyTuple_GET_ITEM(t, 5);
-        if (PyLong_Check(g)) {
+        if (PyIndex_Check(g)) {
             int32_t c;
             if (glue_i32(g, "replicas", &c) < 0)
                 goto error;
@@ -275,7 +290,7 @@ static PyObject *sim_pipeline(PyObject *module, PyObject *args)
                         &st[i].allreduce_bandwidth) < 0))
             goto error;
         PyObject *g = PyTuple_GET_ITEM(t, 5);
-        if (PyLong_Check(g))
+        if (PyIndex_Check(g))
             continue;
         PyObject *gs = PySequence_Fast(g, "gpus must be a sequence of ints");
         if (!gs)
@@ -295,21 +310,23 @@ static PyObject *sim_pipeline(PyObject *module, PyObject *args)
         used += st[i].n_gpus;
         Py_DECREF(gs);
     }
+    hpgo_cancel_t cancel;
+    hpgo_cancel_init(&cancel);
     hpgo_sim_pipeline_t cfg = {(int32_t)n, st, microbatches, schedule, link_bw, link_lat, ar_bw,
-                               opt, timeline};
-    hpgo_sim_result_t *r = NULL;
-    hpgo_err_t err;
-    hpgo_err_clear(&err);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = hpgo_sim_pipeline_run(&cfg, &r, &err);
-    Py_END_ALLOW_THREADS
+                               opt, timeline, &cancel};
+    pipe_work_t w = {&cfg, NULL, {0}, HPGO_OK};
+    /* a few thousand operations take well under a millisecond */
+    int small = (int64_t)n * (microbatches > 0 ? microbatches : 1) < 100000;
+    int stopped = glue_call(pipe_work, &w, &cancel, 0.0, small ? GLUE_SMALL : 0,
+                            "simulate_pipeline");
     PyMem_Free(st);
     PyMem_Free(gpus);
     Py_DECREF(seq);
-    if (rc != HPGO_OK)
-        return glue_raise(module, rc, &err);
-    return wrap_result(module, r);
+    if (stopped < 0 || w.rc != HPGO_OK) {
+        hpgo_sim_result_free(w.out);
+        return stopped < 0 ? NULL : glue_raise(module, w.rc, &w.err);
+    }
+    return wrap_result(module, w.out);
 error:
     PyMem_Free(st);
     PyMem_Free(gpus);
@@ -381,32 +398,62 @@ static int distir_config_from_dict(PyObject *d, hpgo_distir_config_t *c)
 
 PyDoc_STRVAR(sim_distir_doc, "sim_distir(config: dict) -> SimResult");
 
+typedef struct distir_work {
+    const hpgo_distir_config_t *cfg;
+    hpgo_sim_result_t *out;
+    hpgo_err_t err;
+    int rc;
+} distir_work_t;
+
+static void distir_work(void *ctx)
+{
+    distir_work_t *w = ctx;
+    w->rc = hpgo_distir_simulate(w->cfg, &w->out, &w->err);
+}
+
 static PyObject *sim_distir(PyObject *module, PyObject *arg)
 {
     hpgo_distir_config_t cfg;
     if (distir_config_from_dict(arg, &cfg) < 0)
         return NULL;
-    hpgo_sim_result_t *r = NULL;
-    hpgo_err_t err;
-    hpgo_err_clear(&err);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = hpgo_distir_simulate(&cfg, &r, &err);
-    Py_END_ALLOW_THREADS
-    if (rc != HPGO_OK)
-        return glue_raise(module, rc, &err);
-    return wrap_result(module, r);
+    hpgo_cancel_t cancel;
+    hpgo_cancel_init(&cancel);
+    cfg.cancel = &cancel;
+    distir_work_t w = {&cfg, NULL, {0}, HPGO_OK};
+    int small = (int64_t)cfg.layers * (cfg.microbatches > 0 ? cfg.microbatches : 1) *
+                    (cfg.dp > 0 ? cfg.dp : 1) * (cfg.tp > 0 ? cfg.tp : 1) < 20000;
+    int stopped = glue_call(distir_work, &w, &cancel, 0.0, small ? GLUE_SMALL : 0,
+                            "the DistIR simulation");
+    if (stopped < 0 || w.rc != HPGO_OK) {
+        hpgo_sim_result_free(w.out);
+        return stopped < 0 ? NULL : glue_raise(module, w.rc, &w.err);
+    }
+    return wrap_result(module, w.out);
 }
 
 /* Run points on a pool of `threads` (0 = default) with the GIL released and
  * return [(dp, tp, pp, microbatches, iteration_time, peak_bytes), ...]; the
  * first failing point raises.  Takes ownership of pts. */
+typedef struct points_work {
+    hpgo_distir_point_t *pts;
+    int64_t n;
+    hpgo_pool_t *pool;
+} points_work_t;
+
+static void points_work(void *ctx)
+{
+    points_work_t *w = ctx;
+    hpgo_distir_run_points(w->pts, w->n, w->pool);
+}
+
 static PyObject *run_points(PyObject *module, hpgo_distir_point_t *pts, int64_t n, int threads)
 {
     hpgo_pool_t *pool = NULL;
     hpgo_err_t err;
     hpgo_err_clear(&err);
     int rc = HPGO_OK;
+    /* the pool is made and freed by this thread, as before glue_call: under
+     * a tight address-space limit the workers take what is left */
     Py_BEGIN_ALLOW_THREADS
     if (threads != 1 && n > 1) {
         rc = hpgo_pool_new(threads, &pool, &err);
@@ -415,14 +462,24 @@ static PyObject *run_points(PyObject *module, hpgo_distir_point_t *pts, int64_t 
             pool = NULL;
         }
     }
-    if (rc == HPGO_OK) {
-        hpgo_distir_run_points(pts, n, pool);
-        hpgo_pool_free(pool);
-    }
     Py_END_ALLOW_THREADS
     if (rc != HPGO_OK) {
         PyMem_Free(pts);
         return glue_raise(module, rc, &err);
+    }
+    hpgo_cancel_t cancel;
+    hpgo_cancel_init(&cancel);
+    for (int64_t i = 0; i < n; i++)
+        pts[i].cfg.cancel = &cancel;
+    points_work_t w = {pts, n, pool};
+    int stopped = glue_call(points_work, &w, &cancel, 0.0, pool ? GLUE_WAITS : 0,
+                            "the DistIR study");
+    Py_BEGIN_ALLOW_THREADS
+    hpgo_pool_free(pool);
+    Py_END_ALLOW_THREADS
+    if (stopped < 0) {
+        PyMem_Free(pts);
+        return NULL;
     }
     for (int64_t i = 0; i < n; i++)
         if (pts[i].code != HPGO_OK) {
@@ -460,14 +517,12 @@ PyDoc_STRVAR(distir_batch_doc,
 
 static PyObject *distir_batch(PyObject *module, PyObject *args)
 {
-    PyObject *configs;
-    int threads;
-    if (!PyArg_ParseTuple(args, "Oi", &configs, &threads))
+    PyObject *configs, *threads_o;
+    long long threads;
+    if (!PyArg_ParseTuple(args, "OO", &configs, &threads_o))
         return NULL;
-    if (threads < 0) {
-        PyErr_Format(PyExc_ValueError, "threads must be >= 0 (0 = all cores), got %d", threads);
+    if (glue_index(threads_o, "threads (0 = all cores)", 0, INT32_MAX, &threads) < 0)
         return NULL;
-    }
     /* a tuple copy: reading a config may run Python code that edits the list */
     PyObject *seq = PySequence_Tuple(configs);
     if (!seq)
@@ -485,7 +540,7 @@ static PyObject *distir_batch(PyObject *module, PyObject *args)
             return NULL;
         }
     Py_DECREF(seq);
-    return run_points(module, pts, (int64_t)n, threads);
+    return run_points(module, pts, (int64_t)n, (int)threads);
 }
 
 static int int_list(PyObject *o, const char *what, int32_t **out, int32_t *n_out)
@@ -525,14 +580,12 @@ PyDoc_STRVAR(distir_grid_doc,
 
 static PyObject *distir_grid(PyObject *module, PyObject *args)
 {
-    PyObject *base_obj, *ws_obj, *mb_obj;
-    int threads;
-    if (!PyArg_ParseTuple(args, "OOOi", &base_obj, &ws_obj, &mb_obj, &threads))
+    PyObject *base_obj, *ws_obj, *mb_obj, *threads_o;
+    long long threads;
+    if (!PyArg_ParseTuple(args, "OOOO", &base_obj, &ws_obj, &mb_obj, &threads_o))
         return NULL;
-    if (threads < 0) {
-        PyErr_Format(PyExc_ValueError, "threads must be >= 0 (0 = all cores), got %d", threads);
+    if (glue_index(threads_o, "threads (0 = all cores)", 0, INT32_MAX, &threads) < 0)
         return NULL;
-    }
     hpgo_distir_config_t base;
     if (distir_config_from_dict(base_obj, &base) < 0)
         return NULL;
@@ -564,7 +617,7 @@ static PyObject *distir_grid(PyObject *module, PyObject *args)
     for (int64_t i = 0; i < n; i++)
         pts[i].cfg = cfgs[i];
     free(cfgs);
-    return run_points(module, pts, n, threads);
+    return run_points(module, pts, n, (int)threads);
 }
 
 PyDoc_STRVAR(default_threads_doc,

@@ -109,11 +109,9 @@ class DeviceSpec:
 
     @classmethod
     def from_json(cls, path: str | os.PathLike) -> "DeviceSpec":
-        with open(path, encoding="utf-8") as f:
-            try:
-                d = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{os.fspath(path)}: not valid JSON ({e})") from None
+        from .. import _files
+
+        d = _files.load_json(path, "device file")
         try:
             return cls.from_dict(d)
         except (TypeError, ValueError) as e:

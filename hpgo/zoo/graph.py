@@ -22,6 +22,7 @@ Cost model (per op, per pass; ``e`` = bytes per element of the dtype):
 from __future__ import annotations
 
 import math
+import operator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -109,8 +110,10 @@ class ZooGraph:
     """Layer graph of one model at one batch size and dtype."""
 
     def __init__(self, model: str, batch_size: int, dtype: str = "fp32"):
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        if (isinstance(batch_size, bool) or not hasattr(type(batch_size), "__index__")
+                or operator.index(batch_size) < 1):
             raise ValueError(f"batch size must be a positive integer, got {batch_size!r}")
+        batch_size = operator.index(batch_size)
         self.model = model
         self.n = batch_size
         self.dtype = dtype

@@ -945,6 +945,85 @@ static void test_simulators(void)
     free(cfgs);
 }
 
+static void *raise_later(void *arg)
+{
+    struct timespec ts = {0, 2000000}; /* 2 ms */
+    nanosleep(&ts, NULL);
+    hpgo_cancel_request((hpgo_cancel_t *)arg);
+    return NULL;
+}
+
+/* A raised cancel flag stops every long call with HPGO_E_CANCELLED and
+ * nothing allocated (AddressSanitizer checks); one raised from another
+ * thread during a run either stops it or lets it finish (ThreadSanitizer
+ * checks the flag is the only shared state). */
+static void test_cancel(void)
+{
+    hpgo_cancel_t up;
+    hpgo_cancel_init(&up);
+    hpgo_cancel_request(&up);
+    hpgo_err_t err;
+    hpgo_model_t *m = gen_model(40, 1, 1, 64);
+    hpgo_topo_t *t = topo(16, 8);
+    CHECK(m && t);
+    if (!m || !t)
+        goto done;
+    hpgo_plan_opts_t o = {.threads = 2, .cancel = &up};
+    hpgo_orch_t *res = NULL;
+    CHECK(hpgo_orchestrate(m, t, &o, &res, &err) == HPGO_E_CANCELLED && !res);
+    const hpgo_topo_t *lay[1] = {t};
+    uint32_t gbs[2] = {64, 128};
+    hpgo_sweep_t *sw = NULL;
+    CHECK(hpgo_sweep_run(m, lay, 1, gbs, 2, &o, &sw, &err) == HPGO_E_CANCELLED && !sw);
+    hpgo_sim_stage_t st[2] = {{1e-3, 2e-3, 1e6, 1e6, 1e6, 1, NULL},
+                              {1e-3, 2e-3, 0, 1e6, 1e6, 1, NULL}};
+    hpgo_sim_pipeline_t c = {2, st, 64, HPGO_SCHED_1F1B, 1e9, 0, 1e9, 0, 1, &up};
+    hpgo_sim_result_t *r = NULL;
+    CHECK(hpgo_sim_pipeline_run(&c, &r, &err) == HPGO_E_CANCELLED && !r);
+    hpgo_distir_point_t pt;
+    memset(&pt, 0, sizeof pt);
+    pt.cfg.model = HPGO_DISTIR_MLP;
+    pt.cfg.batch_size = 64;
+    pt.cfg.width = 64;
+    pt.cfg.layers = 2;
+    pt.cfg.dp = pt.cfg.tp = pt.cfg.pp = pt.cfg.microbatches = 1;
+    pt.cfg.cancel = &up;
+    hpgo_distir_run_points(&pt, 1, NULL);
+    CHECK(pt.code == HPGO_E_CANCELLED);
+    double f[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    int32_t cur[2] = {4, 4}, counts[2];
+    double sd[2] = {2.0, 1.0};
+    hpgo_replan_input_t in = {8, f, f, NULL, NULL, 2, cur, sd, HPGO_REPLAN_DP, 2, 0, 99, 1e9,
+                              0, 0, 1e9, 1.0, &up};
+    hpgo_replan_result_t rr;
+    memset(&rr, 0, sizeof rr);
+    rr.counts = counts;
+    CHECK(hpgo_replan_run(&in, &rr, &err) == HPGO_E_CANCELLED);
+    in.cancel = NULL;
+    CHECK(hpgo_replan_run(&in, &rr, &err) == HPGO_OK && counts[0] + counts[1] == 8);
+    /* raised from another thread during a run */
+    hpgo_model_t *big = gen_model(quick ? 120 : 300, 0, 1, 1024);
+    hpgo_topo_t *tb = topo(128, 8);
+    if (big && tb) {
+        hpgo_cancel_t mid;
+        hpgo_cancel_init(&mid);
+        hpgo_plan_opts_t om = {.threads = 2, .cancel = &mid};
+        pthread_t th;
+        if (pthread_create(&th, NULL, raise_later, &mid) == 0) {
+            res = NULL;
+            int rc = hpgo_orchestrate(big, tb, &om, &res, &err);
+            CHECK((rc == HPGO_OK && res) || (rc == HPGO_E_CANCELLED && !res));
+            hpgo_orch_free(res);
+            pthread_join(th, NULL);
+        }
+    }
+    hpgo_model_free(big);
+    hpgo_topo_free(tb);
+done:
+    hpgo_model_free(m);
+    hpgo_topo_free(t);
+}
+
 static double now(void)
 {
     struct timespec ts;
@@ -1055,7 +1134,9 @@ int main(int argc, char **argv)
     test_sweep();
     t0 = lap("sweep", t0);
     test_concurrency();
-    lap("concurrency", t0);
+    t0 = lap("concurrency", t0);
+    test_cancel();
+    lap("cancel", t0);
     if (failures) {
         fprintf(stderr, "%d failure(s) in %ld checks\n", failures, checks);
         return 1;
