@@ -141,13 +141,25 @@ def write_dot(profile: PathLike, path: PathLike, plan: Any = None, **kwargs: Any
     return out
 
 
-def can_render() -> bool:
-    """True when the ``graphviz`` package and the ``dot`` program are installed."""
+def missing_renderer() -> Optional[str]:
+    """Why :func:`render` cannot render here (which of the ``graphviz``
+    Python package and Graphviz's ``dot`` program is missing), or None."""
     try:
         import graphviz  # noqa: F401
     except ImportError:
-        return False
-    return shutil.which("dot") is not None
+        if shutil.which("dot") is None:
+            return ("neither the graphviz Python package (pip install graphviz) nor Graphviz's "
+                    "dot program is installed")
+        return "the graphviz Python package is not installed: pip install graphviz"
+    if shutil.which("dot") is None:
+        return ("Graphviz's dot program is not on PATH (the graphviz Python package is "
+                "installed): install Graphviz, e.g. apt-get install graphviz")
+    return None
+
+
+def can_render() -> bool:
+    """True when the ``graphviz`` package and the ``dot`` program are installed."""
+    return missing_renderer() is None
 
 
 def render(profile: PathLike, path: PathLike, plan: Any = None, *, format: Optional[str] = None,

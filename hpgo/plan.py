@@ -425,10 +425,28 @@ class Plan:
             ])
         return "\n".join(head + [""] + _format_table(cols, body))
 
+    def check_model(self, model: Any) -> None:
+        """ValueError unless ``model`` has the layer states this plan was
+        made for (its state count, and the last stage ending at the last
+        state): a plan of another profile is refused, not simulated."""
+        n = getattr(model, "num_layers", None)
+        if n is None:
+            return
+        last = self.stages[-1].last_state
+        if self.num_states is not None and self.num_states != n:
+            raise ValueError(f"the plan was made for a profile of {self.num_states} layer states "
+                             f"but the model has {n}: it belongs to another profile")
+        if last != n - 1:
+            raise ValueError(f"the plan covers states 0..{last} but the model has {n} "
+                             "(0..{}): it belongs to another profile".format(n - 1))
+
     def simulate(self, model: Any, schedule: str = "1f1b", **kwargs: Any) -> "SimulationResult":
         """Simulate this plan on ``model`` (:func:`hpgo.simulate_plan` with
-        this plan's ``rp``); keyword arguments go to simulate_plan."""
+        this plan's ``rp``); keyword arguments go to simulate_plan.  A model
+        of another profile (other state count) is refused with ValueError."""
         from .sim import simulate_plan
+
+        self.check_model(model)
 
         return simulate_plan(model, self.to_hpgo(), rp=self.rp, schedule=schedule, **kwargs)
 

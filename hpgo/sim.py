@@ -587,14 +587,17 @@ def grid_search(batch_size: int, width: int, layers: int,
                 input_dim: int | None = None, output_dim: int | None = None,
                 device_flops: float | None = None, memory_bandwidth: float | None = None,
                 kernel_launch_overhead: float | None = None, dtype_bytes: int = 4,
-                threads: int = 0) -> list[GridRow]:
+                threads: int = 0, progress: bool | None = None) -> list[GridRow]:
     """DistIR's grid search: for each device count W in ``devices``, every
     (dp, tp, pp) with dp*tp*pp = W (dp, then tp ascending) whose pp divides
     ``layers`` and whose shapes divide evenly, with microbatches = 1 when
     pp = 1 and otherwise each of ``microbatches`` (default: DistIR's rule,
     2^1 .. 2^(floor(log2(batch/dp)/2)-1) for the 2021 flavours, 2..128 for
     "distir-2022").  Rows come back in that order; each equals a direct
-    :func:`simulate_mlp` / :func:`simulate_transformer` run."""
+    :func:`simulate_mlp` / :func:`simulate_transformer` run.  ``progress``:
+    a progress line on stderr (True), never (False) or only in a terminal or
+    Jupyter kernel (None); it runs one pooled call per device count, with
+    the same rows."""
     if isinstance(devices, int) or not isinstance(devices, Iterable):
         raise TypeError("devices must be a sequence of device counts")
     ws = [_check_int("device count", w) for w in devices]
@@ -612,7 +615,20 @@ def grid_search(batch_size: int, width: int, layers: int,
                           memory_bandwidth=memory_bandwidth,
                           kernel_launch_overhead=kernel_launch_overhead,
                           dtype_bytes=dtype_bytes)
-    raw = _core.distir_grid(base, ws, mbs, threads)
+    from . import progress as _progress
+
+    if ws and _progress.wanted(progress):
+        bar = _progress.Progress(len(ws), desc="grid search", unit="device counts")
+        bar.update(0)
+        raw = []
+        try:
+            for i, w in enumerate(ws):
+                raw.extend(_core.distir_grid(base, [w], mbs, threads))
+                bar.update(i + 1)
+        finally:
+            bar.close()
+    else:
+        raw = _core.distir_grid(base, ws, mbs, threads)
     return _rows(raw, [base["batch_size"]] * len(raw))
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _core
+from . import progress as _progress
 
 __all__ = ["SweepRow", "SweepResult", "sweep"]
 
@@ -106,13 +107,19 @@ def sweep(
     peak_activation_per_batch: Optional[float] = None,
     threads: int = 0,
     exhaustive: bool = False,
+    progress: Optional[bool] = None,
 ) -> SweepResult:
-    """sweep(profile, pbs, gbs, seps, *, optimizer_memory_scaling=None, min_micro_batch_size=None, peak_activation_per_batch=None, threads=0, exhaustive=False)
+    """sweep(profile, pbs, gbs, seps, *, optimizer_memory_scaling=None, min_micro_batch_size=None, peak_activation_per_batch=None, threads=0, exhaustive=False, progress=None)
 
     profile: a graph.txt path, or a Model (its settings are used unless given
     here).  gbs: one global batch size or a list.  seps: one layout ([8, 16]),
     a list of layouts, or Devices.  Returns a SweepResult with one SweepRow
     per (gbs, layout), gbs-major.
+
+    progress: draw a progress line with an ETA on stderr (True), never
+    (False), or only in a terminal or a Jupyter kernel (None).  With it the
+    cases run in about 20 chunks of batch sizes, each one pooled C call; the
+    rows are the same as in one call (every case is independent).
     """
     if isinstance(pbs, bool) or not isinstance(pbs, int):
         raise TypeError(f"pbs must be an int, not {type(pbs).__name__}")
@@ -143,7 +150,20 @@ def sweep(
     layouts = _layouts(seps)
     if isinstance(threads, bool) or not isinstance(threads, int):
         raise TypeError("threads must be an int")
-    raw = _core._sweep(model, layouts, gbs_list, threads, bool(exhaustive))
+    if gbs_list and _progress.wanted(progress):
+        bar = _progress.Progress(len(gbs_list) * len(layouts), desc="sweep", unit="cases")
+        bar.update(0)
+        chunk = max(1, -(-len(gbs_list) // 20))
+        raw = []
+        try:
+            for i in range(0, len(gbs_list), chunk):
+                raw.extend(_core._sweep(model, layouts, gbs_list[i:i + chunk], threads,
+                                        bool(exhaustive)))
+                bar.update(min(len(gbs_list), i + chunk) * len(layouts))
+        finally:
+            bar.close()
+    else:
+        raw = _core._sweep(model, layouts, gbs_list, threads, bool(exhaustive))
     out = SweepResult()
     for g, li, dp, p3, ov, gerr, best, res, skipped in raw:
         err = gerr
