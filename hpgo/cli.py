@@ -337,22 +337,11 @@ def run_sweep_chunked(profile: Any, pbs: int, gbs: Sequence[int], layouts: Seque
     return res
 
 
-def _fmt(v: Optional[float]) -> str:
-    return "-" if v is None else f"{v:.3f}"
-
-
 def sweep_table(rows: Sequence[Any]) -> str:
     """The sweep rows as a readable text table."""
-    from .plan import _format_table
+    from .sweep import SweepResult
 
-    cols = ["gbs", "seps", "DP", "DP+overlap", "DP+P3", "hybrid", "stages", "rp", "label", "note"]
-    body = []
-    for r in rows:
-        body.append([str(r.gbs), ",".join(map(str, r.seps)), _fmt(r.dp), _fmt(r.dp_overlap),
-                     _fmt(r.dp_p3), _fmt(r.hybrid), "-" if r.stages is None else str(len(r.stages)),
-                     "-" if r.rp is None else str(r.rp), r.label or "-",
-                     (r.error or "")[:60]])
-    return "\n".join(_format_table(cols, body))
+    return SweepResult(rows).table()
 
 
 def run_sweep(args: Any, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:

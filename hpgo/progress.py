@@ -62,14 +62,18 @@ def format_time(seconds: float) -> str:
 class Progress:
     """A progress line over ``total`` steps: call :meth:`update` with the
     number done, :meth:`close` at the end (clears the line on a terminal,
-    leaves the final state in a notebook)."""
+    leaves the final state in a notebook).  Nothing is drawn before
+    ``delay`` seconds have passed, so quick runs stay silent."""
 
     def __init__(self, total: int, *, stream: Optional[TextIO] = None, desc: str = "",
-                 unit: str = "", width: int = 30, min_interval: float = 0.1) -> None:
+                 unit: str = "", width: int = 30, min_interval: float = 0.1,
+                 delay: float = 0.0) -> None:
         self.total = max(0, int(total))
         self.stream = sys.stderr if stream is None else stream
         self.desc, self.unit, self.width = desc, unit, width
         self.min_interval = min_interval
+        self.delay = delay
+        self._drawn = False
         self.done = 0
         self.start = time.monotonic()
         self._last = -1.0
@@ -96,8 +100,11 @@ class Progress:
     def update(self, done: int) -> None:
         self.done = done
         now = time.monotonic()
+        if now - self.start < self.delay:
+            return
         if done < self.total and done > 0 and now - self._last < self.min_interval:
             return
+        self._drawn = True
         self._last = now
         text = self.line(done, now)
         if self._jupyter:
@@ -110,6 +117,8 @@ class Progress:
         self.stream.flush()
 
     def close(self) -> None:
+        if not self._drawn:
+            return
         if self._jupyter:
             self.stream.write("\n")
         else:

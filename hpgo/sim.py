@@ -205,6 +205,28 @@ class SimulationResult:
                 json.dump(trace, f)
         return trace
 
+    def _repr_html_(self) -> str:
+        """A compact table for Jupyter: iteration time, throughput, peak
+        memory, then per stage busy time, bubble, micro-batches in flight
+        and memory (first and last stages of a long pipeline)."""
+        from ._display import html_table
+
+        cap = f"SimulationResult: iteration {self.iteration_time * 1e3:.3f} ms"
+        if self.throughput is not None:
+            cap += f", throughput {self.throughput:.2f} samples/s"
+        cap += (f", peak memory {self.peak_memory / 2**30:.2f} GiB, {len(self.stages)} stage"
+                f"{'s' if len(self.stages) != 1 else ''}, {len(self.devices)} devices, "
+                f"{self._raw.n_events} events")
+        sched = self.config.get("schedule")
+        if isinstance(sched, str):
+            cap += f", {sched}"
+        rows = [[str(s.stage), f"{s.busy * 1e3:.3f}", f"{s.bubble * 100:.1f}%",
+                 str(s.max_in_flight), f"{s.weight_bytes / 2**20:.1f}",
+                 f"{s.activation_bytes / 2**20:.1f}", f"{s.peak_bytes / 2**30:.3f}"]
+                for s in self.stages]
+        return html_table(["stage", "busy ms", "bubble", "in flight", "weights MiB",
+                           "activations MiB", "peak GiB"], rows, caption=cap)
+
     def __repr__(self) -> str:
         extra = f", throughput={self.throughput:.6g}" if self.throughput is not None else ""
         return (f"SimulationResult(iteration_time={self.iteration_time:.9g}{extra}, "
@@ -618,7 +640,8 @@ def grid_search(batch_size: int, width: int, layers: int,
     from . import progress as _progress
 
     if ws and _progress.wanted(progress):
-        bar = _progress.Progress(len(ws), desc="grid search", unit="device counts")
+        bar = _progress.Progress(len(ws), desc="grid search", unit="device counts",
+                                 delay=0.0 if progress else 0.5)
         bar.update(0)
         raw = []
         try:

@@ -48,7 +48,55 @@ class SweepRow:
 
 
 class SweepResult(list):
-    """A list of :class:`SweepRow` (gbs-major) with table conversions."""
+    """A list of :class:`SweepRow` (gbs-major) with table conversions.
+
+    Prints as a text table (``str``), shows as a compact HTML table in
+    Jupyter (first and last rows of a long sweep), and its ``repr`` is one
+    line.
+    """
+
+    _COLUMNS = ["gbs", "seps", "DP", "DP+overlap", "DP+P3", "hybrid", "stages", "rp", "label",
+                "note"]
+
+    def _body(self) -> List[List[str]]:
+        def f(v: Optional[float]) -> str:
+            return "-" if v is None else f"{v:.3f}"
+
+        return [[str(r.gbs), ",".join(map(str, r.seps)), f(r.dp), f(r.dp_overlap), f(r.dp_p3),
+                 f(r.hybrid), "-" if r.stages is None else str(len(r.stages)),
+                 "-" if r.rp is None else str(r.rp), r.label or "-", (r.error or "")[:60]]
+                for r in self]
+
+    def table(self) -> str:
+        """Every row as a readable text table."""
+        from .plan import _format_table
+
+        return "\n".join(_format_table(self._COLUMNS, self._body()))
+
+    def _summary(self) -> str:
+        if not self:
+            return "0 rows"
+        gbs = sorted({r.gbs for r in self})
+        layouts = []
+        for r in self:
+            if r.seps not in layouts:
+                layouts.append(r.seps)
+        g = str(gbs[0]) if len(gbs) == 1 else f"{gbs[0]}..{gbs[-1]}"
+        lay = "; ".join(",".join(map(str, s)) for s in layouts[:4]) + (
+            f"; ... ({len(layouts)} layouts)" if len(layouts) > 4 else "")
+        return (f"{len(self)} row{'s' if len(self) != 1 else ''}: {len(gbs)} global batch "
+                f"size{'s' if len(gbs) != 1 else ''} {g} x seps {lay}")
+
+    def __repr__(self) -> str:
+        return f"<hpgo.SweepResult {self._summary()}>"
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def _repr_html_(self) -> str:
+        from ._display import html_table
+
+        return html_table(self._COLUMNS, self._body(), caption="SweepResult: " + self._summary())
 
     def to_dicts(self) -> List[dict]:
         return [r.to_dict() for r in self]
@@ -151,7 +199,9 @@ def sweep(
     if isinstance(threads, bool) or not isinstance(threads, int):
         raise TypeError("threads must be an int")
     if gbs_list and _progress.wanted(progress):
-        bar = _progress.Progress(len(gbs_list) * len(layouts), desc="sweep", unit="cases")
+        # asked for: drawn at once; by default (interactive): after half a second
+        bar = _progress.Progress(len(gbs_list) * len(layouts), desc="sweep", unit="cases",
+                                 delay=0.0 if progress else 0.5)
         bar.update(0)
         chunk = max(1, -(-len(gbs_list) // 20))
         raw = []

@@ -188,3 +188,106 @@ def test_unbuilt_checkout_import_says_what_to_do(tmp_path):
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: hpgo's C extension (hpgo._core) is not built"), last
     assert "pip install -e ." in last and "another directory" in last
+
+
+# ---------------------------------------------------------------- Jupyter display
+
+
+def test_reprs_are_short_and_html_tables_are_compact():
+    plan = hpgo.best_plan(XLNET, 1, 128, [8, 16])
+    r = repr(plan)
+    assert r.startswith("<hpgo.Plan speedup 14.8545") and "\n" not in r and len(r) < 200
+    h = plan._repr_html_()
+    assert h.startswith("<table") and "Embed-Token .. Layer_17" in h and "speedup 14.8545" in h
+    plans = hpgo.candidate_plans(XLNET, 1, 128, [8, 16])
+    assert repr(plans).startswith(f"<hpgo.PlanList {len(plans)} plans; best: speedup 14.8545")
+    assert len(plans) == 18 and plans._repr_html_().count("<tr>") == 1 + 10 + 1 + 5
+    assert str(plans) == plans.table()
+    gbs = list(range(16, 16 * 385, 16))
+    rows = hpgo.sweep(XLNET, 1, gbs, [[8, 16], [8]], progress=False)
+    assert len(rows) == 768
+    assert repr(rows) == "<hpgo.SweepResult 768 rows: 384 global batch sizes 16..6144 x seps 8,16; 8>"
+    h = rows._repr_html_()
+    assert len(h) < 5000 and "753 more rows" in h and h.count("<tr>") == 1 + 10 + 1 + 5
+    assert str(rows).splitlines()[0].split()[:2] == ["gbs", "seps"]
+    model = hpgo.model_from_torch_graph(XLNET, 1, 128)
+    sim = plan.simulate(model)
+    h = sim._repr_html_()
+    assert "SimulationResult: iteration" in h and h.count("<tr>") == 1 + len(sim.stages)
+    assert "<script" not in h and "&lt;" not in repr(plan)
+
+
+def test_html_escapes_and_cuts():
+    from hpgo._display import html_table
+
+    h = html_table(["a<b"], [[f"<{i}>"] for i in range(30)], caption="x & y", head=3, tail=2)
+    assert "a&lt;b" in h and "&lt;0&gt;" in h and "&lt;29&gt;" in h and "&lt;5&gt;" not in h
+    assert "25 more rows" in h and "x &amp; y" in h
+
+
+# ---------------------------------------------------------------- figures
+
+
+@pytest.fixture
+def plt():
+    from optional_deps import need
+
+    need("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    yield plt
+    plt.close("all")
+
+
+def test_figures_made_here_are_closed_under_the_inline_backend(plt, monkeypatch):
+    from hpgo import plot
+
+    res = hpgo.sweep(XLNET, 1, [32, 64], [8, 16], progress=False)
+    fig = plot.speedup_vs_gbs(res)
+    assert plt.fignum_exists(fig.number)          # a script's plt.show() still shows it
+    monkeypatch.setattr(plot, "_inline_backend", lambda: True)
+    fig = plot.speedup_vs_gbs(res)
+    assert not plt.fignum_exists(fig.number)      # Jupyter: shown once, as the cell's value
+    own, ax = plt.subplots()
+    assert plot.speedup_vs_gbs(res, ax=ax) is own and plt.fignum_exists(own.number)
+
+
+def test_figure3_axes_fit_the_data(plt):
+    from hpgo import plot
+
+    f3 = hpgo.distir_figure3()
+    fig = plot.speedup_vs_devices(f3)
+    top = max(max(v) for v in f3.dp.values())
+    assert top < fig.axes[0].get_ylim()[1] < top * 1.2
+    top = max(max(v) for v in f3.pp.values())
+    assert top < fig.axes[1].get_ylim()[1] < top * 1.2
+
+
+def test_narrow_stage_is_labelled_and_gantt_panels_keep_ticks(plt):
+    from hpgo import plot
+
+    model = hpgo.model_from_torch_graph(XLNET, 1, 128)
+    n = model.num_layers
+    p = hpgo.Plan.from_hpgo((10.0, [(0, n - 2, 1, list(range(8))),
+                                    (n - 2, n - 1, 1, list(range(8, 16)))]), model, [8, 16])
+    fig = plot.plan_diagram(p)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "stage 0" in texts and "stage 1" in texts
+    plan = hpgo.best_plan(XLNET, 1, 128, [8, 16])
+    fig, axes = plt.subplots(2, 1, sharex=True)
+    plot.gantt(plan.simulate(model), devices=[0, 8], ax=axes[0])
+    plot.gantt(plan.simulate(model, schedule="gpipe"), devices=[0, 8], ax=axes[1])
+    fig.canvas.draw()
+    assert any(t.get_visible() and t.get_text() for t in axes[0].get_xticklabels())
+
+
+def test_progress_waits_for_its_delay():
+    buf = io.StringIO()
+    bar = hprogress.Progress(3, stream=buf, delay=60.0)
+    bar.update(1)
+    bar.update(3)
+    bar.close()
+    assert buf.getvalue() == ""
