@@ -6,7 +6,8 @@ file (the CPython glue) goes into one extension, built with ``-pthread``.
 Environment switches (read at build time):
 
 * ``HPGO_SANITIZE=address,undefined`` (or ``thread``): build with those
-  sanitizers; the interpreter then needs the runtime preloaded, see README.
+  sanitizers; the interpreter then needs the runtime preloaded, see
+  docs/errors-and-limits.md (or .ci/sanitizers.sh).
 * ``HPGO_DEBUG=1``: ``-O0 -g`` instead of ``-O2``.
 * ``HPGO_WERROR=1``: turn warnings into errors (CI does this).
 

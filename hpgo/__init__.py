@@ -64,7 +64,7 @@ from .dynpipe import (
 )
 from .hetero import HapLayer, HapPlan, hap_cluster
 from .hetero import compare as hap_compare, plan as hap_plan
-from . import dynpipe, hetero
+from . import dynpipe, examples, hetero
 from . import layerwise as Layerwise
 from . import utils as Utils
 
