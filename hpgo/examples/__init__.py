@@ -43,7 +43,8 @@ _CHECKOUT = _HERE.parents[1] / "profiles"
 
 def _roots() -> List[Path]:
     roots = [_HERE]
-    if _CHECKOUT.is_dir():
+    # a checkout (or an editable install): hpgo/ beside profiles/ and pyproject.toml
+    if _CHECKOUT.is_dir() and (_CHECKOUT.parent / "pyproject.toml").is_file():
         roots.append(_CHECKOUT)
     return roots
 
