@@ -270,7 +270,11 @@ def run_plan(args: Any, out: Optional[TextIO] = None) -> int:
             out.write("\ncandidates (HPGO's order; the best is the highest speedup, the last on ties):\n")
             out.write(plans.table() + "\n")
     if args.output:
-        best.save(args.output)
+        # the saved plan names its profile by absolute path: `hpgo simulate --plan` finds it
+        # from any directory
+        from dataclasses import replace
+
+        replace(best, profile=os.path.abspath(path)).save(args.output)
         print(f"wrote {args.output}", file=sys.stderr)
     if args.plot:
         from . import plot

@@ -89,6 +89,7 @@ def test_simulate_a_saved_plan_uses_its_profile_and_refuses_another(tmp_path, ca
     assert cli.main(["plan", XLNET, "--pbs", "1", "--gbs", "64", "--seps", "4,8",
                      "-o", str(plan)]) == 0
     capsys.readouterr()
+    assert hpgo.Plan.load(plan).profile == os.path.abspath(XLNET)   # found from anywhere
     r = run("simulate", "--plan", plan, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "iteration" in r.stdout
