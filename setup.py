@@ -6,14 +6,22 @@ file (the CPython glue) goes into one extension, built with ``-pthread``.
 Environment switches (read at build time):
 
 * ``HPGO_SANITIZE=address,undefined`` (or ``thread``): build with those
-  sanitizers; the interpreter then needs the runtime preloaded, see README.
+  sanitizers; the interpreter then needs the runtime preloaded, see
+  docs/errors-and-limits.md (or .ci/sanitizers.sh).
 * ``HPGO_DEBUG=1``: ``-O0 -g`` instead of ``-O2``.
 * ``HPGO_WERROR=1``: turn warnings into errors (CI does this).
+
+The wheel also ships the profiles named in ``hpgo/examples/__init__.py``
+(``SHIPPED``), copied from ``profiles/`` into ``hpgo/examples/`` at build
+time so that the repository keeps one copy of each.
 """
+import ast
 import glob
 import os
+import shutil
 
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -41,9 +49,35 @@ def _flags():
     return cflags, ldflags
 
 
+def _shipped_profiles():
+    with open(os.path.join(HERE, "hpgo", "examples", "__init__.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                getattr(t, "id", None) == "SHIPPED" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise RuntimeError("hpgo/examples/__init__.py has no SHIPPED tuple")
+
+
+class BuildPyWithProfiles(build_py):
+    """build_py that also copies the shipped profiles into hpgo/examples/."""
+
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False):  # an editable install reads profiles/ in place
+            return
+        for name in _shipped_profiles():
+            src = os.path.join(HERE, "profiles", name)
+            dst = os.path.join(self.build_lib, "hpgo", "examples", name)
+            os.makedirs(dst, exist_ok=True)
+            for fn in ("graph.txt", "profile.json"):
+                shutil.copyfile(os.path.join(src, fn), os.path.join(dst, fn))
+
+
 cflags, ldflags = _flags()
 
 setup(
+    cmdclass={"build_py": BuildPyWithProfiles},
     ext_modules=[
         Extension(
             "hpgo._core",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tools the robustness checks need (README "Errors and limits"): clang for
+# Tools the robustness checks need (docs/errors-and-limits.md): clang for
 # the libFuzzer harness and valgrind for memcheck; gcc's ASan/UBSan/TSan
 # runtimes come with gcc.  Installs only what is missing.
 set -euo pipefail

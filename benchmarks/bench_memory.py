@@ -1,4 +1,4 @@
-"""Resident memory over many repeated calls (README "Errors and limits").
+"""Resident memory over many repeated calls (docs/errors-and-limits.md).
 
     python benchmarks/bench_memory.py [--calls 10000] [--every 1000] [--profile PATH]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Print the zoo-vs-measured validation table (README, section Profiles).
+"""Print the zoo-vs-measured validation table (docs/profiles.md, section Validation).
 
     python benchmarks/validate_zoo.py [PROFILES_DIR]
 

@@ -8,6 +8,18 @@ calls keep working unchanged::
     c = hpgo.conductor_from_torch_graph_and_seps("graph.txt", 1, 128, [8, 16])
     print(c.py_orchestrate())
 """
+import importlib.util as _ilu
+
+if _ilu.find_spec(__name__ + "._core") is None:  # pragma: no cover - depends on the install
+    import os as _os
+
+    raise ImportError(
+        f"hpgo's C extension (hpgo._core) is not built in {_os.path.dirname(__file__)}. "
+        "Python imported the source folder of a checkout (the current directory comes first "
+        "on sys.path) instead of the installed package: run Python from another directory, "
+        "or install in place with \"pip install -e .\" (or build in place with "
+        "\"python setup.py build_ext --inplace\").")
+del _ilu
 from ._core import (
     AsyncOrchestrate,
     Candidate,
@@ -56,7 +68,7 @@ from .workmodel import ProfiledModel, Transformer, model_id, profile_model, tran
 from .parallel import MemoryBreakdown, ParallelPlan, StepResult, simulate
 from .autoplan import RankedPlan, RankedPlans, autoplan
 from .hetero import compare as hap_compare, plan as hap_plan
-from . import dynpipe, hetero
+from . import dynpipe, examples, hetero
 from . import layerwise as Layerwise
 from . import utils as Utils
 

@@ -1,15 +1,19 @@
 """The ``hpgo`` command line.
 
     hpgo plan PROFILE --pbs 1 --gbs 128 --seps 8,16 [--json] [--candidates] [-o plan.json]
+    hpgo plan --example transformer36 --gbs 128 --seps 8,16    (a profile shipped with hpgo)
     hpgo sweep PROFILE --pbs 1 --gbs 32:1024 --seps 8,16 [--csv out.csv] [--plot out.png]
     hpgo simulate PROFILE --pbs 1 --gbs 128 --seps 8,16 [--schedule 1f1b] [--trace out.json]
+    hpgo simulate --plan plan.json                              (the profile the plan names)
     hpgo simulate --mlp --batch-size 4096 --width 4096 --layers 64 --pp 8 --microbatches 16
     hpgo profile zoo|torch ...
 
 Each subcommand registers itself through an ``add_<name>_subcommand``
 function whose parser sets ``func=run(args) -> int``.  Bad arguments and
 failures print one line on stderr and exit with status 2, never a
-traceback.
+traceback.  ``--pbs`` defaults to the batch size a profile records in the
+``profile.json`` beside its ``graph.txt``; a different ``--pbs`` is planned
+as asked, with a warning.
 """
 from __future__ import annotations
 
@@ -113,13 +117,63 @@ def _profile(path: str) -> str:
     return path
 
 
+def _recorded_pbs(path: str) -> Optional[int]:
+    """The batch size in the profile.json beside ``path`` (None: no such
+    file, or it records none)."""
+    j = os.path.join(os.path.dirname(os.path.abspath(path)), "profile.json")
+    try:
+        with open(j, encoding="utf-8") as f:
+            meta = json.load(f).get("meta", {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    bs = meta.get("batch_size") if isinstance(meta, dict) else None
+    return bs if isinstance(bs, int) and not isinstance(bs, bool) and bs >= 1 else None
+
+
+def _resolve_profile(args: Any, err: Optional[TextIO] = None) -> str:
+    """The graph.txt of ``PROFILE`` or ``--example NAME``; fills ``args.pbs``
+    from its profile.json when not given, warns when a given one differs."""
+    example = getattr(args, "example", None)
+    if example and args.profile:
+        raise CliError("give a profile or --example, not both")
+    if example:
+        from . import examples
+
+        path = str(examples.path(example))
+    elif args.profile:
+        path = _profile(args.profile)
+    else:
+        raise CliError("give a profile (a graph.txt or its folder) or --example NAME")
+    rec = _recorded_pbs(path)
+    if args.pbs is None:
+        if rec is None:
+            raise CliError("--pbs is needed: the profile has no profile.json recording its batch size")
+        args.pbs = rec
+    _positive("--pbs", args.pbs)
+    if rec is not None and args.pbs != rec:
+        print(f"hpgo {args.command}: warning: --pbs {args.pbs} differs from the batch size {rec} "
+              f"recorded in {os.path.join(os.path.dirname(path), 'profile.json')}; the profile's "
+              f"times are taken as measured at {args.pbs}", file=err or sys.stderr)
+    return path
+
+
+def _add_profile_args(p: argparse.ArgumentParser, *, optional_help: str = "") -> None:
+    p.add_argument("profile", nargs="?",
+                   help="graph.txt profile (or a folder holding one)" + optional_help)
+    p.add_argument("--example", metavar="NAME",
+                   help="a profile shipped with hpgo instead of PROFILE, e.g. transformer36, "
+                        "resnet50 (hpgo.examples.names() lists them)")
+
+
 def _positive(name: str, v: Optional[int]) -> None:
     if v is not None and v < 1:
         raise CliError(f"{name} must be >= 1, got {v}")
 
 
 def _add_model_args(p: argparse.ArgumentParser, *, gbs_help: str) -> None:
-    p.add_argument("--pbs", type=int, required=True, help="batch size the profile was measured with")
+    p.add_argument("--pbs", type=int, default=None,
+                   help="batch size the profile was measured with (default: the one its "
+                        "profile.json records)")
     p.add_argument("--gbs", required=True, help=gbs_help)
     p.add_argument("--mbs", type=int, default=None, metavar="N",
                    help="smallest micro-batch size (HPGO's min_micro_batch_size, default 1)")
@@ -132,6 +186,8 @@ def _add_model_args(p: argparse.ArgumentParser, *, gbs_help: str) -> None:
 
 
 def _model_kwargs(args: Any) -> dict:
+    if args.pbs is None:
+        raise CliError("--pbs is needed")
     _positive("--pbs", args.pbs)
     _positive("--mbs", args.mbs)
     _positive("--optimizer-memory-scaling", args.optimizer_memory_scaling)
@@ -185,11 +241,13 @@ def add_plan_subcommand(sub: Any) -> argparse.ArgumentParser:
         "plan", help="plan a profile (HPGO's best hybrid plan) and print it as a table",
         description="Plan hybrid data/pipeline parallel training of a profile on a GPU layout "
                     "and print the best plan (the one HPGO's py_orchestrate returns).",
-        epilog="example: hpgo plan profiles/transformer36-v100/graph.txt --pbs 1 --gbs 128 --seps 8,16")
-    p.add_argument("profile", help="graph.txt profile (or a folder holding one)")
+        epilog="examples: hpgo plan profiles/transformer36-v100/graph.txt --pbs 1 --gbs 128 "
+               "--seps 8,16;  hpgo plan --example transformer36 --gbs 128 --seps 8,16")
+    _add_profile_args(p)
     _add_model_args(p, gbs_help="global batch size")
     p.add_argument("--seps", required=True,
-                   help="GPU layout: cumulative GPU counts per machine, e.g. 8,16 = two machines of 8")
+                   help="GPU layout: cumulative GPU counts per machine, e.g. 8,16 (or 8 16) = "
+                        "two machines of 8")
     p.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
     p.add_argument("--hpgo", action="store_true", help="print HPGO's tuple (py_orchestrate's result)")
     p.add_argument("--candidates", action="store_true", help="also list every candidate plan")
@@ -205,7 +263,7 @@ def run_plan(args: Any, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
     from .plan import candidate_plans
 
-    path = _profile(args.profile)
+    path = _resolve_profile(args)
     kw = _model_kwargs(args)
     gbs = _one_gbs(args.gbs)
     seps = _seps(args.seps)
@@ -223,7 +281,11 @@ def run_plan(args: Any, out: Optional[TextIO] = None) -> int:
             out.write("\ncandidates (HPGO's order; the best is the highest speedup, the last on ties):\n")
             out.write(plans.table() + "\n")
     if args.output:
-        best.save(args.output)
+        # the saved plan names its profile by absolute path: `hpgo simulate --plan` finds it
+        # from any directory
+        from dataclasses import replace
+
+        replace(best, profile=os.path.abspath(path)).save(args.output)
         print(f"wrote {args.output}", file=sys.stderr)
     if args.plot:
         from . import plot
@@ -235,8 +297,9 @@ def run_plan(args: Any, out: Optional[TextIO] = None) -> int:
         from . import dot
 
         written, rendered = dot.render(path, args.dot, best)
-        print(f"wrote {written}" + ("" if rendered or str(written) == args.dot
-                                    else " (DOT text: graphviz is not installed)"), file=sys.stderr)
+        why = dot.missing_renderer()
+        print(f"wrote {written}" + ("" if rendered or str(written) == args.dot or why is None
+                                    else f" (DOT text: {why})"), file=sys.stderr)
     return 0
 
 
@@ -252,10 +315,11 @@ def add_sweep_subcommand(sub: Any) -> argparse.ArgumentParser:
                "e.g. 32:1024 or 16,24,32:256:32.  "
                "example: hpgo sweep profiles/xlnet-36-v100/graph.txt --pbs 1 --gbs 32:1024 "
                "--seps 8,16 --csv xlnet.csv")
-    p.add_argument("profile", help="graph.txt profile (or a folder holding one)")
+    _add_profile_args(p)
     _add_model_args(p, gbs_help="global batch sizes: 32,64,128 or 32:1024 (doubling) or 32:256:32")
     p.add_argument("--seps", required=True, action="append",
-                   help="GPU layout, e.g. 8,16; repeat for several layouts")
+                   help="GPU layout, e.g. 8,16 (or 8 16); repeat for several layouts: "
+                        "--seps 8,16 --seps 8")
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     p.add_argument("--plot", metavar="PNG", help="draw speedup against gbs (needs matplotlib)")
@@ -264,26 +328,6 @@ def add_sweep_subcommand(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.set_defaults(func=run_sweep)
     return p
-
-
-class _Progress:
-    """A one-line progress bar on a terminal stream."""
-
-    def __init__(self, total: int, stream: TextIO, width: int = 30) -> None:
-        self.total, self.stream, self.width = total, stream, width
-        self.done = 0
-
-    def update(self, done: int, note: str = "") -> None:
-        self.done = done
-        frac = done / self.total if self.total else 1.0
-        fill = int(round(frac * self.width))
-        bar = "#" * fill + "." * (self.width - fill)
-        self.stream.write(f"\r[{bar}] {done}/{self.total} {note}\x1b[K")
-        self.stream.flush()
-
-    def close(self) -> None:
-        self.stream.write("\r\x1b[K")
-        self.stream.flush()
 
 
 def run_sweep_chunked(profile: Any, pbs: int, gbs: Sequence[int], layouts: Sequence[Sequence[int]],
@@ -308,41 +352,32 @@ def run_sweep_chunked(profile: Any, pbs: int, gbs: Sequence[int], layouts: Seque
     return res
 
 
-def _fmt(v: Optional[float]) -> str:
-    return "-" if v is None else f"{v:.3f}"
-
-
 def sweep_table(rows: Sequence[Any]) -> str:
     """The sweep rows as a readable text table."""
-    from .plan import _format_table
+    from .sweep import SweepResult
 
-    cols = ["gbs", "seps", "DP", "DP+overlap", "DP+P3", "hybrid", "stages", "rp", "label", "note"]
-    body = []
-    for r in rows:
-        body.append([str(r.gbs), ",".join(map(str, r.seps)), _fmt(r.dp), _fmt(r.dp_overlap),
-                     _fmt(r.dp_p3), _fmt(r.hybrid), "-" if r.stages is None else str(len(r.stages)),
-                     "-" if r.rp is None else str(r.rp), r.label or "-",
-                     (r.error or "")[:60]])
-    return "\n".join(_format_table(cols, body))
+    return SweepResult(rows).table()
 
 
 def run_sweep(args: Any, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
-    path = _profile(args.profile)
+    path = _resolve_profile(args, err)
     kw = _model_kwargs(args)
     gbs = parse_gbs(args.gbs)
     layouts = [_seps(s) for s in args.seps]
     show = args.progress if args.progress is not None else err.isatty()
     kw = {k: v for k, v in kw.items() if v is not None}
     if show:
-        bar = _Progress(len(gbs), err)
-        bar.update(0, "global batch sizes")
+        from .progress import Progress
+
+        bar = Progress(len(gbs), stream=err, unit="global batch sizes", min_interval=0.0)
+        bar.update(0)
         # chunks of about 1/20 of the work, at least one gbs each
         chunk = max(1, math.ceil(len(gbs) / 20))
         try:
             res = run_sweep_chunked(path, args.pbs, gbs, layouts, chunk=chunk, threads=args.threads,
-                                    callback=lambda d, t: bar.update(d, "global batch sizes"), **kw)
+                                    callback=lambda d, t: bar.update(d), **kw)
         finally:
             bar.close()
     else:
@@ -376,10 +411,11 @@ def add_simulate_subcommand(sub: Any) -> argparse.ArgumentParser:
         epilog="examples: hpgo simulate profiles/transformer36-v100/graph.txt --pbs 1 --gbs 128 "
                "--seps 8,16 --trace trace.json;  hpgo simulate --mlp --batch-size 4096 --width 4096 "
                "--layers 64 --pp 8 --microbatches 16 --trace mlp.json")
-    p.add_argument("profile", nargs="?", help="graph.txt profile (or a folder holding one)")
-    p.add_argument("--pbs", type=int, help="batch size the profile was measured with")
+    _add_profile_args(p, optional_help="; with --plan, default: the one the plan names")
+    p.add_argument("--pbs", type=int, help="batch size the profile was measured with (default: "
+                                           "the plan's, or the one its profile.json records)")
     p.add_argument("--gbs", help="global batch size")
-    p.add_argument("--seps", help="GPU layout, e.g. 8,16 (needed unless --plan is given)")
+    p.add_argument("--seps", help="GPU layout, e.g. 8,16 or 8 16 (needed unless --plan is given)")
     p.add_argument("--plan", metavar="JSON", help="simulate this saved plan (hpgo plan -o) instead of planning")
     p.add_argument("--mbs", type=int, default=None, metavar="N", help="smallest micro-batch size")
     p.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe", "pipedream"],
@@ -405,6 +441,21 @@ def add_simulate_subcommand(sub: Any) -> argparse.ArgumentParser:
     o.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run_simulate)
     return p
+
+
+def _plan_profile(plan: Any, plan_path: str) -> str:
+    """The profile a saved plan names: as written (relative to the current
+    directory), else relative to the plan file's folder."""
+    if not plan.profile:
+        raise CliError(f"{plan_path} names no profile: give PROFILE or --example")
+    cands = [plan.profile]
+    if not os.path.isabs(plan.profile):
+        cands.append(os.path.join(os.path.dirname(os.path.abspath(plan_path)), plan.profile))
+    for c in cands:
+        if os.path.exists(c):
+            return c
+    raise CliError(f"{plan_path} names the profile {plan.profile!r}, which is not there: "
+                   "give PROFILE")
 
 
 def _sim_summary(r: Any) -> dict:
@@ -441,7 +492,7 @@ def run_simulate(args: Any, out: Optional[TextIO] = None) -> int:
     if args.threads < 0:
         raise CliError(f"--threads must be >= 0, got {args.threads}")
     if args.mlp:
-        if args.profile or args.plan:
+        if args.profile or args.plan or args.example:
             raise CliError("--mlp simulates DistIR's MLP: give no profile or --plan with it")
         r = sim.simulate_mlp(batch_size=args.batch_size, width=args.width, layers=args.layers,
                              dp=args.dp, tp=args.tp, pp=args.pp, microbatches=args.microbatches,
@@ -449,29 +500,41 @@ def run_simulate(args: Any, out: Optional[TextIO] = None) -> int:
         head = (f"DistIR MLP: batch {args.batch_size}, width {args.width}, {args.layers} layers, "
                 f"D={args.dp} H={args.tp} P={args.pp} K={args.microbatches}, {args.cost_model}")
     else:
-        if not args.profile:
-            raise CliError("give a profile (or --mlp)")
-        path = _profile(args.profile)
         from . import _core
         from .plan import Plan, best_plan
 
         plan: Any
         if args.plan:
             plan = Plan.load(args.plan)
-            pbs = args.pbs if args.pbs is not None else plan.pbs
+            if not args.profile and not args.example:
+                args.profile = _plan_profile(plan, args.plan)
+            if args.pbs is None:
+                args.pbs = plan.pbs
+            path = _resolve_profile(args)
+            pbs = args.pbs
             gbs = _one_gbs(args.gbs) if args.gbs else plan.gbs
             if pbs is None or gbs is None:
                 raise CliError("the plan file has no pbs/gbs: give --pbs and --gbs")
         else:
+            if not args.profile and not args.example:
+                raise CliError("give a profile (a graph.txt or its folder), --example NAME, "
+                               "--plan FILE or --mlp")
+            path = _resolve_profile(args)
             if args.pbs is None or args.gbs is None or args.seps is None:
-                raise CliError("--pbs, --gbs and --seps are needed (or --plan FILE)")
+                raise CliError("--pbs, --gbs and --seps are needed (--pbs defaults to the batch "
+                               "size in the profile's profile.json), or --plan FILE")
             pbs, gbs = args.pbs, _one_gbs(args.gbs)
         _positive("--pbs", pbs)
         _positive("--mbs", args.mbs)
         model = _core.model_from_torch_graph(path, pbs, gbs)
         if args.mbs is not None:
             model.min_micro_batch_size = args.mbs
-        if not args.plan:
+        if args.plan:
+            try:
+                plan.check_model(model)
+            except ValueError as e:
+                raise CliError(f"{args.plan}: {e} ({path})") from None
+        else:
             plan = best_plan(model, pbs, gbs, _seps(args.seps), threads=args.threads)
         kw = {}
         if args.link_bandwidth is not None:
@@ -514,7 +577,29 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _join_seps(argv: Sequence[str]) -> List[str]:
+    """``--seps 8 16`` -> ``--seps 8,16``: integers following a --seps value
+    belong to it (argparse would call them unrecognized arguments)."""
+    out: List[str] = []
+    i = 0
+    argv = list(argv)
+    while i < len(argv):
+        a = argv[i]
+        out.append(a)
+        i += 1
+        if a == "--seps" and i < len(argv):
+            out.append(argv[i])
+            i += 1
+        elif not a.startswith("--seps="):
+            continue
+        while i < len(argv) and argv[i].isdigit():
+            out[-1] += "," + argv[i]
+            i += 1
+    return out
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = _join_seps(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     name = f"hpgo {args.command}"
     try:

@@ -405,12 +405,13 @@ class Plan:
         """The stages as a pandas DataFrame (needs pandas, an optional extra)."""
         return _pandas().DataFrame(self.stage_rows())
 
-    def table(self) -> str:
-        """The plan as a readable text table."""
-        head = [f"plan: speedup {self.speedup:.4f} over 1 GPU, {self.num_stages} stage"
+    def _summary(self) -> str:
+        return (f"speedup {self.speedup:.4f} over 1 GPU, {self.num_stages} stage"
                 f"{'s' if self.num_stages != 1 else ''}, {self.rp} pipeline replica"
                 f"{'s' if self.rp != 1 else ''}, {self.num_gpus} GPUs"
-                + (f" ({self.label})" if self.label else "")]
+                + (f" ({self.label})" if self.label else ""))
+
+    def _context(self) -> List[str]:
         what = []
         if self.profile:
             what.append(f"profile {self.profile}")
@@ -422,9 +423,11 @@ class Plan:
             what.append("seps " + ",".join(map(str, self.seps)))
         if self.block_time is not None:
             what.append(f"block {self.block_time * 1e3:.3f} ms")
-        if what:
-            head.append("      " + ", ".join(what))
-        cols = ["stage", "states", "layers", "units", "GPUs", "machines", "compute s", "params MB"]
+        return what
+
+    _COLUMNS = ["stage", "states", "layers", "units", "GPUs", "machines", "compute s", "params MB"]
+
+    def _body(self) -> List[List[str]]:
         body = []
         for r in self.stage_rows():
             layers = ""
@@ -436,14 +439,52 @@ class Plan:
                 "" if r["compute_time"] is None else f"{r['compute_time']:.4f}",
                 "" if r["parameter_bytes"] is None else f"{r['parameter_bytes'] / 1e6:.1f}",
             ])
-        return "\n".join(head + [""] + _format_table(cols, body))
+        return body
+
+    def table(self) -> str:
+        """The plan as a readable text table."""
+        head = ["plan: " + self._summary()]
+        what = self._context()
+        if what:
+            head.append("      " + ", ".join(what))
+        return "\n".join(head + [""] + _format_table(self._COLUMNS, self._body()))
+
+    def __repr__(self) -> str:
+        where = ", ".join(w for w in self._context() if not w.startswith("profile "))
+        return (f"<hpgo.Plan {self._summary()}" + (f"; {where}" if where else "") + ">")
+
+    def _repr_html_(self) -> str:
+        from ._display import html_table
+
+        cap = "Plan: " + self._summary()
+        what = self._context()
+        if what:
+            cap += "; " + ", ".join(what)
+        return html_table(self._COLUMNS, self._body(), caption=cap)
+
+    def check_model(self, model: Any) -> None:
+        """ValueError unless ``model`` has the layer states this plan was
+        made for (its state count, and the last stage ending at the last
+        state): a plan of another profile is refused, not simulated."""
+        n = getattr(model, "num_layers", None)
+        if n is None:
+            return
+        last = self.stages[-1].last_state
+        if self.num_states is not None and self.num_states != n:
+            raise ValueError(f"the plan was made for a profile of {self.num_states} layer states "
+                             f"but the model has {n}: it belongs to another profile")
+        if last != n - 1:
+            raise ValueError(f"the plan covers states 0..{last} but the model has {n} "
+                             "(0..{}): it belongs to another profile".format(n - 1))
 
     def simulate(self, model: Any, schedule: str = "1f1b", **kwargs: Any) -> "SimulationResult":
         """Simulate this plan on ``model`` (:func:`hpgo.simulate_plan` with
         this plan's ``rp`` and, when known, its ``seps``); keyword arguments
-        go to simulate_plan."""
+        go to simulate_plan.  A model of another profile (other state count)
+        is refused with ValueError."""
         from .sim import simulate_plan
 
+        self.check_model(model)
         if self.seps is not None:
             kwargs.setdefault("seps", list(self.seps))
 
@@ -492,13 +533,35 @@ class PlanList(List[Plan]):
         """One row per plan (label, speedup, rp, stages, GPUs, block time, cuts)."""
         return _pandas().DataFrame(self.rows())
 
-    def table(self) -> str:
-        cols = ["#", "label", "speedup", "rp", "stages", "GPUs", "block ms", "cuts"]
-        body = [[str(r["candidate"]), r["label"] or "", f"{r['speedup']:.4f}", str(r["rp"]),
+    _COLUMNS = ["#", "label", "speedup", "rp", "stages", "GPUs", "block ms", "cuts"]
+
+    def _body(self) -> List[List[str]]:
+        return [[str(r["candidate"]), r["label"] or "", f"{r['speedup']:.4f}", str(r["rp"]),
                  str(r["stages"]), str(r["gpus"]),
                  "" if r["block_time"] is None else f"{r['block_time'] * 1e3:.3f}",
                  _clip(r["cuts"], 40)] for r in self.rows()]
-        return "\n".join(_format_table(cols, body))
+
+    def table(self) -> str:
+        return "\n".join(_format_table(self._COLUMNS, self._body()))
+
+    def _summary(self) -> str:
+        n = len(self)
+        if not n:
+            return "no plans"
+        b = self.best()
+        return (f"{n} plan{'s' if n != 1 else ''}; best: speedup {b.speedup:.4f}"
+                + (f" ({b.label})" if b.label else "") + f", candidate {max(i for i, p in enumerate(self) if p is b)}")
+
+    def __repr__(self) -> str:
+        return f"<hpgo.PlanList {self._summary()}>"
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def _repr_html_(self) -> str:
+        from ._display import html_table
+
+        return html_table(self._COLUMNS, self._body(), caption="PlanList: " + self._summary())
 
 
 def _model(profile: Any, pbs: int, gbs: int, min_micro_batch_size: Optional[int],

@@ -1,7 +1,10 @@
 """Figures of plans, sweeps and simulations (matplotlib, an optional extra).
 
 Every function returns the matplotlib ``Figure`` it drew on and draws into
-``ax`` when one is given (a new figure otherwise):
+``ax`` when one is given (a new figure otherwise).  In Jupyter a figure the
+function made itself is shown once, as the cell's value: it is closed in
+pyplot so the inline backend does not show it a second time (end the cell
+with it, or ``display(fig)``; ``fig.savefig`` works either way).
 
 * :func:`speedup_vs_gbs`: DAPPLE's batch-size study from a
   :class:`hpgo.SweepResult`: DP, DP + P3, DP + overlap and the best hybrid
@@ -70,6 +73,20 @@ def _axes(ax: Any, figsize: Tuple[float, float]) -> Tuple[Any, Any]:
     return ax.get_figure(), ax
 
 
+def _inline_backend() -> bool:
+    matplotlib, _ = _mpl()
+    return "inline" in str(matplotlib.get_backend()).lower()
+
+
+def _finish(fig: Any, own: bool) -> Any:
+    """Return ``fig``; one this module made is closed in pyplot under
+    Jupyter's inline backend, so it is shown once (as the returned value),
+    not also by the backend at the end of the cell."""
+    if own and _inline_backend():
+        _mpl()[1].close(fig)
+    return fig
+
+
 def _get(row: Any, key: str) -> Any:
     if isinstance(row, Mapping):
         return row.get(key)
@@ -116,7 +133,8 @@ def speedup_vs_gbs(result: Iterable[Any], *, seps: Optional[Sequence[int]] = Non
 
     ``result``: a :class:`hpgo.SweepResult` (or rows / dicts with its
     fields).  With several layouts in it, ``seps`` picks one; without,
-    each layout gets its own line style shade and legend entries.
+    each layout gets its own panel (side by side, same y scale), or, drawn
+    into one given ``ax``, its own shade and legend entries.
     ``ideal`` draws the GPU count as a dashed line; ``annotate`` writes
     the number of pipeline stages where it changes along the hybrid line.  Missing
     values (a plan that does not fit) are left out of the lines.
@@ -135,6 +153,23 @@ def speedup_vs_gbs(result: Iterable[Any], *, seps: Optional[Sequence[int]] = Non
             raise ValueError(f"seps {list(want)} is not in the sweep (it has "
                              f"{', '.join(str(list(x)) for x in layouts)})")
         layouts = [want]
+    if ax is None and len(layouts) > 1:
+        _, plt = _mpl()
+        ncol = min(3, len(layouts))
+        nrow = -(-len(layouts) // ncol)
+        fig, axes = plt.subplots(nrow, ncol, figsize=(5.6 * ncol, 4.0 * nrow),
+                                 layout="constrained", squeeze=False, sharey=True)
+        flat = list(axes.flat)
+        for a, lay in zip(flat, layouts):
+            speedup_vs_gbs(rows, seps=lay, ax=a, ideal=ideal, annotate=annotate,
+                           title=f"seps {list(lay)} ({lay[-1] if lay else '?'} GPUs)")
+            a.tick_params(axis="y", labelleft=True)
+        for a in flat[len(layouts):]:
+            a.set_visible(False)
+        if title:
+            fig.suptitle(title, fontsize=11)
+        return _finish(fig, True)
+    own = ax is None
     fig, ax = _axes(ax, (7.0, 4.2))
     all_gbs: List[int] = []
     for li, lay in enumerate(layouts):
@@ -177,7 +212,7 @@ def speedup_vs_gbs(result: Iterable[Any], *, seps: Optional[Sequence[int]] = Non
         title = f"speedup against global batch size, seps {list(layouts[0])}"
     if title:
         ax.set_title(title, fontsize=10)
-    return fig
+    return _finish(fig, own)
 
 
 # ---------------------------------------------------------------- DistIR figures
@@ -214,10 +249,14 @@ def _devices_panel(ax: Any, series: Mapping[str, Tuple[List[int], List[float]]],
         xs_all += xs
         ax.plot(xs, ys, "-o", color=cmap(0.15 + 0.7 * i / max(1, n - 1)), label=label,
                 markersize=4)
+    ys_all = [y for _, ys in series.values() for y in ys]
     if ideal and xs_all:
         lo, hi = min(xs_all), max(xs_all)
         ax.plot([lo, hi], [lo, hi], color="#888888", ls="--", lw=0.8, label="linear")
     _log2_axis(ax, xs_all)
+    if ys_all:
+        # fit the data: the linear line leaves the panel where it outgrows them
+        ax.set_ylim(0, max(ys_all) * 1.12)
     ax.set_xlabel("number of devices")
     ax.set_ylabel("speedup over 1 device")
     ax.grid(True, alpha=0.3)
@@ -249,6 +288,7 @@ def speedup_vs_devices(data: Any, devices: Optional[Sequence[int]] = None, *,
             panels.append((dp, "data parallelism", None))
         if part in ("pp", "both"):
             panels.append((pp, f"pipeline parallelism, batch {data.pp_batch}", "micro-batches"))
+        own = ax is None
         if ax is None:
             _, plt = _mpl()
             fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 4.0),
@@ -265,10 +305,11 @@ def speedup_vs_devices(data: Any, devices: Optional[Sequence[int]] = None, *,
             _devices_panel(a, series, ideal, t, lt)
         if title:
             fig.suptitle(title, fontsize=11)
-        return fig
+        return _finish(fig, own)
+    own = ax is None
     fig, ax = _axes(ax, (5.5, 4.0))
     _devices_panel(ax, _series(data, devices), ideal, title, None)
-    return fig
+    return _finish(fig, own)
 
 
 def _kind(r: Any) -> str:
@@ -304,6 +345,7 @@ def grid_search_scatter(rows: Iterable[Any], *, ax: Any = None, baseline: Option
         one = [r.throughput for r in rows if r.devices == 1]
         baseline = one[0] if one else None
     scale = (lambda t: t / baseline) if baseline else (lambda t: t)
+    own = ax is None
     fig, ax = _axes(ax, (6.5, 4.5))
     kinds: Dict[str, List[Any]] = {}
     for r in rows:
@@ -338,7 +380,7 @@ def grid_search_scatter(rows: Iterable[Any], *, ax: Any = None, baseline: Option
               "pipeline, micro-batches", title_fontsize=7)
     if title:
         ax.set_title(title, fontsize=10)
-    return fig
+    return _finish(fig, own)
 
 
 # ---------------------------------------------------------------- Gantt chart
@@ -407,6 +449,7 @@ def gantt(result: Any, *, ax: Any = None, devices: Optional[Sequence[int]] = Non
             raise ValueError(f"unit must be 's', 'ms' or 'µs', got {unit!r}")
         k = factors[unit]
     has_lane1 = any(e.lane == 1 for e in events)
+    own = ax is None
     fig, ax = _axes(ax, (10.0, max(2.5, 0.38 * len(rows) + 1.4)))
     ypos = {d: i for i, d in enumerate(rows)}
     # compute band and transfer band inside each row of height 1
@@ -444,6 +487,8 @@ def gantt(result: Any, *, ax: Any = None, devices: Optional[Sequence[int]] = Non
     ax.set_xlim(0, end * k)
     ax.axvline(result.iteration_time * k, color="#333333", lw=0.8, ls="--")
     ax.set_xlabel(f"time ({unit})")
+    # every Gantt panel keeps its time ticks, also above another with sharex=True
+    ax.tick_params(axis="x", labelbottom=True)
     ax.grid(True, axis="x", alpha=0.3)
     from matplotlib.patches import Patch
 
@@ -460,7 +505,7 @@ def gantt(result: Any, *, ax: Any = None, devices: Optional[Sequence[int]] = Non
         title = ", ".join(bits)
     if title:
         ax.set_title(title, fontsize=10)
-    return fig
+    return _finish(fig, own)
 
 
 # ---------------------------------------------------------------- plan diagram
@@ -490,6 +535,7 @@ def plan_diagram(plan: Any, *, seps: Optional[Sequence[int]] = None, ax: Any = N
     if num_gpus is not None:
         n = max(n, int(num_gpus))
     n_states = n_states_total = p.stages[-1].last_state + 1
+    own = ax is None
     fig, ax = _axes(ax, (9.0, max(2.6, 0.3 * n + 1.6)))
     from matplotlib.patches import Patch
 
@@ -507,11 +553,21 @@ def plan_diagram(plan: Any, *, seps: Optional[Sequence[int]] = None, ax: Any = N
                 runs[-1].append(g)
             else:
                 runs.append([g])
-        # narrow stages are named in the legend only
-        for run in (runs if w >= 0.06 * n_states_total else []):
-            ax.text(x0 + w / 2, (run[0] + run[-1]) / 2, f"stage {s.index}", ha="center",
-                    va="center", fontsize=8,
-                    bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.8))
+        box = dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.8)
+        for run in runs:
+            y = (run[0] + run[-1]) / 2
+            if w >= 0.06 * n_states_total:
+                ax.text(x0 + w / 2, y, f"stage {s.index}", ha="center", va="center",
+                        fontsize=8, bbox=box)
+            else:
+                # a narrow stage: the label sits beside it on a leader line, on the
+                # side with more room
+                right = x0 + w / 2 < n_states_total / 2
+                ax.annotate(f"stage {s.index}", (x0 + w / 2, y),
+                            xytext=(28 if right else -28, 0), textcoords="offset points",
+                            ha="left" if right else "right", va="center", fontsize=8,
+                            bbox=dict(box, ec="#555555", lw=0.5),
+                            arrowprops=dict(arrowstyle="-", color="#333333", lw=0.7))
         name = f"stage {s.index}: states {s.first_state}-{s.last_state}"
         if s.first_layer:
             name += f" ({s.first_layer}" + (f" .. {s.last_layer})" if s.last_layer != s.first_layer
@@ -555,4 +611,4 @@ def plan_diagram(plan: Any, *, seps: Optional[Sequence[int]] = None, ax: Any = N
                  + (f" ({p.label})" if p.label else ""))
     if title:
         ax.set_title(title, fontsize=10)
-    return fig
+    return _finish(fig, own)

@@ -280,6 +280,28 @@ class SimulationResult:
             _files.atomic_write(path, json.dumps(trace))
         return trace
 
+    def _repr_html_(self) -> str:
+        """A compact table for Jupyter: iteration time, throughput, peak
+        memory, then per stage busy time, bubble, micro-batches in flight
+        and memory (first and last stages of a long pipeline)."""
+        from ._display import html_table
+
+        cap = f"SimulationResult: iteration {self.iteration_time * 1e3:.3f} ms"
+        if self.throughput is not None:
+            cap += f", throughput {self.throughput:.2f} samples/s"
+        cap += (f", peak memory {self.peak_memory / 2**30:.2f} GiB, {len(self.stages)} stage"
+                f"{'s' if len(self.stages) != 1 else ''}, {len(self.devices)} devices, "
+                f"{self._raw.n_events} events")
+        sched = self.config.get("schedule")
+        if isinstance(sched, str):
+            cap += f", {sched}"
+        rows = [[str(s.stage), f"{s.busy * 1e3:.3f}", f"{s.bubble * 100:.1f}%",
+                 str(s.max_in_flight), f"{s.weight_bytes / 2**20:.1f}",
+                 f"{s.activation_bytes / 2**20:.1f}", f"{s.peak_bytes / 2**30:.3f}"]
+                for s in self.stages]
+        return html_table(["stage", "busy ms", "bubble", "in flight", "weights MiB",
+                           "activations MiB", "peak GiB"], rows, caption=cap)
+
     def __repr__(self) -> str:
         extra = f", throughput={self.throughput:.6g}" if self.throughput is not None else ""
         return (f"SimulationResult(iteration_time={self.iteration_time:.9g}{extra}, "
@@ -746,14 +768,17 @@ def grid_search(batch_size: int, width: int, layers: int,
                 input_dim: int | None = None, output_dim: int | None = None,
                 device_flops: float | None = None, memory_bandwidth: float | None = None,
                 kernel_launch_overhead: float | None = None, dtype_bytes: int = 4,
-                threads: int = 0) -> list[GridRow]:
+                threads: int = 0, progress: bool | None = None) -> list[GridRow]:
     """DistIR's grid search: for each device count W in ``devices``, every
     (dp, tp, pp) with dp*tp*pp = W (dp, then tp ascending) whose pp divides
     ``layers`` and whose shapes divide evenly, with microbatches = 1 when
     pp = 1 and otherwise each of ``microbatches`` (default: DistIR's rule,
     2^1 .. 2^(floor(log2(batch/dp)/2)-1) for the 2021 flavours, 2..128 for
     "distir-2022").  Rows come back in that order; each equals a direct
-    :func:`simulate_mlp` / :func:`simulate_transformer` run."""
+    :func:`simulate_mlp` / :func:`simulate_transformer` run.  ``progress``:
+    a progress line on stderr (True), never (False) or only in a terminal or
+    Jupyter kernel (None); it runs one pooled call per device count, with
+    the same rows."""
     if isinstance(devices, int) or not isinstance(devices, Iterable):
         raise TypeError("devices must be a sequence of device counts")
     ws = [_check_int("device count", w) for w in devices]
@@ -771,7 +796,21 @@ def grid_search(batch_size: int, width: int, layers: int,
                           memory_bandwidth=memory_bandwidth,
                           kernel_launch_overhead=kernel_launch_overhead,
                           dtype_bytes=dtype_bytes)
-    raw = _core.distir_grid(base, ws, mbs, threads)
+    from . import progress as _progress
+
+    if ws and _progress.wanted(progress):
+        bar = _progress.Progress(len(ws), desc="grid search", unit="device counts",
+                                 delay=0.0 if progress else 0.5)
+        bar.update(0)
+        raw = []
+        try:
+            for i, w in enumerate(ws):
+                raw.extend(_core.distir_grid(base, [w], mbs, threads))
+                bar.update(i + 1)
+        finally:
+            bar.close()
+    else:
+        raw = _core.distir_grid(base, ws, mbs, threads)
     return _rows(raw, [base["batch_size"]] * len(raw))
 
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 import csv
 import io
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _args, _files
 from . import _core
+from . import progress as _progress
 
 __all__ = ["SweepRow", "SweepResult", "sweep"]
 
@@ -48,7 +50,55 @@ class SweepRow:
 
 
 class SweepResult(list):
-    """A list of :class:`SweepRow` (gbs-major) with table conversions."""
+    """A list of :class:`SweepRow` (gbs-major) with table conversions.
+
+    Prints as a text table (``str``), shows as a compact HTML table in
+    Jupyter (first and last rows of a long sweep), and its ``repr`` is one
+    line.
+    """
+
+    _COLUMNS = ["gbs", "seps", "DP", "DP+overlap", "DP+P3", "hybrid", "stages", "rp", "label",
+                "note"]
+
+    def _body(self) -> List[List[str]]:
+        def f(v: Optional[float]) -> str:
+            return "-" if v is None else f"{v:.3f}"
+
+        return [[str(r.gbs), ",".join(map(str, r.seps)), f(r.dp), f(r.dp_overlap), f(r.dp_p3),
+                 f(r.hybrid), "-" if r.stages is None else str(len(r.stages)),
+                 "-" if r.rp is None else str(r.rp), r.label or "-", (r.error or "")[:60]]
+                for r in self]
+
+    def table(self) -> str:
+        """Every row as a readable text table."""
+        from .plan import _format_table
+
+        return "\n".join(_format_table(self._COLUMNS, self._body()))
+
+    def _summary(self) -> str:
+        if not self:
+            return "0 rows"
+        gbs = sorted({r.gbs for r in self})
+        layouts = []
+        for r in self:
+            if r.seps not in layouts:
+                layouts.append(r.seps)
+        g = str(gbs[0]) if len(gbs) == 1 else f"{gbs[0]}..{gbs[-1]}"
+        lay = "; ".join(",".join(map(str, s)) for s in layouts[:4]) + (
+            f"; ... ({len(layouts)} layouts)" if len(layouts) > 4 else "")
+        return (f"{len(self)} row{'s' if len(self) != 1 else ''}: {len(gbs)} global batch "
+                f"size{'s' if len(gbs) != 1 else ''} {g} x seps {lay}")
+
+    def __repr__(self) -> str:
+        return f"<hpgo.SweepResult {self._summary()}>"
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def _repr_html_(self) -> str:
+        from ._display import html_table
+
+        return html_table(self._COLUMNS, self._body(), caption="SweepResult: " + self._summary())
 
     def to_dicts(self) -> List[dict]:
         return [r.to_dict() for r in self]
@@ -107,8 +157,9 @@ def sweep(
     timeout: Optional[float] = None,
     threads: int = 0,
     exhaustive: bool = False,
+    progress: Optional[bool] = None,
 ) -> SweepResult:
-    """sweep(profile, pbs, gbs, seps, *, optimizer_memory_scaling=None, min_micro_batch_size=None, peak_activation_per_batch=None, threads=0, exhaustive=False)
+    """sweep(profile, pbs, gbs, seps, *, optimizer_memory_scaling=None, min_micro_batch_size=None, peak_activation_per_batch=None, threads=0, exhaustive=False, progress=None)
 
     timeout: seconds the planning may take (TimeoutError past it; None = no
     limit); Ctrl-C stops it too.
@@ -116,6 +167,11 @@ def sweep(
     here).  gbs: one global batch size or a list.  seps: one layout ([8, 16]),
     a list of layouts, or Devices.  Returns a SweepResult with one SweepRow
     per (gbs, layout), gbs-major.
+
+    progress: draw a progress line with an ETA on stderr (True), never
+    (False), or only in a terminal or a Jupyter kernel (None).  With it the
+    cases run in about 20 chunks of batch sizes, each one pooled C call; the
+    rows are the same as in one call (every case is independent).
     """
     pbs = _args.index("pbs", pbs, 1, 2**32 - 1)
     if isinstance(profile, _core.Model):
@@ -142,7 +198,28 @@ def sweep(
         gbs_list = list(gbs)
     layouts = _layouts(seps)
     threads = _args.index("threads", threads, 0, _args.INT32_MAX)
-    raw = _core._sweep(model, layouts, gbs_list, threads, bool(exhaustive), timeout)
+    if gbs_list and _progress.wanted(progress):
+        # asked for: drawn at once; by default (interactive): after half a second
+        bar = _progress.Progress(len(gbs_list) * len(layouts), desc="sweep", unit="cases",
+                                 delay=0.0 if progress else 0.5)
+        bar.update(0)
+        chunk = max(1, -(-len(gbs_list) // 20))
+        raw = []
+        start = time.monotonic()
+        try:
+            for i in range(0, len(gbs_list), chunk):
+                left = None
+                if timeout is not None:
+                    left = timeout - (time.monotonic() - start)
+                    if left <= 0:
+                        raise TimeoutError(f"sweep did not finish within timeout={timeout} s")
+                raw.extend(_core._sweep(model, layouts, gbs_list[i:i + chunk], threads,
+                                        bool(exhaustive), left))
+                bar.update(min(len(gbs_list), i + chunk) * len(layouts))
+        finally:
+            bar.close()
+    else:
+        raw = _core._sweep(model, layouts, gbs_list, threads, bool(exhaustive), timeout)
     out = SweepResult()
     for g, li, dp, p3, ov, gerr, best, res, skipped in raw:
         err = gerr

@@ -106,8 +106,39 @@ def test_render_without_graphviz_writes_dot(tmp_path, monkeypatch):
     plan = best_plan(XLNET, 1, 128, [8, 16])
     written, rendered = dot.render(XLNET, tmp_path / "g.svg", plan)
     assert not rendered and written == tmp_path / "g.dot"
-    assert written.read_text() == dot.profile_dot(XLNET, plan)
+    # render() wraps a deep graph in columns; the DOT text is what it would render
+    assert written.read_text() == dot.profile_dot(XLNET, plan, wrap="auto")
     assert not (tmp_path / "g.svg").exists()
+
+
+def test_collapsed_chains_keep_every_layer_and_the_stage_colours():
+    prof = _core.read_profile(RESNET)
+    plan = best_plan(RESNET, 32, 256, [8, 16])
+    text = dot.profile_dot(RESNET, plan, collapse=True)
+    nodes, edges = parse(text)
+    counts = [int(m) for m in re.findall(r"\((\d+) layers\)", text)]
+    assert sum(counts) + (len(nodes) - len(counts)) == len(prof["nodes"])
+    assert len(nodes) < len(prof["nodes"]) // 3
+    # a merged node never mixes stages: every fill colour is one stage's
+    stages = dot.node_stages(RESNET, plan)
+    used = {STAGE_COLORS[s % len(STAGE_COLORS)] for s in stages if s is not None}
+    assert set(re.findall(r'fillcolor="(#[0-9a-f]+)"', text)) - {"#ffffff", "#eeeeee"} == used
+    # edges join merged nodes in data-flow order, once each
+    assert len(edges) == len(set(edges)) and all(a < b for a, b in edges)
+
+
+def test_wrapped_layout_and_compact_render(tmp_path, monkeypatch):
+    text = dot.profile_dot(XLNET, wrap=3)
+    assert text.count("constraint=false") == 2      # a chain cut into three columns
+    assert dot.profile_dot(XLNET, wrap="auto") != dot.profile_dot(XLNET)
+    with pytest.raises(ValueError, match="wrap"):
+        dot.profile_dot(XLNET, wrap=0)
+    monkeypatch.setattr(dot, "can_render", lambda: False)
+    plan = best_plan(RESNET, 32, 256, [8, 16])
+    written, _ = dot.render(RESNET, tmp_path / "r.png", plan)
+    assert written.read_text() == dot.profile_dot(RESNET, plan, collapse=True, wrap="auto")
+    written, _ = dot.render(RESNET, tmp_path / "r.png", plan, compact=False, wrap=1)
+    assert written.read_text() == dot.profile_dot(RESNET, plan)
 
 
 def test_render_with_graphviz(tmp_path):

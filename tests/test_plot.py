@@ -65,8 +65,14 @@ def test_speedup_vs_gbs_draws_the_sweep(tmp_path):
 
 def test_speedup_vs_gbs_layouts_and_missing_values():
     res = hpgo.sweep(XLNET, 1, [32, 64], [[4, 8], [8, 16]])
-    fig = plot.speedup_vs_gbs(res)
-    labels = set(lines_by_label(fig.axes[0]))
+    fig = plot.speedup_vs_gbs(res)      # one panel per layout, titled with it
+    assert len(fig.axes) == 2
+    assert [a.get_title() for a in fig.axes] == ["seps [4, 8] (8 GPUs)", "seps [8, 16] (16 GPUs)"]
+    for a in fig.axes:
+        assert "best hybrid (hpgo)" in lines_by_label(a)
+    _, ax = plt.subplots()                # into one given axes: a shade and labels per layout
+    plot.speedup_vs_gbs(res, ax=ax)
+    labels = set(lines_by_label(ax))
     assert "best hybrid (hpgo) [4, 8]" in labels and "best hybrid (hpgo) [8, 16]" in labels
     fig = plot.speedup_vs_gbs(res, seps=[4, 8])
     assert "best hybrid (hpgo)" in lines_by_label(fig.axes[0])

@@ -1,6 +1,6 @@
 """Documented limits hold at their boundaries: a value at the limit works, one
 past it gives a ValueError naming the limit, never undefined behaviour.  The
-README's "Errors and limits" table lists every limit constant of the C
+limits table of docs/errors-and-limits.md lists every limit constant of the C
 headers with its value (checked here against the headers)."""
 import re
 from pathlib import Path
@@ -42,8 +42,8 @@ def _value(name, header):
 
 
 def _readme_section():
-    text = (ROOT / "README.md").read_text()
-    start = text.index("## Errors and limits")
+    text = (ROOT / "docs" / "errors-and-limits.md").read_text()
+    start = text.index("## Limits")
     end = text.index("\n## ", start + 10)
     return text[start:end]
 

@@ -49,6 +49,17 @@ def _config(info: ModelInfo, overrides: dict) -> dict:
         if isinstance(default, int) and not isinstance(default, bool) and (
                 isinstance(v, bool) or not isinstance(v, int)):
             raise TypeError(f"option {k} must be an int, not {type(v).__name__}")
+        if isinstance(default, tuple) and all(isinstance(x, int) for x in default):
+            # a per-stage list such as ResNet's blocks per stage (3, 4, 6, 3)
+            n = len(default)
+            example = ",".join(map(str, default))
+            if not isinstance(v, (tuple, list)) or len(v) != n or any(
+                    isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in v):
+                raise (ValueError if isinstance(v, (tuple, list)) else TypeError)(
+                    f"option {k} must be {n} positive integers, one per stage "
+                    f"(e.g. {k}={example}), not {v!r}")
+            cfg[k] = tuple(v)
+            continue
         if isinstance(v, bool) or k == "head":
             continue
         if isinstance(v, int) and v < 1:

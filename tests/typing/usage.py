@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Optional
 
 if sys.version_info >= (3, 11):
     from typing import assert_type
@@ -11,7 +12,7 @@ else:  # pragma: no cover
     from typing_extensions import assert_type
 
 import hpgo
-from hpgo import dot
+from hpgo import dot, examples
 from hpgo.plan import Plan, PlanList, PlanStage, best_plan, candidate_plans
 from hpgo.sim import GridRow, SimulationResult
 from hpgo.sweep import SweepResult, SweepRow
@@ -66,6 +67,15 @@ def main() -> None:
     assert isinstance(sw[0], SweepRow)
     src: str = dot.profile_dot(PROFILE, plan)
     assert src.startswith("digraph")
+    compact: str = dot.profile_dot(PROFILE, plan, collapse=True, wrap="auto")
+    assert compact.startswith("digraph")
+    quiet = hpgo.sweep(m, 1, [32, 64], [4, 8], threads=1, progress=False)
+    assert quiet == sw
+    html: str = plan._repr_html_() + plans._repr_html_() + sw._repr_html_() + sim._repr_html_()
+    assert html.startswith("<table")
+    shipped: Path = examples.path("transformer36")
+    assert_type(examples.batch_size("transformer36"), Optional[int])
+    assert shipped.is_file()
     prof = hpgo._core.read_profile(PROFILE)
     assert_type(prof["edges"], list[tuple[int, int]])
 

@@ -1,0 +1,108 @@
+"""Profiles that ship with hpgo, found by name from any directory.
+
+A few of the profiles hpgo generated itself (``profiles/`` of a checkout,
+``python profiles/generate.py``) are copied into the wheel as package data,
+so the quick start works from an installed wheel::
+
+    import hpgo
+    from hpgo import examples
+    path = examples.path("transformer36")           # .../transformer36-v100/graph.txt
+    hpgo.best_plan(path, examples.batch_size("transformer36"), 128, [8, 16])
+
+On the command line: ``hpgo plan --example transformer36 --gbs 128 --seps 8,16``.
+
+A name is a folder name (``"resnet50-v100"``) or a model name, which means
+its V100 profile (``"resnet50"``, ``"bert48"``, ``"bert-48"``); case, ``-``
+and ``_`` do not matter.  In a checkout (or an editable install) every
+folder of ``profiles/`` can be named, not only the shipped ones.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+__all__ = ["SHIPPED", "names", "folder", "path", "batch_size", "metadata"]
+
+#: Folders of ``profiles/`` the wheel ships (setup.py copies them into
+#: hpgo/examples/ at build time; keep it small: about 300 kB in all).
+SHIPPED = (
+    "transformer36-v100",
+    "resnet50-v100",
+    "bert-48-v100",
+    "xlnet-36-v100",
+    "gnmt-16-v100",
+    "vgg19-v100",
+    "amoebanet-36-v100",
+    "gpt2-xl-h100",
+)
+
+_HERE = Path(__file__).resolve().parent
+_CHECKOUT = _HERE.parents[1] / "profiles"
+
+
+def _roots() -> List[Path]:
+    roots = [_HERE]
+    # a checkout (or an editable install): hpgo/ beside profiles/ and pyproject.toml
+    if _CHECKOUT.is_dir() and (_CHECKOUT.parent / "pyproject.toml").is_file():
+        roots.append(_CHECKOUT)
+    return roots
+
+
+def _available() -> List[str]:
+    seen: List[str] = []
+    for root in _roots():
+        for d in sorted(root.iterdir()):
+            if (d / "graph.txt").is_file() and d.name not in seen:
+                seen.append(d.name)
+    return seen
+
+
+def names() -> List[str]:
+    """Folder names of the profiles that can be named here (the shipped
+    ones; every folder of ``profiles/`` in a checkout)."""
+    return _available()
+
+
+def _key(s: str) -> str:
+    return s.lower().replace("-", "").replace("_", "")
+
+
+def folder(name: str) -> Path:
+    """The folder (``graph.txt`` + ``profile.json``) of profile ``name``;
+    ``ValueError`` listing the names when there is none."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, not {type(name).__name__}")
+    avail = _available()
+    want = _key(name)
+    match = [n for n in avail if _key(n) == want] or [
+        n for n in avail if _key(n) == want + "v100"]
+    if not match:
+        raise ValueError(f"no example profile {name!r}; available: {', '.join(avail)}")
+    for root in _roots():
+        d = root / match[0]
+        if (d / "graph.txt").is_file():
+            return d
+    raise ValueError(f"no example profile {name!r}")  # pragma: no cover - listed above
+
+
+def path(name: str) -> Path:
+    """Absolute path of the ``graph.txt`` of profile ``name``."""
+    return folder(name) / "graph.txt"
+
+
+def metadata(name: str) -> dict:
+    """The ``meta`` record of the profile's ``profile.json`` (model,
+    device, dtype, batch_size, method), or {} when it has none."""
+    j = folder(name) / "profile.json"
+    if not j.is_file():
+        return {}
+    with open(j, encoding="utf-8") as f:
+        meta = json.load(f).get("meta", {})
+    return meta if isinstance(meta, dict) else {}
+
+
+def batch_size(name: str) -> Optional[int]:
+    """The batch size the profile was made with (its ``pbs``), or None."""
+    bs = metadata(name).get("batch_size")
+    return bs if isinstance(bs, int) and not isinstance(bs, bool) else None
