@@ -33,3 +33,19 @@ STEP_CASES = [
     ("StepResult", lambda: hpgo.StepResult(), TypeError, "missing"),
     ("MemoryBreakdown", lambda: hpgo.MemoryBreakdown(), TypeError, "missing"),
 ]
+
+_A100 = hpgo.Cluster.preset("dgx-a100-80gb")
+
+STEP_CASES += [
+    ("autoplan", lambda: hpgo.autoplan("gpt3-175b", _A100, global_batch=0), ValueError,
+     "global_batch"),
+    ("autoplan", lambda: hpgo.autoplan("gpt3-175b", _A100, global_batch=8, top=0), ValueError, "top"),
+    ("autoplan", lambda: hpgo.autoplan("gpt3-175b", _A100, global_batch=8, gpus=9), ValueError,
+     "gpus"),
+    ("autoplan", lambda: hpgo.autoplan("gpt3-175b", _A100, global_batch=8, schedule="1f2b"),
+     ValueError, "schedule"),
+    ("autoplan", lambda: hpgo.autoplan("gpt3-175b", _A100, global_batch=8.0), TypeError,
+     "global_batch"),
+    ("RankedPlans", lambda: hpgo.RankedPlans(), TypeError, "missing"),
+    ("RankedPlan", lambda: hpgo.RankedPlan(), TypeError, "missing"),
+]
