@@ -110,6 +110,8 @@ static void bound_job(void *ctx, int64_t j)
 {
     search_t *S = ctx;
     cand_t *cd = &S->cands[j];
+    if (hpgo_cancelled(S->o->cancel))
+        return;
     hpgo_parplan_t p = with_split(S, cd);
     int32_t K = p.pp * p.vstages;
     hpgo_stage_cost_t *sc = malloc(sizeof *sc * (size_t)K);
@@ -208,10 +210,10 @@ static void sim_job(void *ctx, int64_t j)
     search_t *S = ctx;
     cand_t *cd = &S->cands[S->batch[j]];
     hpgo_parplan_t p = with_split(S, cd);
-    hpgo_step_opts_t so = {0, S->overhead};
+    hpgo_step_opts_t so = {0, S->overhead, S->o->cancel};
     hpgo_step_result_t *r = NULL;
     int rc = hpgo_step_simulate(S->w, S->c, &p, &so, &r, NULL);
-    if (rc == HPGO_E_NOMEM) {
+    if (rc == HPGO_E_NOMEM || rc == HPGO_E_CANCELLED) {
         cd->state = ST_NOMEM;
         return;
     }
@@ -556,6 +558,10 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
     int32_t threads = o->threads > 0 ? o->threads : hpgo_default_threads();
     if ((rc = hpgo_pool_map(threads, S.n, bound_job, &S, err)) != HPGO_OK)
         goto fail;
+    if (hpgo_cancelled(o->cancel)) {
+        rc = hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the search was cancelled");
+        goto fail;
+    }
     int64_t n_live = 0;
     live = malloc(sizeof *live * (size_t)(S.n ? S.n : 1));
     top = malloc(sizeof *top * (size_t)(o->top + 1));
@@ -591,6 +597,10 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
             batch[nb++] = live[next++].idx;
         if ((rc = hpgo_pool_map(threads, nb, sim_job, &S, err)) != HPGO_OK)
             goto fail;
+        if (hpgo_cancelled(o->cancel)) {
+            rc = hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the search was cancelled");
+            goto fail;
+        }
         for (int64_t b = 0; b < nb; b++) {
             cand_t *cd = &S.cands[batch[b]];
             r->simulated++;

@@ -19,6 +19,7 @@
 
 #include <stdint.h>
 
+#include "cancel.h"
 #include "cluster.h"
 #include "err.h"
 #include "parplan.h"
@@ -40,6 +41,7 @@ typedef struct hpgo_autoplan_opts {
     int32_t max_micro_batch; /* largest micro-batch tried (>= 1) */
     int32_t max_vstages;     /* largest number of virtual stages tried (>= 2) */
     double overhead_bytes;   /* as hpgo_step_opts_t; < 0 for the default */
+    hpgo_cancel_t *cancel;   /* NULL, or a flag that stops the search (HPGO_E_CANCELLED) */
     /* fixed choices; -1 leaves the dimension free */
     int32_t tp, pp, dp, vstages, micro_batch, schedule, recompute, sequence_parallel, zero;
 } hpgo_autoplan_opts_t;

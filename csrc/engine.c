@@ -190,8 +190,13 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     double wbytes, gbytes, obytes;
     hpgo_work_state_bytes(w->precision, &wbytes, &gbytes, &obytes);
 
+    hpgo_cancel_t *cancel = opts ? opts->cancel : NULL;
     while (total > 0) {
         int64_t ran = 0;
+        if (hpgo_cancelled(cancel)) {
+            rc = hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the simulation was cancelled");
+            goto fail;
+        }
         for (int32_t d = 0; d < P; d++) {
             devstate_t *s = &ds[d];
             while (s->idx < n_ops[d]) {

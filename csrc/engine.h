@@ -25,6 +25,7 @@
 
 #include <stdint.h>
 
+#include "cancel.h"
 #include "cluster.h"
 #include "memory.h"
 #include "parplan.h"
@@ -34,6 +35,7 @@
 typedef struct hpgo_step_opts {
     int record_events;     /* fill the timeline */
     double overhead_bytes; /* `other` memory per GPU; < 0: HPGO_MEM_DEFAULT_OVERHEAD */
+    hpgo_cancel_t *cancel; /* NULL, or a flag that stops the run (HPGO_E_CANCELLED) */
 } hpgo_step_opts_t;
 
 typedef struct hpgo_step_device {

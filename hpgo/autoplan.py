@@ -251,7 +251,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              tp: int | None = None, pp: int | None = None, dp: int | None = None,
              virtual_stages: int | None = None, micro_batch: int | None = None,
              schedule: str | None = None, recompute: str | None = None,
-             sequence_parallel: bool | None = None, zero: int | None = None) -> RankedPlans:
+             sequence_parallel: bool | None = None, zero: int | None = None,
+             timeout: float | None = None) -> RankedPlans:
     """The ``top`` fastest plans (``objective="time"``) or the cheapest in
     GPU-seconds per iteration over the GPU counts ``gpus / 2^k``
     (``objective="cost"``) that fit in memory, best first.
@@ -263,7 +264,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     name.  ``gpus`` (or ``max_gpus``): GPUs to use, default the whole
     cluster.  ``seq`` overrides the model's sequence length.  Fixed choices
     (``tp=8``, ``pp=16``, ``schedule="1f1b"``, ``zero=1``, ...) constrain the
-    search.  Raises ValueError for impossible arguments; a search with no
+    search.  ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
+    search with KeyboardInterrupt.  Raises ValueError for impossible arguments; a search with no
     plan that fits returns an empty ranking whose ``table()`` says why."""
     m = _as_model(model, profile_batch)
     if seq is not None:
@@ -297,7 +299,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _fixed("schedule", schedule, SCHEDULES), _fixed("recompute", recompute, RECOMPUTE_MODES),
             _fixed("sequence_parallel", sequence_parallel), _fixed("zero", zero))
     t0 = time.perf_counter()
-    d = _core._autoplan(m._tuple(PRECISIONS[precision]), c._tuple(), opts)
+    d = _core._autoplan(m._tuple(PRECISIONS[precision]), c._tuple(), opts, timeout)
     elapsed = time.perf_counter() - t0
     mid = model_id(m)
     ranked = []

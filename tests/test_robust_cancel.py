@@ -82,6 +82,10 @@ LONG_CALLS = {
     "simulate_transformer": """
         run = lambda: hpgo.simulate_transformer(4096, 2048, 8192, 64, 4096, dp=4, tp=8, pp=8,
                                                 microbatches=512, timeline=False)""",
+    "autoplan": """
+        c = hpgo.Cluster.preset('dgx-a100-80gb', nodes=8)
+        run = lambda: hpgo.autoplan('gpt3-175b', c, global_batch=8192, exhaustive=True,
+                                    threads=2)""",
     "replan": """
         L = 70000  # 4 x 70,000^2 / 2 steps: under HPGO_REPLAN_MAX_WORK, ~15 s
         run = lambda: hpgo.replan([1.0] * L, [2.0] * L, current=[L // 4] * 4,
@@ -119,6 +123,9 @@ calls = {
                                 threads=2, timeout=0.5),
     'replan': lambda: hpgo.replan([1.0] * L, [2.0] * L, current=[L // 4] * 4,
                                   slowdown=[1, 2, 1, 1], method='dp', timeout=0.5),
+    'autoplan': lambda: hpgo.autoplan('gpt3-175b', hpgo.Cluster.preset('dgx-a100-80gb', nodes=8),
+                                      global_batch=8192, exhaustive=True, threads=2,
+                                      timeout=0.5),
 }
 def attempt(f):
     t = time.monotonic()

@@ -499,6 +499,22 @@ fail:
     return NULL;
 }
 
+typedef struct step_work {
+    const hpgo_work_t *w;
+    const hpgo_cluster_t *c;
+    const hpgo_parplan_t *p;
+    const hpgo_step_opts_t *o;
+    hpgo_step_result_t *out;
+    hpgo_err_t err;
+    int rc;
+} step_work_t;
+
+static void step_work(void *ctx)
+{
+    step_work_t *x = ctx;
+    x->rc = hpgo_step_simulate(x->w, x->c, x->p, x->o, &x->out, &x->err);
+}
+
 PyDoc_STRVAR(simulate_doc,
              "_step_simulate(model, cluster, plan, record, overhead_bytes) -> dict\n\n"
              "One training step (engine.h); tuple layouts in step_glue.c.  The GIL is\n"
@@ -515,20 +531,25 @@ static PyObject *step_simulate(PyObject *module, PyObject *args)
     hpgo_parplan_t p;
     double *arrays = NULL;
     int32_t *split = NULL;
-    hpgo_step_opts_t opts = {record, -1};
+    hpgo_step_opts_t opts = {record, -1, NULL};
     PyObject *res = NULL;
     if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c) < 0 || to_plan(pt, &p, &split) < 0)
         goto done;
     if (ov_o != Py_None && glue_f64(ov_o, "overhead_bytes", &opts.overhead_bytes) < 0)
         goto done;
-    hpgo_step_result_t *r = NULL;
-    hpgo_err_t err;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = hpgo_step_simulate(&w, &c, &p, &opts, &r, &err);
-    Py_END_ALLOW_THREADS
-    if (rc != HPGO_OK) {
-        glue_raise(module, rc, &err);
+    hpgo_cancel_t cancel;
+    hpgo_cancel_init(&cancel);
+    opts.cancel = &cancel;
+    step_work_t sw = {&w, &c, &p, &opts, NULL, {0}, HPGO_OK};
+    int64_t ops = (int64_t)p.pp * p.vstages *
+                  (p.micro_batch > 0 && p.dp > 0 ? p.global_batch / (p.micro_batch * p.dp) : 1);
+    int stopped = glue_call(step_work, &sw, &cancel, 0.0, ops < 100000 ? GLUE_SMALL : 0,
+                            "simulate");
+    hpgo_step_result_t *r = sw.out;
+    if (stopped < 0 || sw.rc != HPGO_OK) {
+        hpgo_step_result_free(r);
+        if (stopped == 0)
+            glue_raise(module, sw.rc, &sw.err);
         goto done;
     }
     res = result_dict(r);
@@ -564,8 +585,23 @@ static PyObject *plan_tuple(const hpgo_parplan_t *p)
                          split);
 }
 
+typedef struct autoplan_work {
+    const hpgo_work_t *w;
+    const hpgo_cluster_t *c;
+    const hpgo_autoplan_opts_t *o;
+    hpgo_autoplan_result_t *out;
+    hpgo_err_t err;
+    int rc;
+} autoplan_work_t;
+
+static void autoplan_work(void *ctx)
+{
+    autoplan_work_t *x = ctx;
+    x->rc = hpgo_autoplan(x->w, x->c, x->o, &x->out, &x->err);
+}
+
 PyDoc_STRVAR(autoplan_doc,
-             "_autoplan(model, cluster, opts) -> dict\n\n"
+             "_autoplan(model, cluster, opts, timeout) -> dict\n\n"
              "opts: (global_batch, gpus, objective, top, exhaustive, threads, max_micro_batch,\n"
              "max_vstages, overhead_bytes or None, tp, pp, dp, vstages, micro_batch, schedule,\n"
              "recompute, sequence_parallel, zero) with -1 for a free choice.  The GIL is\n"
@@ -573,8 +609,11 @@ PyDoc_STRVAR(autoplan_doc,
 
 static PyObject *autoplan(PyObject *module, PyObject *args)
 {
-    PyObject *mt, *ct, *ot;
-    if (!PyArg_ParseTuple(args, "OOO:_autoplan", &mt, &ct, &ot))
+    PyObject *mt, *ct, *ot, *to;
+    if (!PyArg_ParseTuple(args, "OOOO:_autoplan", &mt, &ct, &ot, &to))
+        return NULL;
+    double timeout;
+    if (glue_timeout(to, &timeout) < 0)
         return NULL;
     hpgo_work_t w;
     hpgo_cluster_t c;
@@ -601,14 +640,16 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     for (int i = 0; i < 9; i++)
         if (get_i32(ot, 9 + i, N, "fixed choice", fixed[i]) < 0)
             goto done;
-    hpgo_autoplan_result_t *r = NULL;
-    hpgo_err_t err;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = hpgo_autoplan(&w, &c, &o, &r, &err);
-    Py_END_ALLOW_THREADS
-    if (rc != HPGO_OK) {
-        glue_raise(module, rc, &err);
+    hpgo_cancel_t cancel;
+    hpgo_cancel_init(&cancel);
+    o.cancel = &cancel;
+    autoplan_work_t aw = {&w, &c, &o, NULL, {0}, HPGO_OK};
+    int stopped = glue_call(autoplan_work, &aw, &cancel, timeout, 0, "autoplan");
+    hpgo_autoplan_result_t *r = aw.out;
+    if (stopped < 0 || aw.rc != HPGO_OK) {
+        hpgo_autoplan_result_free(r);
+        if (stopped == 0)
+            glue_raise(module, aw.rc, &aw.err);
         goto done;
     }
     PyObject *plans = PyList_New(r->n);
