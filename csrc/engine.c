@@ -95,6 +95,7 @@ static double transfer(eng_t *e, int32_t from, int32_t to_stage, double end, dou
 
 typedef struct devstate {
     double t, busy, alive, peak;
+    double dp_free;            /* ZeRO-2/3: end of the per-micro-batch gradient reduce-scatters */
     int64_t idx, count, peak_count;
     int64_t *wdone;            /* per chunk: weight gradients done */
     double *final_start, *final_dur; /* per chunk: the op that completed its gradients */
@@ -191,6 +192,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     hpgo_work_state_bytes(w->precision, &wbytes, &gbytes, &obytes);
 
     hpgo_cancel_t *cancel = opts ? opts->cancel : NULL;
+    int per_mb_rs = p->zero >= 2 && p->dp > 1;
     while (total > 0) {
         int64_t ran = 0;
         if (hpgo_cancelled(cancel)) {
@@ -264,6 +266,17 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                             s->final_start[op.chunk] = start;
                             s->final_dur[op.chunk] = dur;
                         }
+                        if (per_mb_rs && p->overlap_grad_reduce) {
+                            /* sharded gradients: each micro-batch's are reduce-scattered
+                             * as soon as they exist (DeepSpeed ZeRO-2/3) */
+                            double t_rs = dp_coll(&e, HPGO_COLL_REDUCE_SCATTER,
+                                                  st->params * gbytes);
+                            double s0 = s->dp_free > end ? s->dp_free : end;
+                            s->dp_free = s0 + t_rs;
+                            if ((rc = add_event(&e, s0, t_rs, d, HPGO_EV_REDUCE_SCATTER, 3, k,
+                                                op.mb, -1)) != HPGO_OK)
+                                goto fail;
+                        }
                     }
                 }
                 s->idx++;
@@ -299,7 +312,22 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                 transient = st->transient;
         }
         double sync = s->t;
-        if (p->dp > 1) {
+        if (per_mb_rs) {
+            if (!p->overlap_grad_reduce) {
+                /* every micro-batch's reduce-scatter after the backward */
+                double t_all = 0;
+                for (int32_t ch = 0; ch < V; ch++) {
+                    int32_t k = hpgo_sched_stage(p->schedule, P, V, d, ch);
+                    t_all += (double)m * dp_coll(&e, HPGO_COLL_REDUCE_SCATTER, sc[k].params * gbytes);
+                }
+                if ((rc = add_event(&e, s->t, t_all, d, HPGO_EV_REDUCE_SCATTER, 3, -1, -1, -1)) !=
+                    HPGO_OK)
+                    goto fail;
+                s->dp_free = s->t + t_all;
+            }
+            if (s->dp_free > sync)
+                sync = s->dp_free;
+        } else if (p->dp > 1) {
             int coll = p->zero >= 1 ? HPGO_COLL_REDUCE_SCATTER : HPGO_COLL_ALLREDUCE;
             /* chunks in the order their gradients complete */
             for (int32_t ch = 0; ch < V; ch++)

@@ -300,7 +300,7 @@ def profile_model(profile: Any, batch: float | None = None, *,
     :class:`hpgo.graphfile.Profile`.  ``batch`` is the batch the profile was
     measured at (taken from the profile's metadata or its ``profile.json``
     sidecar when omitted).  Branchy graphs are ordered topologically (lowest
-    file index first); parameter bytes are divided by ``bytes_per_param``
+    file index first) and ``Input`` nodes dropped; parameter bytes are divided by ``bytes_per_param``
     (4: PipeDream profiles are fp32)."""
     from . import graphfile
 
@@ -324,8 +324,9 @@ def profile_model(profile: Any, batch: float | None = None, *,
     if isinstance(batch, bool) or not isinstance(batch, (int, float)) or not math.isfinite(batch) \
             or batch <= 0:
         raise ValueError(f"batch must be a number > 0, got {batch!r}")
-    prof.validate()
     n = len(prof.nodes)
+    for i, nd in enumerate(prof.nodes):
+        nd.check(f"{name}: node {i} ({nd.desc!r})")
     succ: list[list[int]] = [[] for _ in range(n)]
     indeg = [0] * n
     for s, d in prof.edges:
@@ -342,6 +343,9 @@ def profile_model(profile: Any, batch: float | None = None, *,
             indeg[w] -= 1
             if indeg[w] == 0:
                 heapq.heappush(ready, w)
+    if len(order) != n:
+        raise ValueError(f"{name}: the graph has a cycle")
+    # PipeDream's Input nodes (one or several, anywhere in the file) carry no work
     order = [i for i in order if not graphfile.clean_desc(prof.nodes[i].desc).startswith("Input")]
     if not order:
         raise ValueError(f"{name}: no layers besides the Input node")
