@@ -24,6 +24,7 @@ import os
 import sys
 from typing import Any, Callable, List, Optional, Sequence, TextIO
 
+from .autoplan_cli import add_autoplan_subcommand
 from .profile_cli import add_profile_subcommand
 
 __all__ = ["build_parser", "main", "parse_ints", "parse_gbs"]
@@ -574,6 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_subcommand(sub)
     add_simulate_subcommand(sub)
     add_profile_subcommand(sub)
+    add_autoplan_subcommand(sub)
     return ap
 
 

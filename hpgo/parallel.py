@@ -184,6 +184,137 @@ class ParallelPlan:
             raise ValueError(f"{where}: not a JSON plan ({e})") from None
         return cls.from_dict(d, where=where)
 
+    # -- exports ------------------------------------------------------------
+    def _check_layers(self, model: Any) -> None:
+        if model is not None and self.virtual_stages > 1 and \
+                getattr(model, "layers", 0) % (self.pp * self.virtual_stages):
+            raise ValueError("Megatron-LM needs the layers to divide evenly over pp x "
+                             "virtual_stages")
+
+    def megatron_args(self, model: Transformer | None = None, *, precision: str = "bf16") -> str:
+        """Megatron-LM command-line arguments of this plan (and of the
+        model's shape when a transformer is given)."""
+        if precision not in ("bf16", "fp16", "fp8"):
+            raise ValueError("Megatron-LM trains in bf16, fp16 or fp8")
+        self._check_layers(model)
+        a = [f"--tensor-model-parallel-size {self.tp}",
+             f"--pipeline-model-parallel-size {self.pp}",
+             f"--micro-batch-size {self.micro_batch}", f"--global-batch-size {self.global_batch}"]
+        if self.virtual_stages > 1 and self.schedule == "interleaved-1f1b" and model is not None:
+            a.append(f"--num-layers-per-virtual-pipeline-stage "
+                     f"{model.layers // (self.pp * self.virtual_stages)}")
+        if self.sequence_parallel:
+            a.append("--sequence-parallel")
+        if self.recompute == "selective":
+            a.append("--recompute-activations")
+        elif self.recompute == "full":
+            a.append("--recompute-granularity full --recompute-method uniform "
+                     "--recompute-num-layers 1")
+        if self.zero == 1 or self.zero == 2:
+            a.append("--use-distributed-optimizer")
+        elif self.zero == 3:
+            a.append("--use-torch-fsdp2")
+        if self.overlap_grad_reduce and self.dp > 1:
+            a.append("--overlap-grad-reduce" + (" --overlap-param-gather" if self.zero else ""))
+        a.append({"bf16": "--bf16", "fp16": "--fp16", "fp8": "--bf16 --fp8-format hybrid"}[precision])
+        if isinstance(model, Transformer):
+            a += [f"--num-layers {model.layers}", f"--hidden-size {model.hidden}",
+                  f"--ffn-hidden-size {model.ffn}", f"--num-attention-heads {model.heads}",
+                  f"--seq-length {model.seq}", f"--max-position-embeddings {model.seq}"]
+            if model.kv_heads != model.heads:
+                a.append(f"--group-query-attention --num-query-groups {model.kv_heads}")
+            if model.mlp == "swiglu":
+                a.append("--swiglu")
+            if model.norm == "rmsnorm":
+                a.append("--normalization RMSNorm")
+            if not model.bias:
+                a.append("--disable-bias-linear")
+            if not model.tied:
+                a.append("--untie-embeddings-and-output-weights")
+            if not model.learned_pos:
+                a.append("--position-embedding-type rope")
+            if not model.dropout:
+                a.append("--attention-dropout 0.0 --hidden-dropout 0.0")
+            if model.flash:
+                a.append("--use-flash-attn")
+        notes = []
+        if self.schedule in ("zb-h1", "zb-v"):
+            notes.append(f"# {self.schedule}: not in upstream Megatron-LM (Sea AI Lab's "
+                         "zero-bubble fork, or torchtitan)")
+        if self.schedule == "gpipe":
+            notes.append("# gpipe: Megatron-LM runs 1F1B (same time, less memory)")
+        if self.split is not None and model is not None:
+            notes.append("# uneven layer split " + ",".join(map(str, self.split)) +
+                         ": see --decoder-first-pipeline-num-layers / "
+                         "--decoder-last-pipeline-num-layers")
+        return " \\\n".join(a) + ("\n" + "\n".join(notes) if notes else "")
+
+    def deepspeed_config(self, *, precision: str = "bf16") -> dict:
+        """A DeepSpeed configuration (JSON-ready dict): batch sizes, ZeRO
+        stage, precision, activation checkpointing.  DeepSpeed takes tp and pp
+        from the model code (Megatron-DeepSpeed's --tensor-model-parallel-size,
+        PipelineModule(num_stages=pp))."""
+        if precision not in ("bf16", "fp16", "fp32"):
+            raise ValueError("DeepSpeed precision: bf16, fp16 or fp32")
+        cfg: dict[str, Any] = {
+            "train_batch_size": self.global_batch,
+            "train_micro_batch_size_per_gpu": self.micro_batch,
+            "gradient_accumulation_steps": self.microbatches,
+            "zero_optimization": {"stage": self.zero,
+                                  "overlap_comm": bool(self.overlap_grad_reduce)},
+        }
+        if precision != "fp32":
+            cfg[precision] = {"enabled": True}
+        if self.recompute != "none":
+            cfg["activation_checkpointing"] = {"partition_activations": self.sequence_parallel,
+                                               "contiguous_memory_optimization": False}
+        return cfg
+
+    def torchtitan_toml(self, model: Transformer | None = None) -> str:
+        """The [parallelism], [training] and [activation_checkpoint] sections
+        of a torchtitan job file."""
+        sched = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B",
+                 "zb-h1": "InterleavedZeroBubble", "zb-v": "ZBVZeroBubble"}[self.schedule]
+        fsdp = self.zero >= 2
+        lines = ["[parallelism]",
+                 f"data_parallel_replicate_degree = {1 if fsdp else self.dp}",
+                 f"data_parallel_shard_degree = {self.dp if fsdp else 1}",
+                 f"tensor_parallel_degree = {self.tp}",
+                 f"pipeline_parallel_degree = {self.pp}",
+                 f'pipeline_parallel_schedule = "{sched}"',
+                 f"pipeline_parallel_microbatch_size = {self.micro_batch}",
+                 "context_parallel_degree = 1", "",
+                 "[training]",
+                 f"global_batch_size = {self.global_batch}",
+                 f"local_batch_size = {self.global_batch // self.dp}"]
+        if model is not None and isinstance(model, Transformer):
+            lines.append(f"seq_len = {model.seq}")
+        lines += ["", "[activation_checkpoint]", f'mode = "{self.recompute}"']
+        return "\n".join(lines) + "\n"
+
+    def split_points(self, model: ProfiledModel | Transformer) -> list[tuple[int, int, str]]:
+        """(model stage, first layer, that layer's name) of every model stage:
+        the split points for torch.distributed.pipelining."""
+        n = model.layers
+        K = self.pp * self.virtual_stages
+        if self.split is not None:
+            b = list(self.split)
+        else:
+            base, extra = divmod(n, K)
+            counts = [base] * K
+            for k in list(range(1, K - 1)) + [0, K - 1]:
+                if extra == 0:
+                    break
+                counts[k] += 1
+                extra -= 1
+            b = [0]
+            for c in counts:
+                b.append(b[-1] + c)
+        if len(b) != K + 1 or b[-1] != n:
+            raise ValueError(f"the plan's split does not cover the model's {n} layers")
+        names = getattr(model, "descs", ()) or tuple(f"layers.{i}" for i in range(n))
+        return [(k, b[k], names[b[k]]) for k in range(K)]
+
     def __repr__(self) -> str:
         extra = []
         if self.virtual_stages > 1:

@@ -159,3 +159,49 @@ def test_branchy_profile_hpgo_cannot_import():
     path = str(shared_path("profiles", "inception_v3", "graph.txt"))
     r = hpgo.autoplan(path, "dapple-v100", 256, profile_batch=32, top=3)
     assert len(r) == 3 and r[0].fits
+
+
+def test_command_line(capsys, tmp_path):
+    from hpgo.cli import main
+    assert main(["autoplan", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--nodes", "8",
+                 "--global-batch", "64", "--top", "3", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "3 best of" in out and "MFU" in out and "vs #2" in out
+    assert main(["autoplan", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--nodes", "8",
+                 "--global-batch", "64", "--megatron-args"]) == 0
+    assert "--tensor-model-parallel-size" in capsys.readouterr().out
+    c = tmp_path / "c.json"
+    hpgo.Cluster.preset("dgx-h100", nodes=2).save(c)
+    assert main(["autoplan", "--model", "llama3-8b", "--cluster", str(c), "--global-batch", "32",
+                 "--json", "--tp", "2"]) == 0
+    import json
+    d = json.loads(capsys.readouterr().out)
+    assert d["gpus"] == 16 and all(p["plan"]["tp"] == 2 for p in d["plans"])
+    # nothing fits: says why, exit 1; bad input: one line, exit 2
+    assert main(["autoplan", "--model", "llama3-405b", "--cluster", "dgx-h100",
+                 "--global-batch", "8"]) == 1
+    assert "no plan fits" in capsys.readouterr().out
+    assert main(["autoplan", "--model", "nope", "--cluster", "dgx-h100", "--global-batch", "8"]) == 2
+    assert "unknown transformer preset" in capsys.readouterr().err
+
+
+def test_exports():
+    m = hpgo.transformer("llama3-70b")
+    p = hpgo.ParallelPlan(tp=8, pp=4, dp=2, virtual_stages=5, global_batch=256,
+                          schedule="interleaved-1f1b", sequence_parallel=True, zero=1,
+                          recompute="selective")
+    args = p.megatron_args(m)
+    for flag in ("--tensor-model-parallel-size 8", "--pipeline-model-parallel-size 4",
+                 "--num-layers-per-virtual-pipeline-stage 4", "--sequence-parallel",
+                 "--use-distributed-optimizer", "--recompute-activations",
+                 "--num-query-groups 8", "--swiglu", "--global-batch-size 256"):
+        assert flag in args
+    ds = p.deepspeed_config()
+    assert ds["train_batch_size"] == 256 and ds["gradient_accumulation_steps"] == 128
+    assert ds["zero_optimization"]["stage"] == 1
+    toml = p.torchtitan_toml(m)
+    assert 'pipeline_parallel_schedule = "Interleaved1F1B"' in toml and "seq_len = 8192" in toml
+    pts = p.split_points(m)
+    assert [k for k, _, _ in pts] == list(range(20)) and pts[1][1] == 4
+    with pytest.raises(ValueError, match="divide evenly"):
+        p.megatron_args(m.with_(layers=81))

@@ -1,0 +1,92 @@
+"""``hpgo autoplan``: the best plans for a model on a cluster, from the shell.
+
+    hpgo autoplan --model llama3-70b --cluster dgx-h100 --nodes 8 --global-batch 512 --seq 8192
+    hpgo autoplan --hf-config config.json --cluster cluster.json --global-batch 256 --json
+    hpgo autoplan --profile graph.txt --profile-batch 32 --cluster dapple-v100 --global-batch 256
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+__all__ = ["add_autoplan_subcommand", "run_autoplan"]
+
+
+def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "autoplan", help="the best parallel plans that fit (tp, pp, dp, schedule, recompute, ZeRO)",
+        description="Search data, tensor and pipeline parallelism, virtual stages, micro-batch, "
+                    "schedule, recomputation, sequence parallelism and ZeRO for the fastest plans "
+                    "that fit in memory, and print them ranked.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="a transformer preset (gpt3-175b, llama3-70b, ...)")
+    src.add_argument("--hf-config", metavar="PATH", help="a Hugging Face config.json")
+    src.add_argument("--profile", metavar="GRAPH", help="a PipeDream graph.txt")
+    p.add_argument("--profile-batch", type=float, help="batch the profile was measured at")
+    p.add_argument("--cluster", required=True,
+                   help="a preset (dgx-a100-80gb, dgx-h100, ...) or a cluster JSON file")
+    p.add_argument("--nodes", type=int, help="nodes of the preset")
+    p.add_argument("--global-batch", type=int, required=True, help="sequences per iteration")
+    p.add_argument("--seq", type=int, help="sequence length (transformers)")
+    p.add_argument("--gpus", type=int, help="GPUs to use (default: the whole cluster)")
+    p.add_argument("--objective", choices=("time", "cost"), default="time")
+    p.add_argument("--precision", choices=("bf16", "fp16", "fp8", "fp32"))
+    p.add_argument("--top", type=int, default=10)
+    for name in ("tp", "pp", "dp", "virtual-stages", "micro-batch", "zero"):
+        p.add_argument(f"--{name}", type=int, help=f"fix {name}")
+    p.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"))
+    p.add_argument("--recompute", choices=("none", "selective", "full"))
+    p.add_argument("--timeout", type=float, help="seconds the search may take")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the ranking as JSON")
+    out.add_argument("--megatron-args", action="store_true",
+                     help="print the Megatron-LM arguments of the best plan")
+    p.add_argument("--explain", action="store_true", help="also say why the best plan wins")
+    p.set_defaults(func=run_autoplan)
+    return p
+
+
+def run_autoplan(args) -> int:
+    import hpgo
+
+    if args.model:
+        model = hpgo.transformer(args.model)
+    elif args.hf_config:
+        model = hpgo.transformer.from_hf_config(args.hf_config)
+    else:
+        model = hpgo.profile_model(args.profile, args.profile_batch)
+    if os.path.isfile(args.cluster):
+        cluster = hpgo.Cluster.load(args.cluster)
+        if args.nodes:
+            cluster = cluster.with_nodes(args.nodes)
+    else:
+        cluster = hpgo.Cluster.preset(args.cluster, nodes=args.nodes)
+    fixed = {k: getattr(args, k) for k in ("tp", "pp", "dp", "virtual_stages", "micro_batch",
+                                           "zero", "schedule", "recompute")}
+    if sys.stderr.isatty() and not args.json:
+        print("searching ...", end="\r", file=sys.stderr, flush=True)
+    r = hpgo.autoplan(model, cluster, args.global_batch, seq=args.seq, gpus=args.gpus,
+                      objective=args.objective, precision=args.precision, top=args.top,
+                      timeout=args.timeout, **fixed)
+    if args.json:
+        json.dump({"model": getattr(r.model, "name", ""), "cluster": cluster.name,
+                   "gpus": cluster.gpus, "global_batch": r.global_batch,
+                   "search_seconds": r.search_seconds, "stats": r.stats, "plans": r.to_dicts()},
+                  sys.stdout, indent=1)
+        print()
+        return 0 if len(r) else 1
+    if args.megatron_args:
+        if not len(r):
+            print(r.table(), file=sys.stderr)
+            return 1
+        print(r[0].plan.megatron_args(model if isinstance(model, hpgo.Transformer) else None,
+                                      precision=args.precision if args.precision in
+                                      ("bf16", "fp16", "fp8") else "bf16"))
+        return 0
+    print(r.table())
+    if args.explain and len(r):
+        print()
+        print(r.explain())
+    return 0 if len(r) else 1
