@@ -34,6 +34,9 @@ __all__ = [
     "grid_search_scatter",
     "gantt",
     "plan_diagram",
+    "step_gantt",
+    "memory_breakdown",
+    "time_vs_memory",
 ]
 
 #: Colours of the Gantt chart's event categories.
@@ -611,4 +614,123 @@ def plan_diagram(plan: Any, *, seps: Optional[Sequence[int]] = None, ax: Any = N
                  + (f" ({p.label})" if p.label else ""))
     if title:
         ax.set_title(title, fontsize=10)
+    return _finish(fig, own)
+
+
+# ---------------------------------------------------------------- training steps
+
+
+_STEP_COLORS = {"forward": "#4e79a7", "backward_input": "#f28e2b", "backward_weight": "#59a14f",
+                "backward": "#f28e2b", "send": "#e15759", "all_reduce": "#b07aa1",
+                "reduce_scatter": "#b07aa1", "optimizer": "#bab0ac"}
+
+
+def step_gantt(result: Any, *, ax: Any = None, title: Optional[str] = None) -> Any:
+    """The schedule of an :func:`hpgo.simulate` result (with its timeline):
+    one row per pipeline device, compute in the upper band (forward,
+    input-gradient and weight-gradient passes), transfers and gradient
+    synchronisation in a thin lower band."""
+    events = getattr(result, "events", None)
+    if not hasattr(result, "plan") or not hasattr(result, "devices"):
+        raise TypeError("result must be an hpgo.StepResult")
+    if events is None:
+        raise ValueError("the result has no timeline: simulate with timeline=True")
+    n = len(result.devices)
+    end = result.iteration_time
+    unit, k = _time_unit(end)
+    own = ax is None
+    fig, ax = _axes(ax, (10.0, max(2.5, 0.38 * n + 1.4)))
+    bars: Dict[Tuple[int, str, bool], List[Tuple[float, float]]] = {}
+    for start, dur, dev, kind, lane, _stage, _mb, _peer in events:
+        bars.setdefault((dev, kind, lane == 0), []).append((start * k, dur * k))
+    for (dev, kind, compute), spans in bars.items():
+        y, h = (dev - 0.42, 0.62) if compute else (dev + 0.24, 0.18)
+        ax.broken_barh(spans, (y, h), facecolors=_STEP_COLORS.get(kind, "#bab0ac"),
+                       edgecolor="white" if compute else "none", linewidth=0.3)
+    ax.set_ylim(n - 0.5, -0.5)
+    ax.set_yticks(range(n))
+    ax.set_yticklabels([f"device {d}" for d in range(n)])
+    ax.set_xlim(0, end * k * 1.01)
+    ax.set_xlabel(f"time ({unit})")
+    from matplotlib.patches import Patch
+
+    shown = [("forward", "forward"), ("backward_input", "input gradient"),
+             ("backward_weight", "weight gradient"), ("send", "transfer"),
+             ("all_reduce", "gradient sync")]
+    kinds = {kind for (_d, kind, _c) in bars}
+    if "backward" in kinds:
+        shown[1] = ("backward", "backward")
+    ax.legend(handles=[Patch(color=_STEP_COLORS[c], label=lbl) for c, lbl in shown
+                       if c in kinds or (c == "all_reduce" and "reduce_scatter" in kinds)],
+              loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=5, frameon=False)
+    p = result.plan
+    ax.set_title(title or f"{p.schedule}, pp={p.pp}, {result.microbatches} micro-batches: "
+                          f"{result.iteration_time:.3g} s")
+    return _finish(fig, own)
+
+
+def memory_breakdown(plans: Any, *, ax: Any = None, title: Optional[str] = None) -> Any:
+    """Stacked bars of the fullest GPU's memory (weights, gradients,
+    optimizer state, activations, other) for each plan of an
+    :func:`hpgo.autoplan` ranking (or a list of :class:`hpgo.StepResult`),
+    with the GPU's capacity as a line."""
+    items = list(plans)
+    if not items:
+        raise ValueError("no plan to draw")
+    mems, labels = [], []
+    for i, it in enumerate(items):
+        res = getattr(it, "result", it)
+        if not hasattr(res, "memory"):
+            raise TypeError("expected RankedPlan or StepResult items")
+        mems.append(max(res.memory, key=lambda m: m.total))
+        labels.append(f"#{getattr(it, 'rank', i + 1)}")
+    own = ax is None
+    fig, ax = _axes(ax, (max(5.0, 0.6 * len(items) + 2.5), 4.2))
+    g = 2.0 ** 30
+    bottom = [0.0] * len(items)
+    colors = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#bab0ac"]
+    for part, color in zip(("weights", "gradients", "optimizer", "activations", "other"), colors):
+        vals = [getattr(m, part) / g for m in mems]
+        ax.bar(range(len(items)), vals, bottom=bottom, color=color, label=part)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.axhline(mems[0].capacity / g, color="black", linestyle="--", linewidth=1,
+               label="GPU memory")
+    ax.set_xticks(range(len(items)))
+    ax.set_xticklabels(labels)
+    ax.set_ylabel("GiB on the fullest GPU")
+    ax.set_ylim(0, max(max(bottom), mems[0].capacity / g) * 1.12)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=6, frameon=False,
+              fontsize="small")
+    ax.set_title(title or "memory of the ranked plans")
+    return _finish(fig, own)
+
+
+def time_vs_memory(plans: Any, *, ax: Any = None, title: Optional[str] = None) -> Any:
+    """Iteration time against the fullest GPU's memory for the plans of a
+    ranking, with the Pareto front (no other plan both faster and smaller)
+    drawn as a line and its plans labelled with their rank."""
+    items = list(plans)
+    if not items:
+        raise ValueError("no plan to draw")
+    pts = []
+    for i, it in enumerate(items):
+        res = getattr(it, "result", it)
+        mem = max(res.memory, key=lambda m: m.total).total / 2.0 ** 30
+        pts.append((mem, res.iteration_time, getattr(it, "rank", i + 1)))
+    front, best = [], float("inf")
+    for mem, t, r in sorted(pts):
+        if t < best:
+            front.append((mem, t, r))
+            best = t
+    own = ax is None
+    fig, ax = _axes(ax, (6.5, 4.2))
+    ax.scatter([p[0] for p in pts], [p[1] for p in pts], color="#bab0ac", label="plans")
+    ax.plot([p[0] for p in front], [p[1] for p in front], "o-", color="#e15759",
+            label="Pareto front")
+    for mem, t, r in front:
+        ax.annotate(f"#{r}", (mem, t), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xlabel("GiB on the fullest GPU")
+    ax.set_ylabel("seconds per iteration")
+    ax.legend(frameon=False)
+    ax.set_title(title or "time against memory")
     return _finish(fig, own)

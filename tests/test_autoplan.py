@@ -205,3 +205,23 @@ def test_exports():
     assert [k for k, _, _ in pts] == list(range(20)) and pts[1][1] == 4
     with pytest.raises(ValueError, match="divide evenly"):
         p.megatron_args(m.with_(layers=81))
+
+
+def test_plots_of_plans_and_steps():
+    from optional_deps import need
+    need("matplotlib")
+    import matplotlib
+    matplotlib.use("Agg")
+    from hpgo import plot
+    m = hpgo.transformer("llama2-7b")
+    c = hpgo.Cluster.preset("dgx-a100-80gb", nodes=2)
+    r = hpgo.autoplan(m, c, 64, top=6)
+    assert len(plot.memory_breakdown(r).axes[0].patches) == 5 * len(r)
+    assert plot.time_vs_memory(r).axes[0].get_xlabel().startswith("GiB")
+    step = hpgo.simulate(m, c, hpgo.ParallelPlan(pp=4, dp=4, global_batch=64, schedule="zb-h1"))
+    fig = plot.step_gantt(step)
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [f"device {d}" for d in range(4)]
+    with pytest.raises(ValueError, match="timeline"):
+        plot.step_gantt(hpgo.simulate(m, c, step.plan, timeline=False))
+    with pytest.raises(TypeError):
+        plot.step_gantt(r)

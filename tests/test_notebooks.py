@@ -20,6 +20,8 @@ FIGURES = {
     "xlnet36_batch_size.ipynb": ["xlnet36_speedup_vs_gbs.png", "xlnet36_plan.png"],
     "distir_figures.ipynb": ["distir_figure3.png", "distir_figure4.png",
                              "distir_pipeline_gantt.png"],
+    "autoplan.ipynb": ["autoplan_throughput_vs_gpus.png", "autoplan_time_vs_memory.png",
+                       "autoplan_memory.png", "autoplan_schedule.png"],
     "schedule_and_plan.ipynb": ["plan_diagram.png", "schedule_gantt.png", "plan.json",
                                 "schedule_trace.json"],
 }
