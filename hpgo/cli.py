@@ -464,6 +464,8 @@ def _sim_summary(r: Any) -> dict:
         "iteration_time": r.iteration_time,
         "throughput": r.throughput,
         "peak_memory": r.peak_memory,
+        "gpu_memory": r.gpu_memory,
+        "fits": r.fits,
         "config": {k: v for k, v in r.config.items() if isinstance(v, (int, float, str))},
         "stages": [{"stage": s.stage, "busy": s.busy, "bubble": s.bubble,
                     "max_in_flight": s.max_in_flight, "peak_bytes": s.peak_bytes,
@@ -477,7 +479,8 @@ def _sim_table(r: Any, head: str) -> str:
 
     lines = [head, f"iteration {r.iteration_time * 1e3:.3f} ms"
              + (f", throughput {r.throughput:.2f} samples/s" if r.throughput else "")
-             + f", peak memory {r.peak_memory / 2**30:.2f} GiB", ""]
+             + f", peak memory {r.peak_memory / 2**30:.2f} of {r.gpu_memory / 2**30:.2f} GiB "
+             + ("(fits)" if r.fits else "(DOES NOT FIT)"), ""]
     body = [[str(s.stage), f"{s.busy * 1e3:.3f}", f"{s.bubble * 100:.1f}%", str(s.max_in_flight),
              f"{s.weight_bytes / 2**20:.1f}", f"{s.activation_bytes / 2**20:.1f}",
              f"{s.peak_bytes / 2**30:.3f}"] for s in r.stages]

@@ -64,6 +64,8 @@ _MODELS = {"mlp": 0, "transformer": 1}
 #: across machines (NCCL over Ethernet).  An all-reduce inside one machine
 #: runs at HPGO_NVLINK_BW x (GPUs // 2).
 HPGO_NVLINK_BW = 25e9
+#: HPGO's fixed GPU memory (bytes): the default capacity of the memory verdict.
+HPGO_GPU_MEMORY = 16e9
 HPGO_ETHERNET_BW = 1e9
 HPGO_ETHERNET_NCCL_BW = 3e9
 #: GPUs per machine assumed by :func:`simulate_plan` when neither ``seps``
@@ -238,6 +240,17 @@ class SimulationResult:
         return max((d.peak_bytes for d in self.devices), default=0.0)
 
     @property
+    def gpu_memory(self) -> float:
+        """The capacity the verdict compares with (bytes; ``gpu_memory=`` of
+        the simulation, HPGO's 16 GB by default)."""
+        return float(self.config.get("gpu_memory", HPGO_GPU_MEMORY))
+
+    @property
+    def fits(self) -> bool:
+        """Whether every device's peak memory fits :attr:`gpu_memory`."""
+        return self.peak_memory <= self.gpu_memory
+
+    @property
     def timeline(self) -> list[Event]:
         if self._timeline is None:
             make = Event._make
@@ -289,7 +302,9 @@ class SimulationResult:
         cap = f"SimulationResult: iteration {self.iteration_time * 1e3:.3f} ms"
         if self.throughput is not None:
             cap += f", throughput {self.throughput:.2f} samples/s"
-        cap += (f", peak memory {self.peak_memory / 2**30:.2f} GiB, {len(self.stages)} stage"
+        cap += (f", peak memory {self.peak_memory / 2**30:.2f} GiB of "
+                f"{self.gpu_memory / 2**30:.1f} ({'fits' if self.fits else 'DOES NOT FIT'}), "
+                f"{len(self.stages)} stage"
                 f"{'s' if len(self.stages) != 1 else ''}, {len(self.devices)} devices, "
                 f"{self._raw.n_events} events")
         sched = self.config.get("schedule")
@@ -306,7 +321,8 @@ class SimulationResult:
         extra = f", throughput={self.throughput:.6g}" if self.throughput is not None else ""
         return (f"SimulationResult(iteration_time={self.iteration_time:.9g}{extra}, "
                 f"stages={len(self.stages)}, devices={len(self.devices)}, "
-                f"events={self._raw.n_events})")
+                f"events={self._raw.n_events}, peak_memory={self.peak_memory / 2**30:.3g} of "
+                f"{self.gpu_memory / 2**30:.3g} GiB, {'fits' if self.fits else 'DOES NOT FIT'})")
 
 
 # ---------------------------------------------------------------- checks
@@ -424,7 +440,8 @@ def simulate_pipeline(stages: Sequence[Stage | Mapping[str, Any]], microbatches:
                       schedule: str = "1f1b", *, link_bandwidth: float = HPGO_NVLINK_BW,
                       link_latency: float = 0.0, allreduce_bandwidth: float = HPGO_NVLINK_BW,
                       optimizer_factor: float = 2.0, timeline: bool = True,
-                      batch_size: int | None = None) -> SimulationResult:
+                      batch_size: int | None = None,
+                      gpu_memory: float = HPGO_GPU_MEMORY) -> SimulationResult:
     """Simulate one iteration of a pipelined, replicated plan.
 
     ``schedule``: "1f1b" (DAPPLE early backward: warm-up of S-s-1 forwards,
@@ -439,7 +456,8 @@ def simulate_pipeline(stages: Sequence[Stage | Mapping[str, Any]], microbatches:
     all-reduce of 2 (n-1)/n ``param_bytes`` at ``allreduce_bandwidth``
     (default 25e9, HPGO's NVLink figure, whatever ``link_bandwidth`` is); a
     :class:`Stage` may override both bandwidths for itself.  Memory per GPU = weights + gradients +
-    ``optimizer_factor`` x weights + activations in flight.
+    ``optimizer_factor`` x weights + activations in flight; ``fits`` compares its peak with
+    ``gpu_memory`` (bytes, HPGO's 16 GB by default).
     """
     sched = _choice("schedule", schedule, SCHEDULES)
     if isinstance(stages, (str, bytes)) or not isinstance(stages, Iterable):
@@ -452,10 +470,12 @@ def simulate_pipeline(stages: Sequence[Stage | Mapping[str, Any]], microbatches:
     ll = _check_num("link_latency", link_latency)
     ab = _check_num("allreduce_bandwidth", allreduce_bandwidth, positive=True)
     of = _check_num("optimizer_factor", optimizer_factor)
+    gm = _check_num("gpu_memory", gpu_memory, positive=True)
     raw = _core.sim_pipeline(raw_stages, m, sched, lb, ll, ab, of, bool(timeline))
     return SimulationResult(raw, batch_size=batch_size,
                             config={"engine": "pipeline", "schedule": schedule,
-                                    "microbatches": m, "stages": len(raw_stages)})
+                                    "microbatches": m, "stages": len(raw_stages),
+                                    "gpu_memory": gm})
 
 
 def _plan_stages(plan: Any) -> list:
@@ -492,7 +512,7 @@ def simulate_plan(model: Any, plan: Any, rp: int | None = None, schedule: str = 
                   inter_machine_bandwidth: float = HPGO_ETHERNET_BW,
                   link_latency: float = 0.0, allreduce_bandwidth: float | None = None,
                   optimizer_factor: float = 2.0,
-                  timeline: bool = True) -> SimulationResult:
+                  timeline: bool = True, gpu_memory: float = HPGO_GPU_MEMORY) -> SimulationResult:
     """Simulate a planner result on its model, priced as HPGO prices it.
 
     ``model`` needs HPGO's ``ct(r, c)`` (seconds of states r..c for the
@@ -593,7 +613,7 @@ def simulate_plan(model: Any, plan: Any, rp: int | None = None, schedule: str = 
     res = simulate_pipeline(out, m, schedule, link_bandwidth=lb, link_latency=link_latency,
                             allreduce_bandwidth=lb if ab is None else ab,
                             optimizer_factor=optimizer_factor, timeline=timeline,
-                            batch_size=rp * m * mbs)
+                            batch_size=rp * m * mbs, gpu_memory=gpu_memory)
     res.config.update({"engine": "plan", "rp": rp, "mbs": mbs})
     return res
 

@@ -455,3 +455,13 @@ def test_exported_names():
     assert hpgo.simulate_pipeline is simulate_pipeline
     assert hpgo.simulate_plan is simulate_plan
     assert hpgo.Stage is Stage
+
+
+def test_every_simulation_says_whether_it_fits():
+    small = simulate_pipeline([Stage(1e-3, 2e-3, param_bytes=1e8)], 4)
+    big = simulate_pipeline([Stage(1e-3, 2e-3, param_bytes=1e10)], 4)
+    assert small.fits and small.gpu_memory == 16e9 and "fits" in repr(small)
+    assert not big.fits and "DOES NOT FIT" in repr(big) and "DOES NOT FIT" in big._repr_html_()
+    assert simulate_pipeline([Stage(1e-3, 2e-3, param_bytes=1e10)], 4, gpu_memory=80e9).fits
+    with pytest.raises(ValueError, match="gpu_memory"):
+        simulate_pipeline([Stage(1e-3, 2e-3)], 4, gpu_memory=0)
