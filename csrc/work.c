@@ -56,7 +56,6 @@ static void fused(const kctx_t *k, acc_t *a, double fl, double bytes)
 
 static void vec(const kctx_t *k, acc_t *a, double elements, double flops_per, double bytes)
 {
-    (void)elements;
     a->t += hpgo_gpu_op_time(k->g, k->dtype, 0, elements * flops_per, bytes);
 }
 
@@ -445,7 +444,6 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
             o->tp_f += emb_tp_f;
             o->tp_b += emb_tp_b;
             o->act += (8 * s.T + (s.dropout ? s.T * s.h : 0)) / (s.sp ? s.t : 1);
-            o->act_w += 0;
             o->params += emb_p;
             o->emb_params += emb_p;
         }
@@ -486,13 +484,11 @@ static int chain_costs(const hpgo_work_t *w, const hpgo_parplan_t *p, const int3
         memset(o, 0, sizeof *o);
         o->first_layer = split[kk];
         o->n_layers = split[kk + 1] - split[kk];
-        double fsum = 0, bsum = 0, act = 0, maxact = 0, par = 0, inb = 0;
+        double fsum = 0, bsum = 0, act = 0, par = 0, inb = 0;
         for (int32_t i = split[kk]; i < split[kk + 1]; i++) {
             fsum += c->fwd[i];
             bsum += c->bwd[i];
             act += c->act[i];
-            if (c->act[i] > maxact)
-                maxact = c->act[i];
             par += c->params[i];
         }
         if (split[kk] > 0)
@@ -512,7 +508,6 @@ static int chain_costs(const hpgo_work_t *w, const hpgo_parplan_t *p, const int3
         o->act_w = o->act;
         o->params = par;
         o->send_bytes = split[kk + 1] < c->n && kk + 1 < K ? c->out[split[kk + 1] - 1] * r : 0;
-        (void)maxact;
     }
     return HPGO_OK;
 }
