@@ -23,7 +23,7 @@ CASES = [
 
 
 def search(model, cluster, gb, threads, exhaustive=False):
-    opts = (gb, 0, _core.OBJECTIVE_TIME, 10, int(exhaustive), threads, 16, 8, None, *[-1] * 9)
+    opts = (gb, 0, _core.OBJECTIVE_TIME, 10, int(exhaustive), threads, 16, 8, None, *[-1] * 10)
     return _core._autoplan(model._tuple(PRECISIONS["bf16"]), cluster._tuple(), opts, None)
 
 

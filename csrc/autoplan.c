@@ -190,14 +190,14 @@ static void bound_job(void *ctx, int64_t j)
             t += back[d];
         else if (p.schedule == HPGO_PS_ZBH1 && before[d] + busy - wsum + back[d] > t)
             t = before[d] + busy - wsum + back[d];
-        t += hpgo_step_optimizer_time(S->c, params / (p.zero >= 1 ? p.dp : 1));
+        t += hpgo_step_optimizer_time(S->c, params / (p.zero >= 1 ? (double)p.dp * p.cp : 1));
         if (t > lb)
             lb = t;
     }
     free(before);
     free(sc);
     cd->lb = lb;
-    cd->lb_score = S->o->objective == HPGO_OBJ_COST ? lb * (double)((int64_t)p.tp * p.pp * p.dp)
+    cd->lb_score = S->o->objective == HPGO_OBJ_COST ? lb * (double)((int64_t)p.tp * p.cp * p.pp * p.dp)
                                                     : lb;
     if (!fits && !S->o->exhaustive)
         cd->state = ST_MEMORY;
@@ -378,7 +378,7 @@ static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *
                 }
             }
             for (int32_t z = 0; z <= 3; z++) {
-                if (z > 0 && p.dp == 1)
+                if (z > 0 && p.dp * p.cp == 1)
                     break;
                 if (!free_or(o->zero, z))
                     continue;
@@ -417,10 +417,17 @@ static int enumerate(search_t *S, int64_t N, hpgo_err_t *err)
         if (xf && (w->x.heads % tp || w->x.ffn % tp ||
                    (w->x.kv_heads % tp && tp % w->x.kv_heads)))
             continue;
-        for (int64_t pp = 1; pp <= L && pp <= N / tp && pp <= HPGO_PLAN_MAX_PP; pp++) {
-            if (N % (tp * pp) || !free_or(o->pp, (int32_t)pp))
+        for (int64_t cp = 1; cp <= HPGO_AUTOPLAN_MAX_CP && tp * cp <= N; cp *= 2) {
+        if (N % (tp * cp) || !free_or(o->cp, (int32_t)cp))
+            continue;
+        if (cp > 1 && (!xf || w->x.seq % (2 * cp) ||
+                       (o->cp < 0 && w->x.seq / cp < HPGO_AUTOPLAN_MIN_CP_TOKENS)))
+            continue;
+        int64_t tc = tp * cp;
+        for (int64_t pp = 1; pp <= L && pp <= N / tc && pp <= HPGO_PLAN_MAX_PP; pp++) {
+            if (N % (tc * pp) || !free_or(o->pp, (int32_t)pp))
                 continue;
-            int64_t dp = N / (tp * pp);
+            int64_t dp = N / (tc * pp);
             if (dp > (1 << 24) || B % dp || !free_or(o->dp, (int32_t)dp))
                 continue;
             int64_t per = B / dp;
@@ -433,7 +440,7 @@ static int enumerate(search_t *S, int64_t N, hpgo_err_t *err)
                 hpgo_parplan_t base;
                 memset(&base, 0, sizeof base);
                 base.tp = (int32_t)tp, base.pp = (int32_t)pp, base.dp = (int32_t)dp;
-                base.cp = 1, base.ep = 1, base.micro_batch = mb, base.global_batch = B;
+                base.cp = (int32_t)cp, base.ep = 1, base.micro_batch = mb, base.global_batch = B;
                 base.overlap_grad_reduce = 1;
                 /* schedules and their vstages */
                 static const int order[] = {HPGO_PS_1F1B, HPGO_PS_ZBH1, HPGO_PS_INTERLEAVED,
@@ -471,6 +478,7 @@ static int enumerate(search_t *S, int64_t N, hpgo_err_t *err)
                     }
                 }
             }
+        }
         }
     }
 done:

@@ -1,5 +1,5 @@
 /* autoplan.h - the best parallel plans for a model on a cluster: a search
- * over data x tensor x pipeline parallelism, virtual stages, micro-batch
+ * over data x tensor x context x pipeline parallelism, virtual stages, micro-batch
  * size, schedule, recomputation, sequence parallelism, ZeRO stage and
  * layer split, scored by the step engine (engine.h), keeping only plans
  * that fit in memory.
@@ -27,6 +27,8 @@
 
 #define HPGO_AUTOPLAN_MAX_TOP 1000
 #define HPGO_AUTOPLAN_MAX_CANDIDATES 2000000
+#define HPGO_AUTOPLAN_MAX_CP 64            /* context-parallel sizes tried: 1, 2, 4, ... */
+#define HPGO_AUTOPLAN_MIN_CP_TOKENS 4096   /* ... while each rank keeps this many tokens (unless cp is fixed) */
 
 enum { HPGO_OBJ_TIME = 0, HPGO_OBJ_COST = 1 };
 
@@ -43,7 +45,7 @@ typedef struct hpgo_autoplan_opts {
     double overhead_bytes;   /* as hpgo_step_opts_t; < 0 for the default */
     hpgo_cancel_t *cancel;   /* NULL, or a flag that stops the search (HPGO_E_CANCELLED) */
     /* fixed choices; -1 leaves the dimension free */
-    int32_t tp, pp, dp, vstages, micro_batch, schedule, recompute, sequence_parallel, zero;
+    int32_t tp, pp, dp, vstages, micro_batch, schedule, recompute, sequence_parallel, zero, cp;
 } hpgo_autoplan_opts_t;
 
 typedef struct hpgo_autoplan_entry {

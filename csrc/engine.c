@@ -61,7 +61,7 @@ static int32_t dev_of(const eng_t *e, int32_t k)
 
 static int64_t rank_of(const eng_t *e, int32_t d)
 {
-    return (int64_t)d * e->p->tp * e->p->dp;
+    return (int64_t)d * e->p->tp * e->p->cp * e->p->dp;
 }
 
 static int add_event(eng_t *e, double start, double dur, int32_t dev, int kind, int lane,
@@ -103,7 +103,9 @@ typedef struct devstate {
 
 static double dp_coll(const eng_t *e, int op, double bytes)
 {
-    return hpgo_cost_collective(e->c, op, e->p->dp, e->p->tp, bytes, HPGO_ALGO_AUTO);
+    /* gradients are averaged over every replica of the sequence: dp x cp */
+    return hpgo_cost_collective(e->c, op, (int64_t)e->p->dp * e->p->cp, e->p->tp, bytes,
+                                HPGO_ALGO_AUTO);
 }
 
 int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
@@ -192,7 +194,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     hpgo_work_state_bytes(w->precision, &wbytes, &gbytes, &obytes);
 
     hpgo_cancel_t *cancel = opts ? opts->cancel : NULL;
-    int per_mb_rs = p->zero >= 2 && p->dp > 1;
+    int per_mb_rs = p->zero >= 2 && p->dp * p->cp > 1;
     while (total > 0) {
         int64_t ran = 0;
         if (hpgo_cancelled(cancel)) {
@@ -219,7 +221,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                              : op.kind == HPGO_OP_B ? st->b
                              : op.kind == HPGO_OP_W ? st->w
                                                     : st->b + st->w;
-                if (p->zero >= 3 && p->dp > 1 && op.kind != HPGO_OP_W) {
+                if (p->zero >= 3 && p->dp * p->cp > 1 && op.kind != HPGO_OP_W) {
                     double ag = dp_coll(&e, HPGO_COLL_ALLGATHER, st->params * 2);
                     if (ag > dur)
                         dur = ag;
@@ -327,7 +329,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
             }
             if (s->dp_free > sync)
                 sync = s->dp_free;
-        } else if (p->dp > 1) {
+        } else if (p->dp * p->cp > 1) {
             int coll = p->zero >= 1 ? HPGO_COLL_REDUCE_SCATTER : HPGO_COLL_ALLREDUCE;
             /* chunks in the order their gradients complete */
             for (int32_t ch = 0; ch < V; ch++)
@@ -373,10 +375,10 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                 goto fail;
             sync += t_emb;
         }
-        double shard = params / (p->zero >= 1 ? p->dp : 1);
+        double shard = params / (p->zero >= 1 ? (double)p->dp * p->cp : 1);
         double t_opt = hpgo_step_optimizer_time(c, shard);
         double t_ag = 0;
-        if (p->zero >= 1 && p->zero <= 2 && p->dp > 1)
+        if (p->zero >= 1 && p->zero <= 2 && p->dp * p->cp > 1)
             t_ag = dp_coll(&e, HPGO_COLL_ALLGATHER, (overlap ? layer1 : params) * 2);
         if ((rc = add_event(&e, sync, t_opt + t_ag, d, HPGO_EV_OPTIMIZER, 0, -1, -1, -1)) != HPGO_OK)
             goto fail;
@@ -400,13 +402,13 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
         r->devices[d].bubble = iter > 0 ? 1 - r->devices[d].busy / iter : 0;
     r->iteration_time = iter;
     r->compute_time = compute;
-    r->gpus = (int64_t)p->tp * P * p->dp;
+    r->gpus = (int64_t)p->tp * p->cp * P * p->dp;
     r->microbatches = m;
     r->p = P, r->v = V, r->n_stages = K;
     double hw = 0;
     for (int32_t k = 0; k < K; k++)
         hw += sc[k].hw_flops;
-    r->hw_flops = hw * (double)m * p->tp * p->dp;
+    r->hw_flops = hw * (double)m * p->tp * p->cp * p->dp;
     r->model_flops = hpgo_work_model_flops(w, p->global_batch);
     int dt = w->precision == HPGO_PREC_FP32 ? HPGO_DT_FP32 : HPGO_DT_BF16;
     double peak = c->gpu.peak[dt] * (double)r->gpus;

@@ -56,7 +56,7 @@ typedef struct hpgo_step_result {
     double hw_flops;       /* per iteration, all GPUs, executed (with recomputation) */
     double mfu, hfu;       /* against the bf16 (or the precision's) dense peak */
     double samples_per_second, tokens_per_second;
-    int64_t gpus;          /* tp x pp x dp */
+    int64_t gpus;          /* tp x cp x pp x dp */
     int64_t microbatches;
     int32_t p, v, n_stages;
     int fits;              /* every device fits */

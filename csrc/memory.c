@@ -15,12 +15,12 @@ void hpgo_memory_breakdown(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int
 {
     double wb, gb, ob;
     hpgo_work_state_bytes(precision, &wb, &gb, &ob);
-    double d = (double)p->dp;
+    double d = (double)p->dp * p->cp; /* ZeRO shards over every replica of the sequence */
     out->weights = params * wb / (p->zero >= 3 ? d : 1);
     out->gradients = params * gb / (p->zero >= 2 ? d : 1);
     out->optimizer = params * ob / (p->zero >= 1 ? d : 1);
     out->activations = activations;
-    out->other = other + (p->zero >= 3 && p->dp > 1 ? 2 * max_layer_params * wb : 0);
+    out->other = other + (p->zero >= 3 && d > 1 ? 2 * max_layer_params * wb : 0);
     out->total = out->weights + out->gradients + out->optimizer + out->activations + out->other;
     out->capacity = c->gpu.hbm_bytes;
     out->margin = out->capacity - out->total;

@@ -10,15 +10,15 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
 {
     if (!p)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "plan: NULL");
-    if (p->tp < 1 || p->tp > 1024 || p->dp < 1 || p->dp > (1 << 24) || p->cp < 1 || p->ep < 1)
+    if (p->tp < 1 || p->tp > 1024 || p->dp < 1 || p->dp > (1 << 24) || p->cp < 1 ||
+        p->cp > 1024 || p->ep < 1)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                            "tp (1..1024), dp (1..2^24), cp and ep must be >= 1");
+                            "tp (1..1024), dp (1..2^24), cp (1..1024) and ep must be >= 1");
     if (p->pp < 1 || p->pp > HPGO_PLAN_MAX_PP)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "pp must be in 1..%d", HPGO_PLAN_MAX_PP);
-    if (p->cp != 1 || p->ep != 1)
+    if (p->ep != 1)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                            "context and expert parallelism (cp, ep) are not modelled yet: "
-                            "use cp=1, ep=1");
+                            "expert parallelism (ep) is not modelled yet: use ep=1");
     if (p->vstages < 1 || (int64_t)p->pp * p->vstages > HPGO_PLAN_MAX_STAGES)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "vstages must be >= 1 with pp x vstages <= %d", HPGO_PLAN_MAX_STAGES);

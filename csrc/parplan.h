@@ -5,8 +5,9 @@
  * and the layer split of the pp * vstages model stages.
  *
  * GPUs are numbered node-major (cluster.h) and ranks laid out as Megatron
- * does: tp fastest, then dp, then pp, so a tp group is tp consecutive GPUs
- * and the data-parallel peers of a GPU are tp apart. */
+ * does: tp fastest, then cp, then dp, then pp, so a tp group is tp
+ * consecutive GPUs, the context-parallel peers of a GPU are tp apart, and
+ * its gradients are reduced over the dp x cp GPUs tp apart. */
 #ifndef HPGO_PARPLAN_H
 #define HPGO_PARPLAN_H
 
@@ -30,7 +31,7 @@ enum {
 enum { HPGO_RC_NONE = 0, HPGO_RC_SELECTIVE = 1, HPGO_RC_FULL = 2 };
 
 typedef struct hpgo_parplan {
-    int32_t tp, pp, dp, cp, ep, vstages;
+    int32_t tp, pp, dp, cp, ep, vstages; /* cp: sequence split (ring attention) */
     int64_t micro_batch, global_batch; /* sequences (samples) */
     int32_t schedule;                  /* HPGO_PS_* */
     int32_t recompute;                 /* HPGO_RC_* */

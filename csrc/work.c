@@ -130,7 +130,7 @@ void hpgo_work_state_bytes(int32_t precision, double *weights, double *grads, do
 /* ---- transformer -------------------------------------------------------- */
 
 typedef struct xshape {
-    double h, f, a, g, dh, q, kv, s, V, L, b, t, T, tl;
+    double h, f, a, g, dh, q, kv, s, V, L, b, t, c, T, tl; /* T: tokens on the rank (b s / c) */
     int sp, rc, flash, dropout, swiglu;
 } xshape_t;
 
@@ -154,7 +154,8 @@ static void shape(const hpgo_xformer_t *x, const hpgo_parplan_t *p, xshape_t *s)
     s->L = (double)x->layers;
     s->b = (double)p->micro_batch;
     s->t = (double)p->tp;
-    s->T = s->b * s->s;
+    s->c = (double)(p->cp > 0 ? p->cp : 1);
+    s->T = s->b * s->s / s->c;
     s->sp = p->sequence_parallel && p->tp > 1;
     s->tl = s->sp ? s->T / s->t : s->T;
     s->rc = p->recompute;
@@ -181,7 +182,7 @@ static void core_fwd(const kctx_t *k, acc_t *a, const xshape_t *s)
               E * (T * (s->q + 2 * s->kv) / t + T * s->q / t));
         return;
     }
-    double es = s->b * (s->a / t) * s->s * s->s; /* score elements */
+    double es = T * (s->a / t) * s->s; /* score elements: local queries x all keys */
     double fl = 2 * T * s->s * s->q / t;
     a->flops += fl;
     a->t += hpgo_gpu_op_time(k->g, k->dtype, 1, fl, E * (T * s->q / t + T * s->kv / t + es));
@@ -201,7 +202,7 @@ static void core_bwd(const kctx_t *k, acc_t *a, const xshape_t *s)
               E * (2 * T * (s->q + 2 * s->kv) / t + 2 * T * s->q / t));
         return;
     }
-    double es = s->b * (s->a / t) * s->s * s->s;
+    double es = T * (s->a / t) * s->s;
     double fl = 2 * T * s->s * s->q / t;
     for (int i = 0; i < 4; i++) { /* dQ, dK, dProbs, dV */
         a->flops += fl;
@@ -324,9 +325,14 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     if (x->ffn % p->tp != 0)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "tp=%d must divide ffn=%lld", (int)p->tp,
                             (long long)x->ffn);
-    if (s.sp && ((int64_t)s.T) % p->tp != 0)
+    if (p->cp > 1 && x->seq % (2 * p->cp) != 0)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                            "sequence parallelism needs micro_batch x seq divisible by tp");
+                            "context parallelism splits the sequence in 2 x cp chunks: seq=%lld "
+                            "is not a multiple of %d",
+                            (long long)x->seq, 2 * (int)p->cp);
+    if (s.sp && fmod(s.T, s.t) != 0)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "sequence parallelism needs micro_batch x seq / cp divisible by tp");
     double E = k.e, X = E * s.T * s.h;
     /* one layer, priced once: all layers of a model are alike */
     acc_t fw = {0, 0}, bi = {0, 0}, bw = {0, 0}, core = {0, 0};
@@ -343,6 +349,20 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
         double ar = tp_coll(c, HPGO_COLL_ALLREDUCE, &s, X);
         tp_f = 2 * ar;
         tp_b = 2 * ar;
+    }
+    if (p->cp > 1) {
+        /* ring attention (Megatron-Core CP): K and V of the whole sequence
+         * gathered around the cp group in the forward, gathered again and
+         * their gradients reduce-scattered in the backward, overlapped with
+         * the attention blocks: only what the attention core cannot hide */
+        acc_t cb = {0, 0};
+        core_bwd(&k, &cb, &s);
+        double kv = 2 * E * s.b * s.s * s.kv / s.t;
+        double ag = hpgo_cost_collective(c, HPGO_COLL_ALLGATHER, p->cp, p->tp, kv, HPGO_ALGO_AUTO);
+        double rs =
+            hpgo_cost_collective(c, HPGO_COLL_REDUCE_SCATTER, p->cp, p->tp, kv, HPGO_ALGO_AUTO);
+        tp_f += ag > core.t ? ag - core.t : 0;
+        tp_b += ag + rs > cb.t ? ag + rs - cb.t : 0;
     }
     double rc_t = 0, rc_fl = 0;
     if (s.rc == HPGO_RC_FULL)
@@ -528,8 +548,11 @@ int hpgo_work_stage_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     int64_t have = hpgo_cluster_gpus(c);
     if (need > have)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                            "the plan needs tp x pp x dp = %lld GPUs, the cluster has %lld",
+                            "the plan needs tp x cp x pp x dp = %lld GPUs, the cluster has %lld",
                             (long long)need, (long long)have);
+    if (p->cp > 1 && w->kind != HPGO_WORK_TRANSFORMER)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "context parallelism splits attention: it needs a transformer model");
     if (p->tp > hpgo_cluster_unit(c, 0))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "tp=%d is larger than a node (%lld GPUs): tensor parallelism stays "
@@ -541,7 +564,8 @@ int hpgo_work_stage_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
                             (long long)hpgo_cluster_unit(c, 0));
     int64_t fan[HPGO_CLUSTER_MAX_LEVELS];
     if ((rc = hpgo_group_fanout(c, p->tp, 1, fan, err)) != HPGO_OK ||
-        (rc = hpgo_group_fanout(c, p->dp, p->tp, fan, err)) != HPGO_OK)
+        (rc = hpgo_group_fanout(c, p->cp, p->tp, fan, err)) != HPGO_OK ||
+        (rc = hpgo_group_fanout(c, (int64_t)p->dp * p->cp, p->tp, fan, err)) != HPGO_OK)
         return rc;
     int64_t L = hpgo_work_layers(w);
     int K = p->pp * p->vstages;

@@ -99,7 +99,8 @@ class RankedPlan:
 
     def label(self) -> str:
         p = self.plan
-        parts = [f"tp={p.tp}", f"pp={p.pp}", f"dp={p.dp}", f"mb={p.micro_batch}", p.schedule]
+        parts = [f"tp={p.tp}"] + ([f"cp={p.cp}"] if p.cp > 1 else []) + \
+            [f"pp={p.pp}", f"dp={p.dp}", f"mb={p.micro_batch}", p.schedule]
         if p.virtual_stages > 1:
             parts.append(f"v={p.virtual_stages}")
         if p.sequence_parallel:
@@ -252,7 +253,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              virtual_stages: int | None = None, micro_batch: int | None = None,
              schedule: str | None = None, recompute: str | None = None,
              sequence_parallel: bool | None = None, zero: int | None = None,
-             timeout: float | None = None) -> RankedPlans:
+             cp: int | None = None, timeout: float | None = None) -> RankedPlans:
     """The ``top`` fastest plans (``objective="time"``) or the cheapest in
     GPU-seconds per iteration over the GPU counts ``gpus / 2^k``
     (``objective="cost"``) that fit in memory, best first.
@@ -297,15 +298,15 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _fixed("tp", tp), _fixed("pp", pp), _fixed("dp", dp),
             _fixed("virtual_stages", virtual_stages), _fixed("micro_batch", micro_batch),
             _fixed("schedule", schedule, SCHEDULES), _fixed("recompute", recompute, RECOMPUTE_MODES),
-            _fixed("sequence_parallel", sequence_parallel), _fixed("zero", zero))
+            _fixed("sequence_parallel", sequence_parallel), _fixed("zero", zero), _fixed("cp", cp))
     t0 = time.perf_counter()
     d = _core._autoplan(m._tuple(PRECISIONS[precision]), c._tuple(), opts, timeout)
     elapsed = time.perf_counter() - t0
     mid = model_id(m)
     ranked = []
     for rank, (pt, _t, _score, balanced) in enumerate(d["plans"], 1):
-        (p_tp, p_pp, p_dp, _cp, _ep, v, mb, gb, sch, rc, sp, z, ov, split) = pt
-        plan = ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, virtual_stages=v,
+        (p_tp, p_pp, p_dp, p_cp, _ep, v, mb, gb, sch, rc, sp, z, ov, split) = pt
+        plan = ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, virtual_stages=v,
                             micro_batch=mb, schedule=_SCHED_NAMES[sch], recompute=_RC_NAMES[rc],
                             sequence_parallel=bool(sp), zero=z, overlap_grad_reduce=bool(ov),
                             split=split, model=mid)

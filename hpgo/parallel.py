@@ -58,7 +58,9 @@ class ParallelPlan:
     boundaries of the model stages (default: even, the remainder on the
     middle stages); ``model`` records the identity of the model the plan was
     made for (:func:`hpgo.model_id`), and simulating it on another model is
-    refused.  GPUs are laid out as Megatron does: tp fastest, then dp, then pp.
+    refused.  ``cp`` splits each sequence over that many GPUs (ring attention;
+    transformers only).  GPUs are laid out as Megatron does: tp fastest, then
+    cp, then dp, then pp; gradients are averaged (and ZeRO shards) over dp x cp.
     """
 
     global_batch: int
@@ -197,7 +199,8 @@ class ParallelPlan:
         if precision not in ("bf16", "fp16", "fp8"):
             raise ValueError("Megatron-LM trains in bf16, fp16 or fp8")
         self._check_layers(model)
-        a = [f"--tensor-model-parallel-size {self.tp}",
+        a = [f"--tensor-model-parallel-size {self.tp}"] + \
+            ([f"--context-parallel-size {self.cp}"] if self.cp > 1 else []) + [
              f"--pipeline-model-parallel-size {self.pp}",
              f"--micro-batch-size {self.micro_batch}", f"--global-batch-size {self.global_batch}"]
         if self.virtual_stages > 1 and self.schedule == "interleaved-1f1b" and model is not None:
@@ -283,7 +286,7 @@ class ParallelPlan:
                  f"pipeline_parallel_degree = {self.pp}",
                  f'pipeline_parallel_schedule = "{sched}"',
                  f"pipeline_parallel_microbatch_size = {self.micro_batch}",
-                 "context_parallel_degree = 1", "",
+                 f"context_parallel_degree = {self.cp}", "",
                  "[training]",
                  f"global_batch_size = {self.global_batch}",
                  f"local_batch_size = {self.global_batch // self.dp}"]
@@ -325,7 +328,8 @@ class ParallelPlan:
             extra.append(f"zero={self.zero}")
         if self.recompute != "none":
             extra.append(f"recompute={self.recompute}")
-        return (f"ParallelPlan(tp={self.tp} pp={self.pp} dp={self.dp} mb={self.micro_batch} "
+        cp = f" cp={self.cp}" if self.cp > 1 else ""
+        return (f"ParallelPlan(tp={self.tp}{cp} pp={self.pp} dp={self.dp} mb={self.micro_batch} "
                 f"gb={self.global_batch} {self.schedule}" + (" " + " ".join(extra) if extra else "")
                 + ")")
 

@@ -225,3 +225,15 @@ def test_plots_of_plans_and_steps():
         plot.step_gantt(hpgo.simulate(m, c, step.plan, timeline=False))
     with pytest.raises(TypeError):
         plot.step_gantt(r)
+
+
+def test_long_sequences_search_context_parallelism_exactly():
+    m = hpgo.transformer(hidden=1024, ffn=4096, heads=16, kv_heads=4, layers=8, seq=32768,
+                         vocab=32000, mlp="swiglu", flash=True)
+    c = hpgo.Cluster.preset("dgx-h100", nodes=2).with_gpu(memory_bytes=24e9)
+    fast = hpgo.autoplan(m, c, 16, top=10)
+    slow = hpgo.autoplan(m, c, 16, top=10, exhaustive=True)
+    assert key(fast) == key(slow)
+    assert any(rp.plan.cp > 1 for rp in slow)
+    only = hpgo.autoplan(m, c, 16, top=3, cp=4)
+    assert all(rp.plan.cp == 4 for rp in only)

@@ -424,7 +424,11 @@ def test_hpgo_result_is_simulated_by_the_same_engine(tmp_path):
     (lambda: hpgo.simulate(hpgo.transformer("llama3-8b"), "dgx-h100",
                            hpgo.ParallelPlan(global_batch=8, virtual_stages=2)), ValueError, "vstages"),
     (lambda: hpgo.simulate(hpgo.transformer("llama3-8b"), "dgx-h100",
-                           hpgo.ParallelPlan(global_batch=8, cp=2)), ValueError, "not modelled"),
+                           hpgo.ParallelPlan(global_batch=8, ep=2)), ValueError, "not modelled"),
+    (lambda: hpgo.simulate(hpgo.transformer("llama3-8b", seq=1004), "dgx-h100",
+                           hpgo.ParallelPlan(global_batch=8, cp=4)), ValueError, "2 x cp"),
+    (lambda: hpgo.simulate(uniform_chain(4), "dgx-h100", hpgo.ParallelPlan(cp=2, global_batch=8)),
+     ValueError, "transformer"),
     (lambda: hpgo.simulate(hpgo.transformer("llama3-8b"), "dgx-a100-80gb",
                            hpgo.ParallelPlan(global_batch=8), precision="fp8"), ValueError, "fp8"),
     (lambda: hpgo.simulate(hpgo.transformer("llama3-8b"), "dgx-h100", "plan"), TypeError, "ParallelPlan"),
@@ -435,3 +439,24 @@ def test_hpgo_result_is_simulated_by_the_same_engine(tmp_path):
 def test_bad_arguments(call, exc, words):
     with pytest.raises(exc, match=words):
         call()
+
+
+def test_context_parallelism_splits_the_sequence():
+    m = hpgo.transformer("llama3-8b", seq=65536)
+    c = hpgo.Cluster.preset("dgx-h100", nodes=4)
+    base = hpgo.ParallelPlan(tp=8, dp=4, global_batch=8, sequence_parallel=True,
+                             recompute="full")
+    one = hpgo.simulate(m, c, base, timeline=False)
+    four = hpgo.simulate(m, c, base.with_(cp=4, dp=1), timeline=False)
+    assert four.gpus == one.gpus == 32
+    # each GPU stores a quarter of the tokens' activations
+    assert four.stages[0]["activation_bytes_layers"] == pytest.approx(
+        one.stages[0]["activation_bytes_layers"] / 4)
+    # and does a quarter of the work of a (4x larger) micro-batch: the same FLOPs overall
+    assert four.model_flops == pytest.approx(one.model_flops)
+    assert four.hw_flops == pytest.approx(one.hw_flops, rel=1e-9)
+    # ZeRO shards over dp x cp
+    z = hpgo.simulate(m, c, base.with_(cp=4, dp=1, zero=1), timeline=False)
+    assert z.memory[0].optimizer == pytest.approx(four.memory[0].optimizer / 4)
+    args = base.with_(cp=4, dp=1).megatron_args(m)
+    assert "--context-parallel-size 4" in args

@@ -604,7 +604,7 @@ PyDoc_STRVAR(autoplan_doc,
              "_autoplan(model, cluster, opts, timeout) -> dict\n\n"
              "opts: (global_batch, gpus, objective, top, exhaustive, threads, max_micro_batch,\n"
              "max_vstages, overhead_bytes or None, tp, pp, dp, vstages, micro_batch, schedule,\n"
-             "recompute, sequence_parallel, zero) with -1 for a free choice.  The GIL is\n"
+             "recompute, sequence_parallel, zero, cp) with -1 for a free choice.  The GIL is\n"
              "released while the search runs.");
 
 static PyObject *autoplan(PyObject *module, PyObject *args)
@@ -621,7 +621,7 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     double *arrays = NULL;
     PyObject *res = NULL;
     memset(&o, 0, sizeof o);
-    const Py_ssize_t N = 18;
+    const Py_ssize_t N = 19;
     if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c) < 0)
         goto done;
     if (get_i64(ot, 0, N, "global_batch", &o.global_batch) < 0 ||
@@ -635,9 +635,9 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     if (PyTuple_GET_ITEM(ot, 8) != Py_None &&
         glue_f64(PyTuple_GET_ITEM(ot, 8), "overhead_bytes", &o.overhead_bytes) < 0)
         goto done;
-    int32_t *fixed[9] = {&o.tp, &o.pp, &o.dp, &o.vstages, &o.micro_batch, &o.schedule,
-                         &o.recompute, &o.sequence_parallel, &o.zero};
-    for (int i = 0; i < 9; i++)
+    int32_t *fixed[10] = {&o.tp, &o.pp, &o.dp, &o.vstages, &o.micro_batch, &o.schedule,
+                          &o.recompute, &o.sequence_parallel, &o.zero, &o.cp};
+    for (int i = 0; i < 10; i++)
         if (get_i32(ot, 9 + i, N, "fixed choice", fixed[i]) < 0)
             goto done;
     hpgo_cancel_t cancel;
