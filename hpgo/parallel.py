@@ -148,6 +148,26 @@ class ParallelPlan:
         return cls(global_batch=global_batch, pp=len(stages), dp=dp, micro_batch=mb,
                    split=split, model=model)
 
+    @classmethod
+    def from_replan(cls, result: Any, global_batch: int, *, dp: int = 1, micro_batch: int = 1,
+                    schedule: str = "1f1b", model: str | None = None) -> "ParallelPlan":
+        """The plan of a DynPipe re-planning result (:func:`hpgo.replan`): one
+        pipeline stage per entry of its chosen split (layers per stage), as a
+        layer split.  HAP's heterogeneous plans (uneven shares per device)
+        have no neutral form."""
+        counts = getattr(result, "chosen", result)
+        try:
+            counts = [int(c) for c in counts]
+        except (TypeError, ValueError):
+            raise ValueError("not a re-planning result: expected layers per stage") from None
+        if not counts or min(counts) < 1:
+            raise ValueError("every stage of the split needs at least one layer")
+        split = [0]
+        for c in counts:
+            split.append(split[-1] + c)
+        return cls(global_batch=global_batch, pp=len(counts), dp=dp, micro_batch=micro_batch,
+                   schedule=schedule, split=tuple(split), model=model)
+
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["split"] = list(self.split) if self.split is not None else None

@@ -460,3 +460,14 @@ def test_context_parallelism_splits_the_sequence():
     assert z.memory[0].optimizer == pytest.approx(four.memory[0].optimizer / 4)
     args = base.with_(cp=4, dp=1).megatron_args(m)
     assert "--context-parallel-size 4" in args
+
+
+def test_replan_results_become_plans_the_engine_runs():
+    r = hpgo.replan([1.0] * 8, [2.0] * 8, current=[4, 4], slowdown=[2.0, 1.0])
+    plan = hpgo.ParallelPlan.from_replan(r, global_batch=16)
+    assert plan.pp == len(r.chosen) and plan.split[-1] == 8
+    assert [b - a for a, b in zip(plan.split, plan.split[1:])] == list(r.chosen)
+    step = hpgo.simulate(uniform_chain(8), FAST, plan, timeline=False)
+    assert [s["layers"] for s in step.stages] == list(r.chosen)
+    with pytest.raises(ValueError, match="at least one layer"):
+        hpgo.ParallelPlan.from_replan([3, 0], global_batch=8)
