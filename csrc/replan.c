@@ -535,6 +535,14 @@ int hpgo_replan_run(const hpgo_replan_input_t *in, hpgo_replan_result_t *out, hp
     rc = score_cuts(&c, in, cur, &t_cur, err);
     if (rc != HPGO_OK)
         goto done;
+    if (!isfinite(c.pf[L]) || !isfinite(c.pb[L]) || !isfinite(t_cur)) {
+        /* sums past the largest double: no search can compare splits (the
+         * DP would reconstruct cuts from no choice at all) */
+        rc = hpgo_err_set(err, HPGO_E_INVALID, 0,
+                          "the scores are not finite: the layer times (or their sums times "
+                          "the slowdowns) are too large for doubles");
+        goto done;
+    }
     int64_t n_cand = 0;
     if (in->method == HPGO_REPLAN_TOPK) {
         rc = run_topk(&c, in, best, &t_new, &n_cand, err);

@@ -550,12 +550,12 @@ static int p_repeats(const psim *P, int32_t k, int32_t c, double delta)
                 if ((i == 2 && s == 0) || (i == 3 && s == P->S - 1))
                     continue; /* no arrival there */
                 double d = q[i][a] - q[i][b] - delta;
-                if (!(fabs(d) <= 1e-9 * fabs(q[i][a])))
+                if (!(fabs(d) <= 1e-12 * fabs(q[i][a])))
                     return 0;
             }
         }
         const double *e = P->iter_end + (size_t)s * P->iters;
-        if (!(fabs(e[k] - e[k - c] - delta) <= 1e-9 * fabs(e[k])))
+        if (!(fabs(e[k] - e[k - c] - delta) <= 1e-12 * fabs(e[k])))
             return 0;
     }
     return 1;

@@ -465,3 +465,12 @@ def test_every_simulation_says_whether_it_fits():
     assert simulate_pipeline([Stage(1e-3, 2e-3, param_bytes=1e10)], 4, gpu_memory=80e9).fits
     with pytest.raises(ValueError, match="gpu_memory"):
         simulate_pipeline([Stage(1e-3, 2e-3)], 4, gpu_memory=0)
+
+
+def test_pipedream_period_sees_nanosecond_transfers():
+    # found by the property test: a 1-byte transfer at 1 GB/s adds 1 ns per
+    # iteration; the period detector must not treat 2 ns as a repetition
+    r = simulate_pipeline([Stage(0.0, 1.0, 1.0, 0.0), Stage(0.0, 1.0, 0.0, 0.0)], 1,
+                          "pipedream", link_bandwidth=1e9, allreduce_bandwidth=1e9,
+                          timeline=False)
+    assert r.iteration_time == pytest.approx(1.0 + 1e-9, rel=1e-13)
