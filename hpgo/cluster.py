@@ -19,11 +19,10 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from . import _core
+from . import _core, _files
 
 __all__ = ["GPU", "Level", "Cluster"]
 
@@ -210,19 +209,12 @@ class Cluster:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the JSON description atomically (a failed write leaves the old file)."""
-        _atomic_write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
+        _files.atomic_write(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Cluster":
         where = os.fspath(path)
-        with open(where, "rb") as f:
-            raw = f.read(1 << 24)
-            if f.read(1):
-                raise ValueError(f"{where}: a cluster file is at most 16 MiB")
-        try:
-            d = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-            raise ValueError(f"{where}: not a JSON cluster description ({e})") from None
+        d = _files.load_json(where, "cluster file")
         if not isinstance(d, dict):
             raise ValueError(f"{where}: a cluster description is a JSON object")
         return cls.from_dict(d, where=where)
@@ -235,18 +227,3 @@ class Cluster:
                 + (f", {self.levels[1].bandwidth / 1e9:.1f} GB/s across" if len(self.levels) > 1 else "")
                 + ")")
 
-
-def _atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    target = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(target))
-    fd, tmp = tempfile.mkstemp(prefix=".hpgo-", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import _core
-from .cluster import Cluster, _atomic_write_text
+from . import _files
+from .cluster import Cluster
 from .workmodel import ProfiledModel, Transformer, model_id, profile_model
 
 __all__ = ["ParallelPlan", "StepResult", "MemoryBreakdown", "simulate", "SCHEDULES",
@@ -191,20 +192,12 @@ class ParallelPlan:
         return json.dumps(self.to_dict(), indent=1)
 
     def save(self, path: str | os.PathLike) -> None:
-        _atomic_write_text(path, self.to_json() + "\n")
+        _files.atomic_write(path, self.to_json() + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "ParallelPlan":
         where = os.fspath(path)
-        with open(where, "rb") as f:
-            raw = f.read(1 << 24)
-            if f.read(1):
-                raise ValueError(f"{where}: a plan file is at most 16 MiB")
-        try:
-            d = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-            raise ValueError(f"{where}: not a JSON plan ({e})") from None
-        return cls.from_dict(d, where=where)
+        return cls.from_dict(_files.load_json(where, "plan file"), where=where)
 
     # -- exports ------------------------------------------------------------
     def _check_layers(self, model: Any) -> None:
@@ -467,7 +460,7 @@ class StepResult:
                         "args": args})
         trace = {"traceEvents": evs, "displayTimeUnit": "ms"}
         if path is not None:
-            _atomic_write_text(path, json.dumps(trace))
+            _files.atomic_write(path, json.dumps(trace))
         return trace
 
 
