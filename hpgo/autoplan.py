@@ -20,10 +20,9 @@ best; ``exhaustive=True`` simulates everything and returns the same plans.
 from __future__ import annotations
 
 import html
-import math
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 from . import _core
 from .cluster import Cluster
