@@ -188,6 +188,40 @@ def _trace_threads(timeline: Sequence[Event]) -> tuple[list[int], dict[tuple[int
     return tids, names
 
 
+class _FrozenRaw:
+    """The numbers of a C simulation result, as Python values: what an
+    unpickled :class:`SimulationResult` reads instead of the C object (the
+    same interface, so every property and the trace are bit-identical)."""
+
+    __slots__ = ("iteration_time", "_stages", "_devices", "_events")
+
+    def __init__(self, iteration_time: float, stages: tuple, devices: tuple,
+                 events: tuple) -> None:
+        self.iteration_time = iteration_time
+        self._stages = stages
+        self._devices = devices
+        self._events = events
+
+    @property
+    def n_events(self) -> int:
+        return len(self._events)
+
+    def stages(self) -> list:
+        return list(self._stages)
+
+    def devices(self) -> list:
+        return list(self._devices)
+
+    def events(self) -> list:
+        return list(self._events)
+
+
+def _restore_simulation(iteration_time: float, stages: tuple, devices: tuple, events: tuple,
+                        batch_size: int | None, config: dict) -> "SimulationResult":
+    return SimulationResult(_FrozenRaw(iteration_time, stages, devices, events),
+                            batch_size=batch_size, config=config)
+
+
 class SimulationResult:
     """Result of one simulated iteration.
 
@@ -208,6 +242,13 @@ class SimulationResult:
         self._stages: list[StageStats] | None = None
         self._devices: list[DeviceStats] | None = None
         self._timeline: list[Event] | None = None
+
+    def __reduce__(self) -> tuple:
+        # the simulator's numbers themselves (floats pickle exactly), not a
+        # re-simulation: the result does not keep everything its call took
+        r = self._raw
+        return (_restore_simulation, (r.iteration_time, tuple(r.stages()), tuple(r.devices()),
+                                      tuple(r.events()), self.batch_size, self.config))
 
     @property
     def iteration_time(self) -> float:

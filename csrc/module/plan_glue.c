@@ -1101,7 +1101,59 @@ static PyObject *orch_get(PyObject *self, void *closure)
     return Py_NewRef(v);
 }
 
+/* Pickle support: the constructor's arguments, and as state the settings
+ * and the last results (res and skipped), so an unpickled planner answers
+ * .res without planning again. */
+static PyObject *orch_reduce(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    OrchObject *o = (OrchObject *)self;
+    PyObject *timeout = o->timeout > 0 ? PyFloat_FromDouble(o->timeout) : Py_NewRef(Py_None);
+    if (!timeout)
+        return NULL;
+    return Py_BuildValue("(O(OO)(iiKNOO))", (PyObject *)Py_TYPE(self), o->model, o->devices,
+                         o->threads, o->exhaustive, (unsigned long long)o->max_bytes, timeout,
+                         o->res, o->skipped);
+}
+
+static PyObject *orch_setstate(PyObject *self, PyObject *state)
+{
+    OrchObject *o = (OrchObject *)self;
+    int threads, exhaustive;
+    unsigned long long max_bytes;
+    PyObject *timeout_o, *res, *skipped;
+    double timeout;
+    if (!PyTuple_Check(state) || !PyArg_ParseTuple(state, "iiKOO!O!:__setstate__", &threads,
+                                                   &exhaustive, &max_bytes, &timeout_o,
+                                                   &PyList_Type, &res, &PyList_Type, &skipped)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "AsyncOrchestrate state must be a tuple");
+        return NULL;
+    }
+    if (threads < 0 || glue_timeout(timeout_o, &timeout) < 0 || max_bytes > SIZE_MAX) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "invalid AsyncOrchestrate state");
+        return NULL;
+    }
+    PyObject *r = PyList_GetSlice(res, 0, PyList_GET_SIZE(res));
+    PyObject *s = r ? PyList_GetSlice(skipped, 0, PyList_GET_SIZE(skipped)) : NULL;
+    if (!s) {
+        Py_XDECREF(r);
+        return NULL;
+    }
+    o->threads = threads;
+    o->exhaustive = exhaustive != 0;
+    o->max_bytes = (size_t)max_bytes;
+    o->timeout = timeout;
+    Py_SETREF(o->res, r);
+    Py_SETREF(o->skipped, s);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef orch_methods[] = {
+    {"__reduce__", orch_reduce, METH_NOARGS,
+     "__reduce__()\n--\n\nPickle support: model, devices, settings and the last results."},
+    {"__setstate__", orch_setstate, METH_O,
+     "__setstate__(state)\n--\n\nPickle support (see __reduce__)."},
     {"orchestrate", orch_orchestrate, METH_NOARGS,
      "orchestrate()\n--\n\nPlan every candidate (GIL released); fills res and skipped."},
     {"py_orchestrate", orch_py_orchestrate, METH_NOARGS,
