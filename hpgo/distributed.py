@@ -29,6 +29,7 @@ imports Dask or Ray.
 from __future__ import annotations
 
 import math
+import re
 import time
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 
@@ -168,9 +169,21 @@ def grid_task(base: dict, ws: list, mbs: Optional[list], threads: int) -> list:
     return _core.distir_grid(base, ws, mbs, threads)
 
 
-def batch_task(cfgs: list, threads: int) -> list:
-    """One chunk of configurations of :func:`hpgo.simulate_mlp_batch`."""
-    return _core.distir_batch(cfgs, threads)
+def batch_task(cfgs: list, threads: int, offset: int = 0) -> list:
+    """One chunk of configurations of :func:`hpgo.simulate_mlp_batch`; the
+    chunk starts at configuration ``offset`` of the whole batch, which an
+    error message names as the local call does."""
+    try:
+        return _core.distir_batch(cfgs, threads)
+    except Exception as e:
+        m = re.match(r"configuration (\d+): ", str(e.args[0]) if e.args else "")
+        if not offset or m is None or len(e.args) != 1:
+            raise
+        try:
+            again = type(e)(f"configuration {int(m.group(1)) + offset}: {e.args[0][m.end():]}")
+        except Exception:  # pragma: no cover - an exception type that needs more arguments
+            raise e from None
+        raise again from None
 
 
 def autoplan_task(model: tuple, cluster: tuple, opts: tuple, timeout: Optional[float]) -> dict:
