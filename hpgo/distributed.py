@@ -50,9 +50,9 @@ def workers(executor: Any) -> int:
             n = sum(int(w.get("nthreads", 1)) for w in info.get("workers", {}).values())
             return max(1, n)
         for attr in ("_max_workers", "_processes"):
-            n = getattr(executor, attr, None)
-            if isinstance(n, int) and n > 0:
-                return n
+            k = getattr(executor, attr, None)
+            if isinstance(k, int) and k > 0:
+                return k
     except Exception:  # pragma: no cover - a foreign executor's introspection failed
         pass
     return 4
@@ -153,6 +153,11 @@ def run(executor: Any, fn: Callable[..., Any], tasks: Sequence[Tuple[Any, ...]],
             except Exception:  # pragma: no cover - a future that cannot be cancelled
                 pass
         raise
+
+
+def gbar_done(bar: Any, spans: Sequence[Tuple[int, int]]) -> Callable[[int], None]:
+    """A ``done`` callback that moves a progress line to the end of chunk i."""
+    return lambda i: bar.update(spans[i][1])
 
 
 # ------------------------------------------------------------------ tasks

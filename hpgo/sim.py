@@ -888,19 +888,19 @@ def grid_search(batch_size: int, width: int, layers: int,
         _dist.check_executor(executor)
         size = _dist.check_chunksize(chunksize) or _dist.default_chunksize(len(ws), executor, 1)
         spans = _dist.chunks(len(ws), size)
-        bar = None
+        gbar = None
         if ws and _progress.wanted(progress):
-            bar = _progress.Progress(len(ws), desc="grid search", unit="device counts",
-                                     delay=0.0 if progress else 0.5)
-            bar.update(0)
+            gbar = _progress.Progress(len(ws), desc="grid search", unit="device counts",
+                                      delay=0.0 if progress else 0.5)
+            gbar.update(0)
         try:
             parts = _dist.run(executor, _dist.grid_task,
                               [(base, ws[a:b], mbs, threads) for a, b in spans],
                               what="grid_search",
-                              done=None if bar is None else (lambda i: bar.update(spans[i][1])))
+                              done=None if gbar is None else _dist.gbar_done(gbar, spans))
         finally:
-            if bar is not None:
-                bar.close()
+            if gbar is not None:
+                gbar.close()
         raw = [r for p in parts for r in p]
     elif ws and _progress.wanted(progress):
         bar = _progress.Progress(len(ws), desc="grid search", unit="device counts",
