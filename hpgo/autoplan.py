@@ -258,19 +258,25 @@ def _distributed_search(executor: Any, mt: tuple, c: Cluster, opts: tuple,
     probe = list(opts)
     probe[9] = 0
     _core._autoplan(mt, c._tuple(), tuple(probe), timeout)
-    if opts[9] >= 0:
-        tps = [opts[9]]
-    else:
-        g = c.gpus_per_node
-        tps = [t for t in range(1, g + 1) if g % t == 0]
-    tasks = []
+    # one task per tp the search can use (tp divides a node); with tp fixed,
+    # one per pp (pp divides the GPU count, and every GPU count of the cost
+    # objective divides the largest).  Not both: each task simulates its own
+    # top list, so finer splits cost more simulations in all.
+    g, n = c.gpus_per_node, opts[1] or c.gpus
+    tps = [opts[9]] if opts[9] >= 0 else [t for t in range(1, g + 1) if g % t == 0]
+    pps = [opts[10]]
+    if opts[9] >= 0 and opts[10] < 0:
+        pps = [p for p in range(1, min(n, 4096) + 1) if n % p == 0]
+    keys, tasks = [], []
     for t in tps:
-        o = list(opts)
-        o[9] = t
-        tasks.append((mt, c._tuple(), tuple(o), timeout))
+        for p in pps:
+            o = list(opts)
+            o[9], o[10] = t, p
+            keys.append((t, p))
+            tasks.append((mt, c._tuple(), tuple(o), timeout))
     parts = _dist.run(executor, _dist.autoplan_task, tasks, what="autoplan",
                       timeout=timeout)
-    return _dist.merge_ranked(parts, tps, int(top))
+    return _dist.merge_ranked(parts, keys, int(top))
 
 
 def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int | None = None,
@@ -299,11 +305,11 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     plan that fits returns an empty ranking whose ``table()`` says why.
 
     ``executor``: split the search by tensor-parallel size (one task per
-    ``tp`` that divides a node, or one task when ``tp=`` is fixed) over a
-    concurrent.futures executor, a dask.distributed.Client or a
-    multiprocessing-style pool; the per-``tp`` top lists merge into
-    exactly the local ranking (``stats`` then sums the tasks' counters;
-    docs/distributed.md)."""
+    ``tp`` that divides a node; with ``tp=`` fixed, one per ``pp`` that
+    divides the GPU count) over a concurrent.futures executor, a
+    dask.distributed.Client or a multiprocessing-style pool; the per-task
+    top lists merge into exactly the local ranking (``stats`` then sums
+    the tasks' counters; docs/distributed.md)."""
     m = _as_model(model, profile_batch)
     if seq is not None:
         if not isinstance(m, Transformer):

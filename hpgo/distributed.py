@@ -5,8 +5,8 @@
 DESIGN: a call with ``executor=`` validates its arguments here, exactly as
 the local call does, then cuts its cases into chunks of consecutive cases
 (whole global batch sizes of a sweep, whole device counts of a grid search,
-consecutive configurations of a batch, one fixed ``tp`` of an autoplan
-search).  Each chunk is one task: a module-level function of this file
+consecutive configurations of a batch, one fixed (``tp``, ``pp``) of an
+autoplan search).  Each chunk is one task: a module-level function of this file
 that makes the same pooled C call the local run makes, on the worker, with
 the GIL released and ``threads`` C threads.  Results are collected in chunk
 order, so rows come back in the original order; every case is independent
@@ -196,25 +196,27 @@ def autoplan_task(model: tuple, cluster: tuple, opts: tuple, timeout: Optional[f
     return _core._autoplan(model, cluster, opts, timeout)
 
 
-def merge_ranked(results: Iterable[dict], tps: Sequence[int], top: int) -> dict:
-    """Merge per-``tp`` autoplan results into the one the whole search gives.
+def merge_ranked(results: Iterable[dict], keys: Sequence[Tuple[int, int]], top: int) -> dict:
+    """Merge the autoplan results of fixed-(``tp``, ``pp``) searches into the
+    one the whole search gives.
 
     The local search ranks plans by (score, enumeration index), and its
     enumeration runs over GPU counts (largest first), then ``tp``
-    ascending, then the rest; each fixed-``tp`` search keeps that order
-    among its own plans.  So sorting every worker's top list by (score,
-    -GPUs, tp, rank in its worker) and keeping ``top`` gives exactly the
-    local top list.  Statistics are summed: ``candidates``, ``rejected``
-    and ``pruned_memory`` equal the local ones; ``simulated``,
-    ``pruned_time`` and ``did_not_fit`` count each worker's own pruning.
+    ascending, then ``pp`` ascending, then the rest; each fixed-(tp, pp)
+    search keeps that order among its own plans.  So sorting every task's
+    top list by (score, -GPUs, tp, pp, rank in its task) and keeping
+    ``top`` gives exactly the local top list.  Statistics are summed:
+    ``candidates``, ``rejected`` and ``pruned_memory`` equal the local
+    ones; ``simulated``, ``pruned_time`` and ``did_not_fit`` count each
+    task's own pruning.
     """
     keyed = []
     stats: dict = {}
-    for d, tp in zip(results, tps):
+    for d, (tp, pp) in zip(results, keys):
         for rank, entry in enumerate(d["plans"]):
             pt, _t, score, _balanced = entry
             gpus = pt[0] * pt[1] * pt[2] * pt[3] * pt[4]
-            keyed.append(((score, -gpus, tp, rank), entry))
+            keyed.append(((score, -gpus, tp, pp, rank), entry))
         for k, v in d.items():
             if k != "plans":
                 stats[k] = stats.get(k, 0) + v

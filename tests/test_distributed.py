@@ -74,7 +74,8 @@ def test_autoplan_merge_is_exact(procs):
             ("llama3-70b", h100, 512, dict(objective="cost", top=20)),
             ("llama3-8b", hpgo.Cluster.preset("dgx-h100", nodes=2), 64,
              dict(top=200, schedule="1f1b")),   # many exact ties between ZeRO stages
-            ("llama3-8b", hpgo.Cluster.preset("dgx-h100", nodes=2), 64, dict(top=30, tp=2))]:
+            ("llama3-8b", hpgo.Cluster.preset("dgx-h100", nodes=2), 64, dict(top=30, tp=2)),
+            ("llama3-70b", h100, 512, dict(objective="cost", top=40, tp=8))]:   # split by pp
         a = hpgo.autoplan(model, cluster, global_batch=gb, **kw)
         b = hpgo.autoplan(model, cluster, global_batch=gb, executor=procs, **kw)
         assert ranking(a) == ranking(b) and len(a) > 0
