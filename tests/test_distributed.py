@@ -50,7 +50,7 @@ def procs():
 
 
 def test_sweep_on_processes(procs, local_sweep):
-    for chunksize in (None, 1, 5, 1000):
+    for chunksize in (None, 5):
         rows = hpgo.sweep(RN50, 32, GBS, LAYOUTS, **SETTINGS, threads=1, executor=procs,
                           chunksize=chunksize)
         assert rows_identical(rows, local_sweep)
