@@ -825,7 +825,7 @@ def simulate_mlp_batch(configs: Iterable[Mapping[str, Any]], *,
         except ValueError as e:
             raise ValueError(f"configuration {i}: {e}") from None
         batches.append(cfgs[-1]["batch_size"])
-    if executor is not None:
+    if executor is not None and cfgs:
         from . import distributed as _dist
 
         _dist.check_executor(executor)
@@ -882,7 +882,7 @@ def grid_search(batch_size: int, width: int, layers: int,
                           dtype_bytes=dtype_bytes)
     from . import progress as _progress
 
-    if executor is not None:
+    if executor is not None and ws:
         from . import distributed as _dist
 
         _dist.check_executor(executor)

@@ -152,8 +152,8 @@ def _distributed_sweep(executor, chunksize, model, layouts, gbs_list, threads, e
     _dist.check_executor(executor)
     size = _dist.check_chunksize(chunksize)
     n = len(gbs_list) * len(layouts)
-    if not n:
-        return []
+    if not n:  # nothing to ship: the local call says what it says
+        return _core._sweep(model, layouts, gbs_list, threads, exhaustive, timeout)
     if timeout is not None:
         t = _args.real("timeout (seconds or None)", timeout)
         if not t > 0:

@@ -107,6 +107,15 @@ def test_bad_arguments():
             hpgo.grid_search(64, 256, 8, executor=ex, chunksize=1.5)
     with pytest.raises(ValueError, match="only with executor"):
         hpgo.sweep(RN50, 32, [64], [8], chunksize=4)
+    with cf.ThreadPoolExecutor(1) as ex:   # no cases: what the local call does
+        with pytest.raises(ValueError) as local:
+            hpgo.sweep(RN50, 32, [], [8], progress=False)
+        with pytest.raises(ValueError) as remote:
+            hpgo.sweep(RN50, 32, [], [8], progress=False, executor=ex)
+        assert str(remote.value) == str(local.value)
+        assert hpgo.simulate_mlp_batch([], executor=ex) == hpgo.simulate_mlp_batch([])
+        assert hpgo.grid_search(64, 256, 8, devices=(), executor=ex, progress=False) == \
+            hpgo.grid_search(64, 256, 8, devices=(), progress=False)
 
 
 def test_errors_are_the_local_ones(procs):
