@@ -20,10 +20,9 @@ best; ``exhaustive=True`` simulates everything and returns the same plans.
 from __future__ import annotations
 
 import html
-import math
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 from . import _args, _core
 from .cluster import Cluster
@@ -267,16 +266,15 @@ def _distributed_search(executor: Any, mt: tuple, c: Cluster, opts: tuple,
     pps = [opts[10]]
     if opts[9] >= 0 and opts[10] < 0:
         pps = [p for p in range(1, min(n, 4096) + 1) if n % p == 0]
-    keys, tasks = [], []
+    tasks = []
     for t in tps:
         for p in pps:
             o = list(opts)
             o[9], o[10] = t, p
-            keys.append((t, p))
             tasks.append((mt, c._tuple(), tuple(o), timeout))
     parts = _dist.run(executor, _dist.autoplan_task, tasks, what="autoplan",
                       timeout=timeout)
-    return _dist.merge_ranked(parts, keys, int(top))
+    return _dist.merge_ranked(parts, int(top))
 
 
 def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int | None = None,

@@ -196,27 +196,28 @@ def autoplan_task(model: tuple, cluster: tuple, opts: tuple, timeout: Optional[f
     return _core._autoplan(model, cluster, opts, timeout)
 
 
-def merge_ranked(results: Iterable[dict], keys: Sequence[Tuple[int, int]], top: int) -> dict:
-    """Merge the autoplan results of fixed-(``tp``, ``pp``) searches into the
-    one the whole search gives.
+def merge_ranked(results: Iterable[dict], top: int) -> dict:
+    """Merge the autoplan results of searches that each fixed ``tp`` (or
+    ``tp`` and ``pp``) into the one the whole search gives.
 
     The local search ranks plans by (score, enumeration index), and its
-    enumeration runs over GPU counts (largest first), then ``tp``
-    ascending, then ``pp`` ascending, then the rest; each fixed-(tp, pp)
-    search keeps that order among its own plans.  So sorting every task's
-    top list by (score, -GPUs, tp, pp, rank in its task) and keeping
-    ``top`` gives exactly the local top list.  Statistics are summed:
-    ``candidates``, ``rejected`` and ``pruned_memory`` equal the local
-    ones; ``simulated``, ``pruned_time`` and ``did_not_fit`` count each
-    task's own pruning.
+    enumeration runs over GPU counts (largest first), then ``tp``, then
+    ``cp`` (where the search has context parallelism), then ``pp``, all
+    ascending, then the rest; a search with fixed values keeps that order
+    among its own plans, and plans of different tasks differ in ``tp`` or
+    ``pp``.  So sorting every task's top list by (score, -GPUs, tp, cp, pp,
+    rank in its task) and keeping ``top`` gives exactly the local top
+    list.  Statistics are summed: ``candidates``, ``rejected`` and
+    ``pruned_memory`` equal the local ones; ``simulated``, ``pruned_time``
+    and ``did_not_fit`` count each task's own pruning.
     """
     keyed = []
     stats: dict = {}
-    for d, (tp, pp) in zip(results, keys):
+    for d in results:
         for rank, entry in enumerate(d["plans"]):
             pt, _t, score, _balanced = entry
-            gpus = pt[0] * pt[1] * pt[2] * pt[3] * pt[4]
-            keyed.append(((score, -gpus, tp, pp, rank), entry))
+            tp, pp, dp, cp, ep = pt[:5]
+            keyed.append(((score, -(tp * pp * dp * cp * ep), tp, cp, pp, rank), entry))
         for k, v in d.items():
             if k != "plans":
                 stats[k] = stats.get(k, 0) + v
