@@ -5,13 +5,14 @@
 DESIGN: a call with ``executor=`` validates its arguments here, exactly as
 the local call does, then cuts its cases into chunks of consecutive cases
 (whole global batch sizes of a sweep, whole device counts of a grid search,
-consecutive configurations of a batch, one fixed (``tp``, ``pp``) of an
-autoplan search).  Each chunk is one task: a module-level function of this file
-that makes the same pooled C call the local run makes, on the worker, with
-the GIL released and ``threads`` C threads.  Results are collected in chunk
-order, so rows come back in the original order; every case is independent
-and deterministic, so they are bit-identical to the local run (for autoplan
-the per-``tp`` top lists merge by the local order; see :func:`merge_ranked`).
+consecutive configurations of a batch, one fixed ``tp`` of an autoplan
+search, or one ``pp`` when ``tp`` is given).  Each chunk is one task: a
+module-level function of this file that makes the same pooled C call the
+local run makes, on the worker, with the GIL released and ``threads`` C
+threads.  Results are collected in chunk order, so rows come back in the
+original order; every case is independent and deterministic, so they are
+bit-identical to the local run (autoplan's per-task top lists merge by the
+local order: see :func:`merge_ranked`).
 
 Executors: anything with ``submit(fn, *args)`` returning futures with
 ``result()`` (``concurrent.futures``, a ``dask.distributed.Client``), or
