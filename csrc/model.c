@@ -231,6 +231,54 @@ int hpgo_model_normalized_copy(const hpgo_model_t *m, uint32_t bs, hpgo_model_t 
     return rc;
 }
 
+void hpgo_model_states_view(const hpgo_model_t *m, hpgo_states_t *out)
+{
+    const struct hpgo_model_data *d = m->data;
+    memset(out, 0, sizeof *out);
+    out->n = m->L;
+    out->ct = d->ct;
+    out->act = d->ac;
+    out->par = d->pa;
+    out->oa = d->oa;
+    out->pred_off = d->pred_off;
+    out->pred_idx = d->pred_idx;
+    out->label = d->label;
+}
+
+int hpgo_model_with_factors(const hpgo_model_t *m, const double *f, int32_t n, uint32_t gbs,
+                            hpgo_model_t **out, hpgo_err_t *err)
+{
+    *out = NULL;
+    if (n < 1 || n > 4096)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "a model has 1 to 4096 scale factors, got %d",
+                            (int)n);
+    if (gbs == 0)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "global batch size (gbs) must be >= 1");
+    for (int32_t i = 0; i < n; i++)
+        if (!(f[i] > 0.0) || !isfinite(f[i]))
+            return hpgo_err_set(err, HPGO_E_INVALID, 0, "scale factor %d is not positive (%g)",
+                                (int)i, f[i]);
+    hpgo_model_t *c = model_alloc(n);
+    if (!c)
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory copying the model");
+    memcpy(c->factors, f, (size_t)n * sizeof(double));
+    c->L = m->L;
+    c->pbs = m->pbs;
+    c->gbs = gbs;
+    c->min_micro_batch_size = m->min_micro_batch_size;
+    c->optimizer_memory_scaling = m->optimizer_memory_scaling;
+    c->peak_activation_per_batch = m->peak_activation_per_batch;
+    c->data = m->data;
+    atomic_fetch_add(&c->data->refs, 1);
+    int rc = check_totals(c, err);
+    if (rc != HPGO_OK) {
+        hpgo_model_free(c);
+        return rc;
+    }
+    *out = c;
+    return HPGO_OK;
+}
+
 void hpgo_model_free(hpgo_model_t *m)
 {
     if (!m)

@@ -53,6 +53,20 @@ int hpgo_model_normalized_copy(const hpgo_model_t *m, uint32_t bs, hpgo_model_t 
                                hpgo_err_t *err);
 void hpgo_model_free(hpgo_model_t *m);
 
+/* A borrowed view of the unscaled states behind m: n, ct, act, par, oa,
+ * pred_off, pred_idx and label point into m's shared immutable data and stay
+ * valid while m lives (set_off/set_idx are NULL).  With m->factors this is
+ * everything m holds, so a model rebuilt from them (hpgo_model_new, then
+ * hpgo_model_with_factors) computes bit-identical numbers.  Thread-safe. */
+void hpgo_model_states_view(const hpgo_model_t *m, hpgo_states_t *out);
+/* A copy of m (settings kept) whose scale factors are f[0..n) and whose
+ * global batch size is gbs: how a serialized model gets back its exact
+ * history of normalized copies.  HPGO_E_INVALID for n < 1, n > 4096, a
+ * factor that is not finite and positive, or gbs == 0; HPGO_E_LIMIT as
+ * hpgo_model_new. */
+int hpgo_model_with_factors(const hpgo_model_t *m, const double *f, int32_t n, uint32_t gbs,
+                            hpgo_model_t **out, hpgo_err_t *err);
+
 /* Matrix entries of the original, scaled: seconds (CT), bytes (AC), bytes
  * unscaled (PA).  r in [0, L], c in [0, L-1]. Row 0: prefix to c; row r >= 1:
  * states r..c (sentinel -1 * factors when c < r). Thread-safe. */

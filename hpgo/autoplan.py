@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from . import _core
+from . import _args, _core
 from .cluster import Cluster
 from .parallel import (PRECISIONS, RECOMPUTE_MODES, SCHEDULES, MemoryBreakdown, ParallelPlan,
                        StepResult, _as_model, simulate)
@@ -243,6 +243,41 @@ def _fixed(name: str, v: Any, table: dict | None = None) -> int:
     return int(i)
 
 
+def _distributed_search(executor: Any, mt: tuple, c: Cluster, opts: tuple,
+                        timeout: float | None, top: Any) -> dict:
+    from . import distributed as _dist
+
+    _dist.check_executor(executor)
+    if timeout is not None:
+        t = _args.real("timeout (seconds or None)", timeout)
+        if not t > 0:
+            raise ValueError(f"timeout must be > 0 seconds (or None), got {timeout!r}")
+        timeout = t
+    # the whole search's checks first, on no candidate: wrong arguments raise
+    # here, as locally, instead of in every task (tp = 0 allows nothing)
+    probe = list(opts)
+    probe[9] = 0
+    _core._autoplan(mt, c._tuple(), tuple(probe), timeout)
+    # one task per tp the search can use (tp divides a node); with tp fixed,
+    # one per pp (pp divides the GPU count, and every GPU count of the cost
+    # objective divides the largest).  Not both: each task simulates its own
+    # top list, so finer splits cost more simulations in all.
+    g, n = c.gpus_per_node, opts[1] or c.gpus
+    tps = [opts[9]] if opts[9] >= 0 else [t for t in range(1, g + 1) if g % t == 0]
+    pps = [opts[10]]
+    if opts[9] >= 0 and opts[10] < 0:
+        pps = [p for p in range(1, min(n, 4096) + 1) if n % p == 0]
+    tasks = []
+    for t in tps:
+        for p in pps:
+            o = list(opts)
+            o[9], o[10] = t, p
+            tasks.append((mt, c._tuple(), tuple(o), timeout))
+    parts = _dist.run(executor, _dist.autoplan_task, tasks, what="autoplan",
+                      timeout=timeout)
+    return _dist.merge_ranked(parts, int(top))
+
+
 def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int | None = None,
              max_gpus: int | None = None, seq: int | None = None, precision: str | None = None,
              top: int = 10, objective: str = "time", exhaustive: bool = False, threads: int = 0,
@@ -252,7 +287,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              virtual_stages: int | None = None, micro_batch: int | None = None,
              schedule: str | None = None, recompute: str | None = None,
              sequence_parallel: bool | None = None, zero: int | None = None,
-             cp: int | None = None, timeout: float | None = None) -> RankedPlans:
+             cp: int | None = None, timeout: float | None = None,
+             executor: Any = None) -> RankedPlans:
     """The ``top`` fastest plans (``objective="time"``) or the cheapest in
     GPU-seconds per iteration over the GPU counts ``gpus / 2^k``
     (``objective="cost"``) that fit in memory, best first.
@@ -266,7 +302,14 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     (``tp=8``, ``pp=16``, ``schedule="1f1b"``, ``zero=1``, ...) constrain the
     search.  ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
     search with KeyboardInterrupt.  Raises ValueError for impossible arguments; a search with no
-    plan that fits returns an empty ranking whose ``table()`` says why."""
+    plan that fits returns an empty ranking whose ``table()`` says why.
+
+    ``executor``: split the search by tensor-parallel size (one task per
+    ``tp`` that divides a node; with ``tp=`` fixed, one per ``pp`` that
+    divides the GPU count) over a concurrent.futures executor, a
+    dask.distributed.Client or a multiprocessing-style pool; the per-task
+    top lists merge into exactly the local ranking (``stats`` then sums
+    the tasks' counters; docs/distributed.md)."""
     m = _as_model(model, profile_batch)
     if seq is not None:
         if not isinstance(m, Transformer):
@@ -299,7 +342,10 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _fixed("schedule", schedule, SCHEDULES), _fixed("recompute", recompute, RECOMPUTE_MODES),
             _fixed("sequence_parallel", sequence_parallel), _fixed("zero", zero), _fixed("cp", cp))
     t0 = time.perf_counter()
-    d = _core._autoplan(m._tuple(PRECISIONS[precision]), c._tuple(), opts, timeout)
+    if executor is not None:
+        d = _distributed_search(executor, m._tuple(PRECISIONS[precision]), c, opts, timeout, top)
+    else:
+        d = _core._autoplan(m._tuple(PRECISIONS[precision]), c._tuple(), opts, timeout)
     elapsed = time.perf_counter() - t0
     mid = model_id(m)
     ranked = []

@@ -188,6 +188,40 @@ def _trace_threads(timeline: Sequence[Event]) -> tuple[list[int], dict[tuple[int
     return tids, names
 
 
+class _FrozenRaw:
+    """The numbers of a C simulation result, as Python values: what an
+    unpickled :class:`SimulationResult` reads instead of the C object (the
+    same interface, so every property and the trace are bit-identical)."""
+
+    __slots__ = ("iteration_time", "_stages", "_devices", "_events")
+
+    def __init__(self, iteration_time: float, stages: tuple, devices: tuple,
+                 events: tuple) -> None:
+        self.iteration_time = iteration_time
+        self._stages = stages
+        self._devices = devices
+        self._events = events
+
+    @property
+    def n_events(self) -> int:
+        return len(self._events)
+
+    def stages(self) -> list:
+        return list(self._stages)
+
+    def devices(self) -> list:
+        return list(self._devices)
+
+    def events(self) -> list:
+        return list(self._events)
+
+
+def _restore_simulation(iteration_time: float, stages: tuple, devices: tuple, events: tuple,
+                        batch_size: int | None, config: dict) -> "SimulationResult":
+    return SimulationResult(_FrozenRaw(iteration_time, stages, devices, events),
+                            batch_size=batch_size, config=config)
+
+
 class SimulationResult:
     """Result of one simulated iteration.
 
@@ -208,6 +242,13 @@ class SimulationResult:
         self._stages: list[StageStats] | None = None
         self._devices: list[DeviceStats] | None = None
         self._timeline: list[Event] | None = None
+
+    def __reduce__(self) -> tuple:
+        # the simulator's numbers themselves (floats pickle exactly), not a
+        # re-simulation: the result does not keep everything its call took
+        r = self._raw
+        return (_restore_simulation, (r.iteration_time, tuple(r.stages()), tuple(r.devices()),
+                                      tuple(r.events()), self.batch_size, self.config))
 
     @property
     def iteration_time(self) -> float:
@@ -747,12 +788,19 @@ def _rows(raw: list, batch_size: Iterable[int]) -> list[GridRow]:
 
 
 def simulate_mlp_batch(configs: Iterable[Mapping[str, Any]], *,
-                       threads: int = 0) -> list[GridRow]:
+                       threads: int = 0, executor: Any = None,
+                       chunksize: int | None = None) -> list[GridRow]:
     """Simulate many configurations at once (no timelines) on a thread pool.
     Each config holds :func:`simulate_mlp` keyword arguments, plus
     ``model="transformer"`` with ``seq_len`` / ``heads`` for the layer
-    stack.  Rows come back in input order."""
+    stack.  Rows come back in input order.  ``executor``: run chunks of
+    ``chunksize`` configurations (default: about four per worker, at least
+    256 each) as tasks of a concurrent.futures executor, a
+    dask.distributed.Client or a multiprocessing-style pool, with the same
+    rows (docs/distributed.md)."""
     threads = _check_int("threads", threads, 0)
+    if executor is None and chunksize is not None:
+        raise ValueError("chunksize= applies only with executor=")
     if isinstance(configs, (str, bytes, Mapping)) or not isinstance(configs, Iterable):
         raise TypeError("configs must be an iterable of mappings (simulate_mlp keyword "
                         f"arguments), not {type(configs).__name__}")
@@ -777,6 +825,16 @@ def simulate_mlp_batch(configs: Iterable[Mapping[str, Any]], *,
         except ValueError as e:
             raise ValueError(f"configuration {i}: {e}") from None
         batches.append(cfgs[-1]["batch_size"])
+    if executor is not None and cfgs:
+        from . import distributed as _dist
+
+        _dist.check_executor(executor)
+        size = _dist.check_chunksize(chunksize) or _dist.default_chunksize(len(cfgs), executor,
+                                                                           256)
+        parts = _dist.run(executor, _dist.batch_task,
+                          [(cfgs[a:b], threads, a) for a, b in _dist.chunks(len(cfgs), size)],
+                          what="simulate_mlp_batch")
+        return _rows([r for p in parts for r in p], batches)
     return _rows(_core.distir_batch(cfgs, threads), batches)
 
 
@@ -788,7 +846,8 @@ def grid_search(batch_size: int, width: int, layers: int,
                 input_dim: int | None = None, output_dim: int | None = None,
                 device_flops: float | None = None, memory_bandwidth: float | None = None,
                 kernel_launch_overhead: float | None = None, dtype_bytes: int = 4,
-                threads: int = 0, progress: bool | None = None) -> list[GridRow]:
+                threads: int = 0, progress: bool | None = None, executor: Any = None,
+                chunksize: int | None = None) -> list[GridRow]:
     """DistIR's grid search: for each device count W in ``devices``, every
     (dp, tp, pp) with dp*tp*pp = W (dp, then tp ascending) whose pp divides
     ``layers`` and whose shapes divide evenly, with microbatches = 1 when
@@ -798,7 +857,10 @@ def grid_search(batch_size: int, width: int, layers: int,
     :func:`simulate_mlp` / :func:`simulate_transformer` run.  ``progress``:
     a progress line on stderr (True), never (False) or only in a terminal or
     Jupyter kernel (None); it runs one pooled call per device count, with
-    the same rows."""
+    the same rows.  ``executor``: run chunks of ``chunksize`` device counts
+    (default: about four tasks per worker) as tasks of a concurrent.futures
+    executor, a dask.distributed.Client or a multiprocessing-style pool,
+    with the same rows in the same order (docs/distributed.md)."""
     if isinstance(devices, int) or not isinstance(devices, Iterable):
         raise TypeError("devices must be a sequence of device counts")
     ws = [_check_int("device count", w) for w in devices]
@@ -808,6 +870,8 @@ def grid_search(batch_size: int, width: int, layers: int,
             raise TypeError("microbatches must be a sequence of ints or None")
         mbs = [_check_int("microbatches", k) for k in microbatches]
     threads = _check_int("threads", threads, 0)
+    if executor is None and chunksize is not None:
+        raise ValueError("chunksize= applies only with executor=")
     base = _distir_config(model=model, batch_size=batch_size, width=width, layers=layers, dp=1,
                           tp=1, pp=1, microbatches=1,
                           devices_bandwidth_gbps=devices_bandwidth_gbps, cost_model=cost_model,
@@ -818,7 +882,27 @@ def grid_search(batch_size: int, width: int, layers: int,
                           dtype_bytes=dtype_bytes)
     from . import progress as _progress
 
-    if ws and _progress.wanted(progress):
+    if executor is not None and ws:
+        from . import distributed as _dist
+
+        _dist.check_executor(executor)
+        size = _dist.check_chunksize(chunksize) or _dist.default_chunksize(len(ws), executor, 1)
+        spans = _dist.chunks(len(ws), size)
+        gbar = None
+        if ws and _progress.wanted(progress):
+            gbar = _progress.Progress(len(ws), desc="grid search", unit="device counts",
+                                      delay=0.0 if progress else 0.5)
+            gbar.update(0)
+        try:
+            parts = _dist.run(executor, _dist.grid_task,
+                              [(base, ws[a:b], mbs, threads) for a, b in spans],
+                              what="grid_search",
+                              done=None if gbar is None else _dist.gbar_done(gbar, spans))
+        finally:
+            if gbar is not None:
+                gbar.close()
+        raw = [r for p in parts for r in p]
+    elif ws and _progress.wanted(progress):
         bar = _progress.Progress(len(ws), desc="grid search", unit="device counts",
                                  delay=0.0 if progress else 0.5)
         bar.update(0)

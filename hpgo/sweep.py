@@ -145,6 +145,39 @@ def _layouts(seps) -> List[_core.Devices]:
     return out
 
 
+def _distributed_sweep(executor, chunksize, model, layouts, gbs_list, threads, exhaustive,
+                       timeout, progress) -> list:
+    from . import distributed as _dist
+
+    _dist.check_executor(executor)
+    size = _dist.check_chunksize(chunksize)
+    n = len(gbs_list) * len(layouts)
+    if not n:  # nothing to ship: the local call says what it says
+        return _core._sweep(model, layouts, gbs_list, threads, exhaustive, timeout)
+    if timeout is not None:
+        t = _args.real("timeout (seconds or None)", timeout)
+        if not t > 0:
+            raise ValueError(f"timeout must be > 0 seconds (or None), got {timeout!r}")
+        timeout = t
+    if size is None:
+        size = _dist.default_chunksize(n, executor, 32)
+    per = max(1, size // len(layouts))      # whole batch sizes per task: rows stay gbs-major
+    spans = _dist.chunks(len(gbs_list), per)
+    tasks = [(model, layouts, gbs_list[a:b], threads, exhaustive, timeout) for a, b in spans]
+    bar = None
+    if _progress.wanted(progress):
+        bar = _progress.Progress(n, desc="sweep", unit="cases", delay=0.0 if progress else 0.5)
+        bar.update(0)
+    try:
+        parts = _dist.run(executor, _dist.sweep_task, tasks, what="sweep", timeout=timeout,
+                          done=None if bar is None else
+                          (lambda i: bar.update(spans[i][1] * len(layouts))))
+    finally:
+        if bar is not None:
+            bar.close()
+    return [row for part in parts for row in part]
+
+
 def sweep(
     profile: Union[str, os.PathLike, "_core.Model"],
     pbs: int,
@@ -158,8 +191,10 @@ def sweep(
     threads: int = 0,
     exhaustive: bool = False,
     progress: Optional[bool] = None,
+    executor: Any = None,
+    chunksize: Optional[int] = None,
 ) -> SweepResult:
-    """sweep(profile, pbs, gbs, seps, *, optimizer_memory_scaling=None, min_micro_batch_size=None, peak_activation_per_batch=None, threads=0, exhaustive=False, progress=None)
+    """sweep(profile, pbs, gbs, seps, *, optimizer_memory_scaling=None, min_micro_batch_size=None, peak_activation_per_batch=None, threads=0, exhaustive=False, progress=None, executor=None, chunksize=None)
 
     timeout: seconds the planning may take (TimeoutError past it; None = no
     limit); Ctrl-C stops it too.
@@ -172,6 +207,13 @@ def sweep(
     (False), or only in a terminal or a Jupyter kernel (None).  With it the
     cases run in about 20 chunks of batch sizes, each one pooled C call; the
     rows are the same as in one call (every case is independent).
+
+    executor: run chunks of global batch sizes as tasks of a
+    concurrent.futures executor, a dask.distributed.Client or a
+    multiprocessing-style pool (docs/distributed.md); each task plans its
+    cases with ``threads`` C threads on its worker.  Rows come back in the
+    same order and bit-identical.  chunksize: cases per task (default:
+    about four tasks per worker, at least 32 cases each).
     """
     pbs = _args.index("pbs", pbs, 1, 2**32 - 1)
     if isinstance(profile, _core.Model):
@@ -198,7 +240,12 @@ def sweep(
         gbs_list = list(gbs)
     layouts = _layouts(seps)
     threads = _args.index("threads", threads, 0, _args.INT32_MAX)
-    if gbs_list and _progress.wanted(progress):
+    if executor is not None:
+        raw = _distributed_sweep(executor, chunksize, model, layouts, gbs_list, threads,
+                                 bool(exhaustive), timeout, progress)
+    elif chunksize is not None:
+        raise ValueError("chunksize= applies only with executor=")
+    elif gbs_list and _progress.wanted(progress):
         # asked for: drawn at once; by default (interactive): after half a second
         bar = _progress.Progress(len(gbs_list) * len(layouts), desc="sweep", unit="cases",
                                  delay=0.0 if progress else 0.5)

@@ -402,7 +402,154 @@ static PyObject *model_repr(PyObject *self)
         papb);
 }
 
+
+/* ------------------------------------------------------------- pickling
+ * A model pickles to what it holds, not to its profile file: the unscaled
+ * per-state sums (little-endian doubles), the predecessor lists as runs of
+ * consecutive states (CSR of (first, count) pairs, little-endian int32: an
+ * antichain DAG's lists are mostly "every earlier state", so ResNet-50's
+ * 28,009 predecessors are 494 runs), the labels (NUL-separated), pbs, gbs, the chain of
+ * scale factors of its normalized copies and the three settings.  Rebuilt
+ * by _model_restore, every number it computes is bit-identical. */
+
+#define MODEL_PICKLE_VERSION 1
+
+static PyObject *pack_doubles(const double *v, Py_ssize_t n)
+{
+    PyObject *b = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (!b)
+        return NULL;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(b);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (PyFloat_Pack8(v[i], (char *)p + 8 * i, 1) < 0) {
+            Py_DECREF(b);
+            return NULL;
+        }
+    return b;
+}
+
+static PyObject *pack_i32(const int32_t *v, Py_ssize_t n)
+{
+    PyObject *b = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (!b)
+        return NULL;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(b);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)v[i];
+        for (int k = 0; k < 4; k++)
+            p[4 * i + k] = (unsigned char)(u >> (8 * k));
+    }
+    return b;
+}
+
+/* bytes of exactly n little-endian doubles into a new PyMem array */
+static double *unpack_doubles(PyObject *o, Py_ssize_t n, const char *what)
+{
+    if (!PyBytes_Check(o) || PyBytes_GET_SIZE(o) != n * 8) {
+        PyErr_Format(PyExc_ValueError, "pickled model: %s must be %zd bytes", what, n * 8);
+        return NULL;
+    }
+    double *v = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(double));
+    if (!v)
+        return (double *)PyErr_NoMemory();
+    const char *p = PyBytes_AS_STRING(o);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        v[i] = PyFloat_Unpack8(p + 8 * i, 1);
+        if (v[i] == -1.0 && PyErr_Occurred()) {
+            PyMem_Free(v);
+            return NULL;
+        }
+    }
+    return v;
+}
+
+static int32_t *unpack_i32(PyObject *o, Py_ssize_t *n, const char *what)
+{
+    if (!PyBytes_Check(o) || PyBytes_GET_SIZE(o) % 4) {
+        PyErr_Format(PyExc_ValueError, "pickled model: %s must be bytes of int32", what);
+        return NULL;
+    }
+    *n = PyBytes_GET_SIZE(o) / 4;
+    int32_t *v = PyMem_Malloc((size_t)(*n ? *n : 1) * sizeof(int32_t));
+    if (!v)
+        return (int32_t *)PyErr_NoMemory();
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(o);
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        uint32_t u = 0;
+        for (int k = 0; k < 4; k++)
+            u |= (uint32_t)p[4 * i + k] << (8 * k);
+        v[i] = (int32_t)u;
+    }
+    return v;
+}
+
+static PyObject *model_reduce(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *module = glue_module_of(self);
+    const hpgo_model_t *m = ((ModelObject *)self)->m;
+    hpgo_states_t st;
+    hpgo_model_states_view(m, &st);
+    PyObject *restore = PyObject_GetAttrString(module, "_model_restore");
+    if (!restore)
+        return NULL;
+    size_t lab = 0;
+    for (int32_t s = 0; s < st.n; s++)
+        lab += strlen(st.label[s]) + 1;
+    PyObject *labels = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)lab);
+    if (!labels) {
+        Py_DECREF(restore);
+        return NULL;
+    }
+    char *p = PyBytes_AS_STRING(labels);
+    for (int32_t s = 0; s < st.n; s++) {
+        size_t n = strlen(st.label[s]) + 1;
+        memcpy(p, st.label[s], n);
+        p += n;
+    }
+    /* runs: run_off[j]..run_off[j+1] index (first, count) pairs in runs */
+    int32_t *run_off = PyMem_Malloc(((size_t)st.n + 1) * sizeof(int32_t));
+    int32_t *runs = PyMem_Malloc(2 * (size_t)(st.pred_off[st.n] + 1) * sizeof(int32_t));
+    if (!run_off || !runs) {
+        PyMem_Free(run_off);
+        PyMem_Free(runs);
+        Py_DECREF(restore);
+        Py_DECREF(labels);
+        return PyErr_NoMemory();
+    }
+    int32_t nr = 0;
+    for (int32_t j = 0; j < st.n; j++) {
+        run_off[j] = nr;
+        for (int32_t k = st.pred_off[j]; k < st.pred_off[j + 1]; k++) {
+            if (k > st.pred_off[j] && st.pred_idx[k] == st.pred_idx[k - 1] + 1) {
+                runs[2 * nr - 1]++;
+            } else {
+                runs[2 * nr] = st.pred_idx[k];
+                runs[2 * nr + 1] = 1;
+                nr++;
+            }
+        }
+    }
+    run_off[st.n] = nr;
+    PyObject *off_b = pack_i32(run_off, (Py_ssize_t)st.n + 1), *runs_b = pack_i32(runs, 2 * nr);
+    PyMem_Free(run_off);
+    PyMem_Free(runs);
+    PyObject *state = Py_BuildValue(
+        "(iNNNNNNNIINIId)", MODEL_PICKLE_VERSION, pack_doubles(st.ct, st.n),
+        pack_doubles(st.act, st.n), pack_doubles(st.par, st.n), pack_doubles(st.oa, st.n),
+        off_b, runs_b,
+        labels, (unsigned int)m->pbs, (unsigned int)m->gbs,
+        pack_doubles(m->factors, m->n_factors), (unsigned int)m->min_micro_batch_size,
+        (unsigned int)m->optimizer_memory_scaling, m->peak_activation_per_batch);
+    if (!state) {
+        Py_DECREF(restore);
+        return NULL;
+    }
+    return Py_BuildValue("(N(N))", restore, state);
+}
+
 static PyMethodDef model_methods[] = {
+    {"__reduce__", model_reduce, METH_NOARGS,
+     "__reduce__()\n--\n\nPickle support: the per-state numbers and settings, not the file."},
     {"normalized_copy", model_normalized_copy, METH_O, normalized_copy_doc},
     {"ct", model_ct, METH_VARARGS,
      "ct(r, c)\n--\n\nCompute seconds of states r..c (row 0: 0..c), scaled to gbs (HPGO's CT)."},
@@ -587,6 +734,21 @@ static PyObject *devices_repr(PyObject *self)
     return r;
 }
 
+static PyObject *devices_reduce(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *seps = devices_get_seps(self, NULL);
+    if (!seps)
+        return NULL;
+    return Py_BuildValue("(O(iN))", (PyObject *)Py_TYPE(self),
+                         (int)((DevicesObject *)self)->t->n, seps);
+}
+
+static PyMethodDef devices_methods[] = {
+    {"__reduce__", devices_reduce, METH_NOARGS,
+     "__reduce__()\n--\n\nPickle support: Devices(num_gpus, seps)."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyGetSetDef devices_getset[] = {
     {"num_gpus", devices_get_n, NULL, "Number of GPUs.", NULL},
     {"machines", devices_get_machines, NULL, "Number of machines.", NULL},
@@ -607,6 +769,7 @@ static PyType_Slot devices_slots[] = {
     {Py_tp_traverse, devices_traverse},
     {Py_tp_repr, devices_repr},
     {Py_tp_getset, devices_getset},
+    {Py_tp_methods, devices_methods},
     {Py_tp_doc, (void *)devices_doc},
     {0, NULL},
 };
@@ -938,7 +1101,59 @@ static PyObject *orch_get(PyObject *self, void *closure)
     return Py_NewRef(v);
 }
 
+/* Pickle support: the constructor's arguments, and as state the settings
+ * and the last results (res and skipped), so an unpickled planner answers
+ * .res without planning again. */
+static PyObject *orch_reduce(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    OrchObject *o = (OrchObject *)self;
+    PyObject *timeout = o->timeout > 0 ? PyFloat_FromDouble(o->timeout) : Py_NewRef(Py_None);
+    if (!timeout)
+        return NULL;
+    return Py_BuildValue("(O(OO)(iiKNOO))", (PyObject *)Py_TYPE(self), o->model, o->devices,
+                         o->threads, o->exhaustive, (unsigned long long)o->max_bytes, timeout,
+                         o->res, o->skipped);
+}
+
+static PyObject *orch_setstate(PyObject *self, PyObject *state)
+{
+    OrchObject *o = (OrchObject *)self;
+    int threads, exhaustive;
+    unsigned long long max_bytes;
+    PyObject *timeout_o, *res, *skipped;
+    double timeout;
+    if (!PyTuple_Check(state) || !PyArg_ParseTuple(state, "iiKOO!O!:__setstate__", &threads,
+                                                   &exhaustive, &max_bytes, &timeout_o,
+                                                   &PyList_Type, &res, &PyList_Type, &skipped)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "AsyncOrchestrate state must be a tuple");
+        return NULL;
+    }
+    if (threads < 0 || glue_timeout(timeout_o, &timeout) < 0 || max_bytes > SIZE_MAX) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "invalid AsyncOrchestrate state");
+        return NULL;
+    }
+    PyObject *r = PyList_GetSlice(res, 0, PyList_GET_SIZE(res));
+    PyObject *s = r ? PyList_GetSlice(skipped, 0, PyList_GET_SIZE(skipped)) : NULL;
+    if (!s) {
+        Py_XDECREF(r);
+        return NULL;
+    }
+    o->threads = threads;
+    o->exhaustive = exhaustive != 0;
+    o->max_bytes = (size_t)max_bytes;
+    o->timeout = timeout;
+    Py_SETREF(o->res, r);
+    Py_SETREF(o->skipped, s);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef orch_methods[] = {
+    {"__reduce__", orch_reduce, METH_NOARGS,
+     "__reduce__()\n--\n\nPickle support: model, devices, settings and the last results."},
+    {"__setstate__", orch_setstate, METH_O,
+     "__setstate__(state)\n--\n\nPickle support (see __reduce__)."},
     {"orchestrate", orch_orchestrate, METH_NOARGS,
      "orchestrate()\n--\n\nPlan every candidate (GIL released); fills res and skipped."},
     {"py_orchestrate", orch_py_orchestrate, METH_NOARGS,
@@ -1332,6 +1547,153 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(model_restore_doc,
+             "_model_restore(state)\n--\n\n"
+             "Rebuild a pickled Model (see Model.__reduce__).");
+
+static PyObject *f_model_restore(PyObject *module, PyObject *state)
+{
+    int version;
+    PyObject *ct_o, *act_o, *par_o, *oa_o, *off_o, *idx_o, *lab_o, *fac_o, *mbs_o, *oms_o,
+        *papb_o, *pbs_o, *gbs_o;
+    if (!PyTuple_Check(state) ||
+        !PyArg_ParseTuple(state, "iOOOOOOOOOOOOO:_model_restore", &version, &ct_o, &act_o,
+                          &par_o, &oa_o, &off_o, &idx_o, &lab_o, &pbs_o, &gbs_o, &fac_o, &mbs_o,
+                          &oms_o, &papb_o)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "pickled model: state must be a tuple");
+        return NULL;
+    }
+    if (version != MODEL_PICKLE_VERSION)
+        return PyErr_Format(PyExc_ValueError, "pickled model: unknown version %d", version);
+    uint32_t pbs, gbs, mbs, oms;
+    double papb;
+    if (glue_u32(pbs_o, "pbs", &pbs) < 0 || glue_u32(gbs_o, "gbs", &gbs) < 0 ||
+        glue_u32(mbs_o, "min_micro_batch_size", &mbs) < 0 ||
+        glue_u32(oms_o, "optimizer_memory_scaling", &oms) < 0 ||
+        glue_double(papb_o, "peak_activation_per_batch", &papb) < 0)
+        return NULL;
+    if (mbs == 0 || !(papb > 0.0) || !isfinite(papb))
+        return PyErr_Format(PyExc_ValueError, "pickled model: invalid settings");
+    hpgo_states_t st;
+    memset(&st, 0, sizeof st);
+    PyObject *result = NULL;
+    double *fac = NULL;
+    Py_ssize_t n_off = 0, n_idx = 0;
+    if (!PyBytes_Check(ct_o) || PyBytes_GET_SIZE(ct_o) % 8 || PyBytes_GET_SIZE(ct_o) < 8 ||
+        PyBytes_GET_SIZE(ct_o) / 8 > HPGO_MAX_STATES)
+        return PyErr_Format(PyExc_ValueError, "pickled model: ct must hold 1 to %d doubles",
+                            HPGO_MAX_STATES);
+    Py_ssize_t L = PyBytes_GET_SIZE(ct_o) / 8;
+    if (!PyBytes_Check(fac_o) || PyBytes_GET_SIZE(fac_o) % 8 || PyBytes_GET_SIZE(fac_o) < 8 ||
+        PyBytes_GET_SIZE(fac_o) / 8 > 4096)
+        return PyErr_Format(PyExc_ValueError, "pickled model: bad scale factors");
+    Py_ssize_t nf = PyBytes_GET_SIZE(fac_o) / 8;
+    if (!(st.ct = unpack_doubles(ct_o, L, "ct")) || !(st.act = unpack_doubles(act_o, L, "act")) ||
+        !(st.par = unpack_doubles(par_o, L, "par")) || !(st.oa = unpack_doubles(oa_o, L, "oa")) ||
+        !(fac = unpack_doubles(fac_o, nf, "factors")) ||
+        !(st.pred_off = unpack_i32(off_o, &n_off, "pred_off")) ||
+        !(st.pred_idx = unpack_i32(idx_o, &n_idx, "pred_idx")))
+        goto done;
+    for (Py_ssize_t i = 0; i < L; i++)
+        if (!isfinite(st.ct[i]) || !isfinite(st.act[i]) || !isfinite(st.par[i]) ||
+            !isfinite(st.oa[i])) {
+            PyErr_SetString(PyExc_ValueError, "pickled model: a number is not finite");
+            goto done;
+        }
+    { /* expand the runs (st.pred_off holds run offsets, st.pred_idx the pairs) */
+        int32_t *run_off = st.pred_off, *runs = st.pred_idx;
+        st.pred_off = NULL;
+        st.pred_idx = NULL;
+        int64_t total = 0;
+        int bad = n_off != L + 1 || n_idx % 2 || run_off[0] != 0 || run_off[L] != n_idx / 2;
+        for (Py_ssize_t j = 0; !bad && j < L; j++) {
+            int64_t prev_end = 0;
+            if (run_off[j] > run_off[j + 1])
+                bad = 1;
+            for (int32_t r = run_off[j]; !bad && r < run_off[j + 1]; r++) {
+                int64_t a = runs[2 * r], n = runs[2 * r + 1];
+                if (a < prev_end || n < 1 || a + n > j)
+                    bad = 1;
+                prev_end = a + n;
+                total += n;
+            }
+        }
+        if (!bad) {
+            st.pred_off = PyMem_Malloc(((size_t)L + 1) * sizeof(int32_t));
+            st.pred_idx = PyMem_Malloc((size_t)(total ? total : 1) * sizeof(int32_t));
+        }
+        if (!bad && st.pred_off && st.pred_idx) {
+            int32_t k = 0;
+            for (Py_ssize_t j = 0; j < L; j++) {
+                st.pred_off[j] = k;
+                for (int32_t r = run_off[j]; r < run_off[j + 1]; r++)
+                    for (int32_t i = 0; i < runs[2 * r + 1]; i++)
+                        st.pred_idx[k++] = runs[2 * r] + i;
+            }
+            st.pred_off[L] = k;
+        }
+        PyMem_Free(run_off);
+        PyMem_Free(runs);
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "pickled model: bad predecessor lists");
+            goto done;
+        }
+        if (!st.pred_off || !st.pred_idx) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    if (!PyBytes_Check(lab_o)) {
+        PyErr_SetString(PyExc_ValueError, "pickled model: labels must be bytes");
+        goto done;
+    }
+    st.n = (int32_t)L;
+    st.label = PyMem_Calloc((size_t)L, sizeof(char *));
+    if (!st.label) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    {
+        char *p = PyBytes_AS_STRING(lab_o), *end = p + PyBytes_GET_SIZE(lab_o);
+        for (Py_ssize_t j = 0; j < L; j++) {
+            char *z = p < end ? memchr(p, 0, (size_t)(end - p)) : NULL;
+            if (!z) {
+                PyErr_SetString(PyExc_ValueError, "pickled model: bad labels");
+                goto done;
+            }
+            st.label[j] = p;
+            p = z + 1;
+        }
+    }
+    {
+        hpgo_model_t *m0 = NULL, *m = NULL;
+        hpgo_err_t err;
+        int rc = hpgo_model_new(&st, pbs, gbs, &m0, &err);
+        if (rc == HPGO_OK) {
+            m0->min_micro_batch_size = mbs;
+            m0->optimizer_memory_scaling = oms;
+            m0->peak_activation_per_batch = papb;
+            rc = hpgo_model_with_factors(m0, fac, (int32_t)nf, gbs, &m, &err);
+        }
+        hpgo_model_free(m0);
+        if (rc != HPGO_OK)
+            glue_raise(module, rc, &err);
+        else
+            result = model_wrap(module, m);
+    }
+done:
+    PyMem_Free(st.ct);
+    PyMem_Free(st.act);
+    PyMem_Free(st.par);
+    PyMem_Free(st.oa);
+    PyMem_Free(st.pred_off);
+    PyMem_Free(st.pred_idx);
+    PyMem_Free(st.label);
+    PyMem_Free(fac);
+    return result;
+}
+
 PyDoc_STRVAR(dfs_doc, "devices_from_seps(seps)\n--\n\n"
                       "Devices(seps[-1], seps) (HPGO's call).");
 
@@ -1436,6 +1798,7 @@ static PyMethodDef plan_functions[] = {
     {"model_from_torch_graph", (PyCFunction)(void (*)(void))f_model_from_torch_graph,
      METH_VARARGS | METH_KEYWORDS, mftg_doc},
     {"devices_from_seps", f_devices_from_seps, METH_O, dfs_doc},
+    {"_model_restore", f_model_restore, METH_O, model_restore_doc},
     {"_sweep", (PyCFunction)(void (*)(void))f_sweep, METH_VARARGS | METH_KEYWORDS, sweep_doc},
     {"model_from_states", (PyCFunction)(void (*)(void))f_model_from_states,
      METH_VARARGS | METH_KEYWORDS, mfs_doc},
