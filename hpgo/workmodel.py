@@ -151,10 +151,12 @@ def _llama(name: str, h: int, ffn: int, heads: int, kv: int, layers: int, vocab:
            seq: int) -> Transformer:
     # Llama 2 / 3 configs (Hugging Face config.json of the released models):
     # SwiGLU, RMSNorm, no biases, untied embeddings, RoPE, no dropout;
-    # trained with fused (flash) attention.
+    # trained with fused (flash) attention; model FLOPs with the causal
+    # attention halved, as current Megatron counts them.
     return Transformer(hidden=h, ffn=ffn, heads=heads, kv_heads=kv, layers=layers, seq=seq,
                        vocab=vocab, mlp="swiglu", tied=False, bias=False, norm="rmsnorm",
-                       dropout=False, flash=True, learned_pos=False, name=name)
+                       dropout=False, flash=True, causal_flops=True, learned_pos=False,
+                       name=name)
 
 
 _PRESETS: dict[str, Transformer] = {
@@ -246,7 +248,7 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
                        head_dim=cfg.get("head_dim") or None, layers=layers, seq=s, vocab=vocab,
                        mlp="swiglu", tied=bool(cfg.get("tie_word_embeddings", False)),
                        bias=bool(cfg.get("attention_bias", False)), norm="rmsnorm", dropout=False,
-                       flash=True, learned_pos=False,
+                       flash=True, causal_flops=True, learned_pos=False,
                        name=name or str(cfg.get("_name_or_path", mt or "hf-model")))
 
 
