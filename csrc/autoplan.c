@@ -145,20 +145,11 @@ static void bound_job(void *ctx, int64_t j)
         back[k + 1] = back[k] + sc[k].b + (fused ? sc[k].w : 0);
     }
     for (int32_t d = 0; d < p.pp; d++) {
-        double busy = 0, params = 0, maxlayer = 0, transient = 0, minact = INFINITY, sumact = 0;
-        for (int32_t ch = 0; ch < p.vstages; ch++) {
-            const hpgo_stage_cost_t *st = &sc[hpgo_sched_stage(p.schedule, p.pp, p.vstages, d, ch)];
-            busy += (double)m * (st->f + st->b + st->w);
-            params += st->params;
-            double per_layer = st->n_layers > 0 ? (st->params - st->emb_params) / st->n_layers : 0;
-            if (per_layer > maxlayer)
-                maxlayer = per_layer;
-            if (st->transient > transient)
-                transient = st->transient;
-            if (st->act < minact)
-                minact = st->act;
-            sumact += st->act;
-        }
+        hpgo_device_load_t load;
+        hpgo_step_device_load(&p, sc, d, &load);
+        double busy = (double)m * load.work, params = load.params;
+        double maxlayer = load.max_layer_params, transient = load.transient;
+        double minact = load.min_act, sumact = load.sum_act;
         double act = p.schedule == HPGO_PS_ZBV ? sumact : (double)inflight_lb(&p, m, d) * minact;
         if (p.schedule == HPGO_PS_ZBV && d == 0) {
             /* until the first micro-batch comes back to device 0's second

@@ -29,6 +29,26 @@ double hpgo_step_optimizer_time(const hpgo_cluster_t *c, double params)
     return bytes / (c->gpu.hbm_bandwidth * hpgo_gpu_efficiency(&c->gpu, HPGO_EFF_MEMORY, bytes));
 }
 
+void hpgo_step_device_load(const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc, int32_t d,
+                           hpgo_device_load_t *out)
+{
+    hpgo_device_load_t l = {0, 0, 0, 0, INFINITY, 0};
+    for (int32_t ch = 0; ch < p->vstages; ch++) {
+        const hpgo_stage_cost_t *st = &sc[hpgo_sched_stage(p->schedule, p->pp, p->vstages, d, ch)];
+        l.work += st->f + st->b + st->w;
+        l.params += st->params;
+        double per_layer = st->n_layers > 0 ? (st->params - st->emb_params) / st->n_layers : 0;
+        if (per_layer > l.max_layer_params)
+            l.max_layer_params = per_layer;
+        if (st->transient > l.transient)
+            l.transient = st->transient;
+        if (st->act < l.min_act)
+            l.min_act = st->act;
+        l.sum_act += st->act;
+    }
+    *out = l;
+}
+
 void hpgo_step_result_free(hpgo_step_result_t *r)
 {
     if (!r)
@@ -303,16 +323,10 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     for (int32_t d = 0; d < P; d++) {
         devstate_t *s = &ds[d];
         hpgo_step_device_t *o = &r->devices[d];
-        double params = 0, maxlayer = 0, transient = 0, layer1 = 0;
-        for (int32_t ch = 0; ch < V; ch++) {
-            const hpgo_stage_cost_t *st = &sc[hpgo_sched_stage(p->schedule, P, V, d, ch)];
-            params += st->params;
-            double per_layer = st->n_layers > 0 ? (st->params - st->emb_params) / st->n_layers : 0;
-            if (per_layer > maxlayer)
-                maxlayer = per_layer;
-            if (st->transient > transient)
-                transient = st->transient;
-        }
+        hpgo_device_load_t load;
+        hpgo_step_device_load(p, sc, d, &load);
+        double params = load.params, maxlayer = load.max_layer_params, transient = load.transient;
+        double layer1 = 0;
         double sync = s->t;
         if (per_mb_rs) {
             if (!p->overlap_grad_reduce) {

@@ -73,6 +73,16 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                        const hpgo_step_opts_t *opts, hpgo_step_result_t **out, hpgo_err_t *err);
 void hpgo_step_result_free(hpgo_step_result_t *r);
 
+/* What device d of the plan's pipeline holds, summed over its chunks:
+ * seconds of one micro-batch's passes, parameters, the most parameters of
+ * one layer (what ZeRO-3 gathers at a time), the largest transient bytes,
+ * and the smallest and total activation bytes of one micro-batch. */
+typedef struct hpgo_device_load {
+    double work, params, max_layer_params, transient, min_act, sum_act;
+} hpgo_device_load_t;
+void hpgo_step_device_load(const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc, int32_t d,
+                           hpgo_device_load_t *out);
+
 /* Seconds of the optimizer step of `params` local parameters (30 bytes each
  * read or written at the GPU's memory bandwidth).  Thread-safe. */
 double hpgo_step_optimizer_time(const hpgo_cluster_t *c, double params);
