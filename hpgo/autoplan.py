@@ -97,20 +97,8 @@ class RankedPlan:
                 "data-parallel sync (exposed)": dp, "optimizer step": dev["optimizer"]}
 
     def label(self) -> str:
-        p = self.plan
-        parts = [f"tp={p.tp}"] + ([f"cp={p.cp}"] if p.cp > 1 else []) + \
-            [f"pp={p.pp}", f"dp={p.dp}", f"mb={p.micro_batch}", p.schedule]
-        if p.virtual_stages > 1:
-            parts.append(f"v={p.virtual_stages}")
-        if p.sequence_parallel:
-            parts.append("sp")
-        if p.zero:
-            parts.append(f"zero={p.zero}")
-        if p.recompute != "none":
-            parts.append(f"recompute={p.recompute}")
-        if self.balanced_split:
-            parts.append("balanced split")
-        return " ".join(parts)
+        return self.plan.describe(global_batch=False) + \
+            (" balanced split" if self.balanced_split else "")
 
     def __repr__(self) -> str:
         return f"RankedPlan(#{self.rank}: {self.label()}; {self.result.summary()})"

@@ -331,20 +331,25 @@ class ParallelPlan:
         names = getattr(model, "descs", ()) or tuple(f"layers.{i}" for i in range(n))
         return [(k, b[k], names[b[k]]) for k in range(K)]
 
-    def __repr__(self) -> str:
-        extra = []
+    def describe(self, *, global_batch: bool = True) -> str:
+        """The plan in one line: "tp=8 pp=8 dp=1 mb=1 gb=64 1f1b v=3 sp ..."."""
+        parts = [f"tp={self.tp}"] + ([f"cp={self.cp}"] if self.cp > 1 else []) + \
+            [f"pp={self.pp}", f"dp={self.dp}", f"mb={self.micro_batch}"]
+        if global_batch:
+            parts.append(f"gb={self.global_batch}")
+        parts.append(self.schedule)
         if self.virtual_stages > 1:
-            extra.append(f"v={self.virtual_stages}")
+            parts.append(f"v={self.virtual_stages}")
         if self.sequence_parallel:
-            extra.append("sp")
+            parts.append("sp")
         if self.zero:
-            extra.append(f"zero={self.zero}")
+            parts.append(f"zero={self.zero}")
         if self.recompute != "none":
-            extra.append(f"recompute={self.recompute}")
-        cp = f" cp={self.cp}" if self.cp > 1 else ""
-        return (f"ParallelPlan(tp={self.tp}{cp} pp={self.pp} dp={self.dp} mb={self.micro_batch} "
-                f"gb={self.global_batch} {self.schedule}" + (" " + " ".join(extra) if extra else "")
-                + ")")
+            parts.append(f"recompute={self.recompute}")
+        return " ".join(parts)
+
+    def __repr__(self) -> str:
+        return f"ParallelPlan({self.describe()})"
 
 
 @dataclass(frozen=True)
