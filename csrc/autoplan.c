@@ -164,8 +164,8 @@ static void bound_job(void *ctx, int64_t j)
             act = n0 * sc[0].act + sc[K - 1].act;
         }
         hpgo_mem_t mem;
-        hpgo_memory_breakdown(S->c, &p, S->w->precision, params, maxlayer, act + transient,
-                              S->overhead, &mem);
+        hpgo_memory_breakdown(S->c, &p, S->w->precision, params, load.expert_params, maxlayer,
+                              act + transient, S->overhead, &mem);
         if (mem.total > mem.capacity * (1 + 1e-9))
             fits = 0;
         /* the device's lowest stage is d: nothing reaches it before the
@@ -181,7 +181,7 @@ static void bound_job(void *ctx, int64_t j)
             t += back[d];
         else if (p.schedule == HPGO_PS_ZBH1 && before[d] + busy - wsum + back[d] > t)
             t = before[d] + busy - wsum + back[d];
-        t += hpgo_step_optimizer_time(S->c, params / (p.zero >= 1 ? (double)p.dp * p.cp : 1));
+        t += hpgo_step_optimizer_time(S->c, hpgo_step_shard_params(&p, params, load.expert_params));
         if (t > lb)
             lb = t;
     }
@@ -346,6 +346,8 @@ static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *
         for (int32_t sp = 0; sp <= 1; sp++) {
             if (sp && (!xf || base.tp == 1))
                 continue;
+            if (!sp && xf && S->w->x.experts > 0 && base.tp > 1)
+                continue; /* MoE with tp needs sequence parallelism */
             if (!free_or(o->sequence_parallel, sp))
                 continue;
             hpgo_parplan_t p = base;
@@ -385,6 +387,47 @@ static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *
     return HPGO_OK;
 }
 
+/* Expert layouts of a plan: ep over the divisors of tp cp dp / etp that
+ * divide the experts, etp = 1 or tp, and for ep and edp > 1 both
+ * placements (ep inside, or outside the expert data-parallel group). */
+static int enum_experts(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *tmp_split,
+                        hpgo_err_t *err)
+{
+    const hpgo_autoplan_opts_t *o = S->o;
+    int64_t E = S->w->kind == HPGO_WORK_TRANSFORMER ? S->w->x.experts : 0;
+    if (E == 0) {
+        if (!free_or(o->ep, 1) || (o->etp > 0 && o->etp != base.tp))
+            return HPGO_OK;
+        base.ep = 1, base.etp = 0, base.ep_outer = 0;
+        return enum_tail(S, base, ltimes, tmp_split, err);
+    }
+    int64_t world = (int64_t)base.tp * base.cp * base.dp;
+    const int32_t etps[2] = {1, base.tp};
+    for (int ei = 0; ei < (base.tp > 1 ? 2 : 1); ei++) {
+        int32_t etp = etps[ei];
+        if (!free_or(o->etp, etp) || world % etp || S->w->x.expert_ffn % etp)
+            continue;
+        int64_t rest = world / etp;
+        for (int64_t ep = 1; ep <= rest && ep <= E; ep++) {
+            if (rest % ep || E % ep || !free_or(o->ep, (int32_t)ep))
+                continue;
+            int64_t edp = rest / ep;
+            for (int32_t outer = 0; outer <= 1; outer++) {
+                if (outer && (ep == 1 || edp == 1))
+                    break;
+                if (!free_or(o->ep_outer, outer))
+                    continue;
+                hpgo_parplan_t p = base;
+                p.ep = (int32_t)ep, p.etp = etp, p.ep_outer = outer;
+                int rc = enum_tail(S, p, ltimes, tmp_split, err);
+                if (rc != HPGO_OK)
+                    return rc;
+            }
+        }
+    }
+    return HPGO_OK;
+}
+
 static int enumerate(search_t *S, int64_t N, hpgo_err_t *err)
 {
     const hpgo_autoplan_opts_t *o = S->o;
@@ -405,7 +448,8 @@ static int enumerate(search_t *S, int64_t N, hpgo_err_t *err)
             continue;
         if (!xf && tp > 1)
             continue;
-        if (xf && (w->x.heads % tp || w->x.ffn % tp ||
+        int dense_mlp = xf && (w->x.experts == 0 || w->x.dense_first > 0 || w->x.moe_every > 1);
+        if (xf && (w->x.heads % tp || (dense_mlp && w->x.ffn % tp) ||
                    (w->x.kv_heads % tp && tp % w->x.kv_heads)))
             continue;
         for (int64_t cp = 1; cp <= HPGO_AUTOPLAN_MAX_CP && tp * cp <= N; cp *= 2) {
@@ -464,7 +508,7 @@ static int enumerate(search_t *S, int64_t N, hpgo_err_t *err)
                         hpgo_parplan_t p = base;
                         p.schedule = sch;
                         p.vstages = v;
-                        if ((rc = enum_tail(S, p, ltimes, tmp, err)) != HPGO_OK)
+                        if ((rc = enum_experts(S, p, ltimes, tmp, err)) != HPGO_OK)
                             goto done;
                     }
                 }

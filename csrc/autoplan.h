@@ -46,6 +46,7 @@ typedef struct hpgo_autoplan_opts {
     hpgo_cancel_t *cancel;   /* NULL, or a flag that stops the search (HPGO_E_CANCELLED) */
     /* fixed choices; -1 leaves the dimension free */
     int32_t tp, pp, dp, vstages, micro_batch, schedule, recompute, sequence_parallel, zero, cp;
+    int32_t ep, etp, ep_outer; /* expert parallel size, expert tp size, ep placement */
 } hpgo_autoplan_opts_t;
 
 typedef struct hpgo_autoplan_entry {

@@ -32,11 +32,12 @@ double hpgo_step_optimizer_time(const hpgo_cluster_t *c, double params)
 void hpgo_step_device_load(const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc, int32_t d,
                            hpgo_device_load_t *out)
 {
-    hpgo_device_load_t l = {0, 0, 0, 0, INFINITY, 0};
+    hpgo_device_load_t l = {0, 0, 0, 0, INFINITY, 0, 0};
     for (int32_t ch = 0; ch < p->vstages; ch++) {
         const hpgo_stage_cost_t *st = &sc[hpgo_sched_stage(p->schedule, p->pp, p->vstages, d, ch)];
         l.work += st->f + st->b + st->w;
         l.params += st->params;
+        l.expert_params += st->expert_params;
         double per_layer = st->n_layers > 0 ? (st->params - st->emb_params) / st->n_layers : 0;
         if (per_layer > l.max_layer_params)
             l.max_layer_params = per_layer;
@@ -47,6 +48,15 @@ void hpgo_step_device_load(const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc,
         l.sum_act += st->act;
     }
     *out = l;
+}
+
+double hpgo_step_shard_params(const hpgo_parplan_t *p, double params, double expert_params)
+{
+    if (p->zero < 1)
+        return params;
+    int64_t edp = hpgo_parplan_edp(p);
+    return (params - expert_params) / ((double)p->dp * p->cp) +
+           expert_params / (double)(edp > 0 ? edp : 1);
 }
 
 void hpgo_step_result_free(hpgo_step_result_t *r)
@@ -126,6 +136,22 @@ static double dp_coll(const eng_t *e, int op, double bytes)
     /* gradients are averaged over every replica of the sequence: dp x cp */
     return hpgo_cost_collective(e->c, op, (int64_t)e->p->dp * e->p->cp, e->p->tp, bytes,
                                 HPGO_ALGO_AUTO);
+}
+
+/* A gradient (or parameter) collective over a stage's parameters: the
+ * dense ones over dp x cp, the routed experts' over their expert
+ * data-parallel group (one after the other on the sync stream). */
+static double grad_coll(const eng_t *e, int op, double params, double expert_params,
+                        double bytes_per)
+{
+    double t = dp_coll(e, op, (params - expert_params) * bytes_per);
+    if (expert_params > 0) {
+        int64_t gs, gst;
+        hpgo_parplan_edp_group(e->p, &gs, &gst);
+        if (gs > 1)
+            t += hpgo_cost_collective(e->c, op, gs, gst, expert_params * bytes_per, HPGO_ALGO_AUTO);
+    }
+    return t;
 }
 
 int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
@@ -242,7 +268,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                              : op.kind == HPGO_OP_W ? st->w
                                                     : st->b + st->w;
                 if (p->zero >= 3 && p->dp * p->cp > 1 && op.kind != HPGO_OP_W) {
-                    double ag = dp_coll(&e, HPGO_COLL_ALLGATHER, st->params * 2);
+                    double ag = grad_coll(&e, HPGO_COLL_ALLGATHER, st->params, st->expert_params, 2);
                     if (ag > dur)
                         dur = ag;
                 }
@@ -291,8 +317,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                         if (per_mb_rs && p->overlap_grad_reduce) {
                             /* sharded gradients: each micro-batch's are reduce-scattered
                              * as soon as they exist (DeepSpeed ZeRO-2/3) */
-                            double t_rs = dp_coll(&e, HPGO_COLL_REDUCE_SCATTER,
-                                                  st->params * gbytes);
+                            double t_rs = grad_coll(&e, HPGO_COLL_REDUCE_SCATTER, st->params,
+                                                    st->expert_params, gbytes);
                             double s0 = s->dp_free > end ? s->dp_free : end;
                             s->dp_free = s0 + t_rs;
                             if ((rc = add_event(&e, s0, t_rs, d, HPGO_EV_REDUCE_SCATTER, 3, k,
@@ -334,7 +360,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                 double t_all = 0;
                 for (int32_t ch = 0; ch < V; ch++) {
                     int32_t k = hpgo_sched_stage(p->schedule, P, V, d, ch);
-                    t_all += (double)m * dp_coll(&e, HPGO_COLL_REDUCE_SCATTER, sc[k].params * gbytes);
+                    t_all += (double)m * grad_coll(&e, HPGO_COLL_REDUCE_SCATTER, sc[k].params,
+                                                   sc[k].expert_params, gbytes);
                 }
                 if ((rc = add_event(&e, s->t, t_all, d, HPGO_EV_REDUCE_SCATTER, 3, -1, -1, -1)) !=
                     HPGO_OK)
@@ -361,8 +388,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                 int32_t k = hpgo_sched_stage(p->schedule, P, V, d, ch);
                 const hpgo_stage_cost_t *st = &sc[k];
                 int32_t nb = st->n_layers > 0 ? st->n_layers : 1;
-                double bucket = st->params * gbytes / nb;
-                double tb = dp_coll(&e, coll, bucket);
+                double tb = grad_coll(&e, coll, st->params / nb, st->expert_params / nb, gbytes);
                 if (layer1 == 0)
                     layer1 = st->params / nb;
                 for (int32_t bi = 0; bi < nb; bi++) {
@@ -389,11 +415,14 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                 goto fail;
             sync += t_emb;
         }
-        double shard = params / (p->zero >= 1 ? (double)p->dp * p->cp : 1);
+        double shard = hpgo_step_shard_params(p, params, load.expert_params);
         double t_opt = hpgo_step_optimizer_time(c, shard);
         double t_ag = 0;
-        if (p->zero >= 1 && p->zero <= 2 && p->dp * p->cp > 1)
-            t_ag = dp_coll(&e, HPGO_COLL_ALLGATHER, (overlap ? layer1 : params) * 2);
+        if (p->zero >= 1 && p->zero <= 2 && p->dp * p->cp > 1) {
+            double ex1 = layer1 > 0 && params > 0 ? layer1 * load.expert_params / params : 0;
+            t_ag = overlap ? grad_coll(&e, HPGO_COLL_ALLGATHER, layer1, ex1, 2)
+                           : grad_coll(&e, HPGO_COLL_ALLGATHER, params, load.expert_params, 2);
+        }
         if ((rc = add_event(&e, sync, t_opt + t_ag, d, HPGO_EV_OPTIMIZER, 0, -1, -1, -1)) != HPGO_OK)
             goto fail;
         o->busy = s->busy;
@@ -402,8 +431,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
         o->optimizer = t_opt + t_ag;
         o->peak_in_flight = (int32_t)s->peak_count;
         o->params = params;
-        hpgo_memory_breakdown(c, p, w->precision, params, maxlayer, s->peak + transient, overhead,
-                              &o->mem);
+        hpgo_memory_breakdown(c, p, w->precision, params, load.expert_params, maxlayer,
+                              s->peak + transient, overhead, &o->mem);
         if (!o->mem.fits)
             r->fits = 0;
         double end = sync + t_opt + t_ag;

@@ -79,7 +79,13 @@ void hpgo_step_result_free(hpgo_step_result_t *r);
  * and the smallest and total activation bytes of one micro-batch. */
 typedef struct hpgo_device_load {
     double work, params, max_layer_params, transient, min_act, sum_act;
+    double expert_params; /* part of params in routed experts */
 } hpgo_device_load_t;
+
+/* Parameters of a device's optimizer shard: ZeRO >= 1 divides the dense
+ * parameters over dp x cp and the routed experts' over the expert
+ * data-parallel group. */
+double hpgo_step_shard_params(const hpgo_parplan_t *p, double params, double expert_params);
 void hpgo_step_device_load(const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc, int32_t d,
                            hpgo_device_load_t *out);
 

@@ -29,12 +29,14 @@ typedef struct hpgo_mem {
     int fits;        /* total <= capacity */
 } hpgo_mem_t;
 
-/* Breakdown of a GPU holding `params` parameters (tp-sharded), whose
- * activations peak at `activations` bytes, plus `other` bytes; ZeRO-3
- * gathers `max_layer_params` at a time (two layers: the one computing and
- * the prefetched next). */
+/* Breakdown of a GPU holding `params` parameters (tp-sharded), of which
+ * `expert_params` in routed experts (their ZeRO shards are over the expert
+ * data-parallel group, the rest over dp x cp), whose activations peak at
+ * `activations` bytes, plus `other` bytes; ZeRO-3 gathers
+ * `max_layer_params` at a time (two layers: the one computing and the
+ * prefetched next). */
 void hpgo_memory_breakdown(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
-                           double params, double max_layer_params, double activations,
-                           double other, hpgo_mem_t *out);
+                           double params, double expert_params, double max_layer_params,
+                           double activations, double other, hpgo_mem_t *out);
 
 #endif

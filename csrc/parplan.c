@@ -6,6 +6,28 @@ int64_t hpgo_parplan_microbatches(const hpgo_parplan_t *p)
     return p->global_batch / (p->micro_batch * p->dp);
 }
 
+int32_t hpgo_parplan_etp(const hpgo_parplan_t *p) { return p->etp > 0 ? p->etp : p->tp; }
+
+int64_t hpgo_parplan_edp(const hpgo_parplan_t *p)
+{
+    int64_t world = (int64_t)p->tp * p->cp * p->dp, g = (int64_t)hpgo_parplan_etp(p) * p->ep;
+    return g > 0 && world % g == 0 ? world / g : 0;
+}
+
+void hpgo_parplan_ep_group(const hpgo_parplan_t *p, int64_t *size, int64_t *stride)
+{
+    int64_t etp = hpgo_parplan_etp(p);
+    *size = p->ep;
+    *stride = p->ep_outer ? etp * hpgo_parplan_edp(p) : etp;
+}
+
+void hpgo_parplan_edp_group(const hpgo_parplan_t *p, int64_t *size, int64_t *stride)
+{
+    int64_t etp = hpgo_parplan_etp(p);
+    *size = hpgo_parplan_edp(p);
+    *stride = p->ep_outer ? etp : etp * p->ep;
+}
+
 int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
 {
     if (!p)
@@ -16,9 +38,15 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
                             "tp (1..1024), dp (1..2^24), cp (1..1024) and ep must be >= 1");
     if (p->pp < 1 || p->pp > HPGO_PLAN_MAX_PP)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "pp must be in 1..%d", HPGO_PLAN_MAX_PP);
-    if (p->ep != 1)
+    if (p->ep > (1 << 24) || p->etp < 0 || p->etp > 1024 || (p->ep_outer != 0 && p->ep_outer != 1))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                            "expert parallelism (ep) is not modelled yet: use ep=1");
+                            "ep must be in 1..2^24, etp in 0..1024 (0: = tp), ep_outer 0 or 1");
+    if (hpgo_parplan_edp(p) < 1)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "etp x ep = %lld must divide tp x cp x dp = %lld (expert layers "
+                            "regroup the GPUs of a pipeline stage)",
+                            (long long)hpgo_parplan_etp(p) * p->ep,
+                            (long long)p->tp * p->cp * p->dp);
     if (p->vstages < 1 || (int64_t)p->pp * p->vstages > HPGO_PLAN_MAX_STAGES)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "vstages must be >= 1 with pp x vstages <= %d", HPGO_PLAN_MAX_STAGES);

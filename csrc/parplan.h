@@ -39,6 +39,15 @@ typedef struct hpgo_parplan {
     int32_t zero;                      /* 0..3; 1 = Megatron's distributed optimizer */
     int32_t overlap_grad_reduce;       /* 0 / 1: DP gradient sync overlaps the backward */
     int32_t n_split;                   /* 0, or pp * vstages + 1 */
+    /* expert layers (mixture of experts): the tp x cp x dp GPUs of a
+     * pipeline stage are regrouped as etp x ep x edp -- expert tensor
+     * parallel (etp, 0: = tp), expert parallel (ep: experts divided over
+     * it, tokens exchanged by all-to-all) and expert data parallel (edp =
+     * tp cp dp / (etp ep), over which expert gradients are reduced).  Ranks:
+     * etp fastest, then ep, then edp (Megatron-Core's order; ep_outer = 1
+     * puts edp before ep, so the ep group spans the farthest GPUs). */
+    int32_t etp;
+    int32_t ep_outer;
     const int32_t *split;              /* model stage k holds layers [split[k], split[k+1]) */
 } hpgo_parplan_t;
 
@@ -48,5 +57,15 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err);
 
 /* Micro-batches per iteration and pipeline: global_batch / (micro_batch * dp). */
 int64_t hpgo_parplan_microbatches(const hpgo_parplan_t *p);
+
+/* Expert tensor-parallel size (etp, or tp when 0) and expert data-parallel
+ * size tp cp dp / (etp ep) (0 when that does not divide). */
+int32_t hpgo_parplan_etp(const hpgo_parplan_t *p);
+int64_t hpgo_parplan_edp(const hpgo_parplan_t *p);
+
+/* (size, stride) of the plan's expert-parallel and expert data-parallel
+ * groups, in GPUs, inside a pipeline stage's tp cp dp consecutive GPUs. */
+void hpgo_parplan_ep_group(const hpgo_parplan_t *p, int64_t *size, int64_t *stride);
+void hpgo_parplan_edp_group(const hpgo_parplan_t *p, int64_t *size, int64_t *stride);
 
 #endif

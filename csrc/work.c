@@ -87,6 +87,42 @@ int hpgo_work_check(const hpgo_work_t *w, hpgo_err_t *err)
                                 (long long)x->kv_heads, (long long)x->heads);
         if (x->mlp != HPGO_MLP_GELU && x->mlp != HPGO_MLP_SWIGLU)
             return hpgo_err_set(err, HPGO_E_INVALID, 0, "mlp must be gelu or swiglu");
+        if (x->experts < 0 || x->experts > 65536)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0, "experts must be in 0..65536");
+        if (x->experts > 0) {
+            if (x->topk < 1 || x->topk > x->experts)
+                return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                    "topk must be in 1..experts (%lld), got %lld",
+                                    (long long)x->experts, (long long)x->topk);
+            if (!pos_i(x->expert_ffn, big))
+                return hpgo_err_set(err, HPGO_E_INVALID, 0, "expert_ffn must be in 1..2^24");
+            if (x->shared_experts < 0 || x->shared_experts > 64 ||
+                (x->shared_experts > 0 && !pos_i(x->shared_ffn, big)))
+                return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                    "shared_experts must be in 0..64, with shared_ffn in 1..2^24");
+            if (x->dense_first < 0 || x->dense_first > x->layers || x->moe_every < 0 ||
+                x->moe_every > x->layers)
+                return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                    "dense_first and moe_every must be in 0..layers");
+            if (!isfinite(x->capacity) || x->capacity < 0 || x->capacity > (double)x->experts)
+                return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                    "capacity factor must be 0 (dropless) or in (0, experts]");
+            if (!isfinite(x->imbalance) || (x->imbalance != 0 && x->imbalance < 1) ||
+                x->imbalance > (double)x->experts)
+                return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                    "routing imbalance must be in [1, experts] (1: balanced)");
+        }
+        if (x->window < 0 || x->window_every < 0 || x->window_every > x->layers)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "window must be >= 0 and window_every in 0..layers");
+        if (x->mla && (!pos_i(x->q_lora, big) || !pos_i(x->kv_lora, big) || x->qk_nope < 0 ||
+                       x->qk_nope > (1 << 16) || !pos_i(x->qk_rope, 1 << 16) ||
+                       !pos_i(x->v_head, 1 << 16)))
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "latent attention needs q_lora, kv_lora in 1..2^24, qk_nope in "
+                                "0..65536, qk_rope and v_head in 1..65536");
+        if (x->mtp < 0 || x->mtp > 16)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0, "mtp modules must be in 0..16");
         return HPGO_OK;
     }
     if (w->kind != HPGO_WORK_CHAIN)
@@ -129,9 +165,32 @@ void hpgo_work_state_bytes(int32_t precision, double *weights, double *grads, do
 
 /* ---- transformer -------------------------------------------------------- */
 
+/* Layer kinds: bit 0 a mixture-of-experts MLP, bit 1 sliding-window
+ * attention.  Layers of one kind are alike: each kind is priced once. */
+enum { K_MOE = 1, K_WINDOW = 2, N_KINDS = 4 };
+
+int hpgo_work_is_moe_layer(const hpgo_xformer_t *x, int64_t i)
+{
+    int64_t every = x->moe_every > 1 ? x->moe_every : 1;
+    return x->experts > 0 && i >= x->dense_first && (i + 1) % every == 0;
+}
+
+static int layer_kind(const hpgo_xformer_t *x, int64_t i)
+{
+    int64_t every = x->window_every > 1 ? x->window_every : 1;
+    int win = x->window > 0 && x->window < x->seq && i % every == 0;
+    return (hpgo_work_is_moe_layer(x, i) ? K_MOE : 0) | (win ? K_WINDOW : 0);
+}
+
 typedef struct xshape {
-    double h, f, a, g, dh, q, kv, s, V, L, b, t, c, T, tl; /* T: tokens on the rank (b s / c) */
-    int sp, rc, flash, dropout, swiglu;
+    double h, f, a, s, V, L, b, t, c, T, tl; /* T: tokens on the rank (b s / c); tl: / t with SP */
+    double qkd, vdh;     /* per-head query/key and value widths */
+    double q, kw, vw, o; /* widths: queries, keys, values (tp-unsplit), attention output */
+    double ql, kl, dr;   /* MLA: query and key-value latent ranks, rope width */
+    double E, ge;        /* bytes of an activation element, and of a stored GEMM input (fp8: 1) */
+    /* experts */
+    double ex, k, fe, fsh, etp, ep, imb, rx; /* rx: routed token slots on the rank */
+    int sp, rc, flash, dropout, swiglu, mla;
 } xshape_t;
 
 static int64_t padded_vocab(const hpgo_xformer_t *x, int64_t tp)
@@ -140,15 +199,28 @@ static int64_t padded_vocab(const hpgo_xformer_t *x, int64_t tp)
     return (x->vocab + m - 1) / m * m;
 }
 
-static void shape(const hpgo_xformer_t *x, const hpgo_parplan_t *p, xshape_t *s)
+static void shape(const hpgo_xformer_t *x, const hpgo_parplan_t *p, int32_t precision, xshape_t *s)
 {
+    memset(s, 0, sizeof *s);
     s->h = (double)x->hidden;
     s->f = (double)x->ffn;
     s->a = (double)x->heads;
-    s->g = (double)x->kv_heads;
-    s->dh = (double)x->head_dim;
-    s->q = s->a * s->dh;
-    s->kv = s->g * s->dh;
+    s->mla = x->mla != 0;
+    if (s->mla) {
+        s->qkd = (double)(x->qk_nope + x->qk_rope);
+        s->vdh = (double)x->v_head;
+        s->q = s->a * s->qkd;
+        s->kw = s->a * s->qkd; /* keys and values are expanded per head */
+        s->vw = s->a * s->vdh;
+        s->ql = (double)x->q_lora;
+        s->kl = (double)x->kv_lora;
+        s->dr = (double)x->qk_rope;
+    } else {
+        s->qkd = s->vdh = (double)x->head_dim;
+        s->q = s->a * s->qkd;
+        s->kw = s->vw = (double)x->kv_heads * s->qkd;
+    }
+    s->o = s->a * s->vdh;
     s->s = (double)x->seq;
     s->V = (double)padded_vocab(x, p->tp);
     s->L = (double)x->layers;
@@ -162,124 +234,229 @@ static void shape(const hpgo_xformer_t *x, const hpgo_parplan_t *p, xshape_t *s)
     s->flash = x->flash;
     s->dropout = x->dropout;
     s->swiglu = x->mlp == HPGO_MLP_SWIGLU;
+    s->E = precision == HPGO_PREC_FP32 ? 4 : 2;
+    s->ge = precision == HPGO_PREC_FP8 ? 1 : s->E;
+    s->ex = (double)x->experts;
+    s->k = (double)x->topk;
+    s->fe = (double)x->expert_ffn;
+    s->fsh = (double)(x->shared_experts * x->shared_ffn);
+    s->etp = (double)hpgo_parplan_etp(p);
+    s->ep = (double)(p->ep > 0 ? p->ep : 1);
+    s->imb = x->imbalance > 1 ? x->imbalance : 1;
+    /* each rank routes its tl tokens to k experts (capacity: C k slots); an
+     * expert-tensor-parallel group gathers its etp ranks' tokens */
+    s->rx = s->tl * (x->capacity > 0 ? x->capacity * s->k : s->k) * s->etp * s->imb;
 }
 
-/* Parameters of one layer on one tp rank. */
-static double layer_params(const hpgo_xformer_t *x, const xshape_t *s)
+/* ---- parameters ---- */
+
+static double mlp_mats(const xshape_t *s, double f) { return (s->swiglu ? 3 : 2) * s->h * f; }
+
+/* Attention parameters on one tp rank (norms and biases included). */
+static double attn_params(const hpgo_xformer_t *x, const xshape_t *s)
 {
-    double mats = s->h * (s->q + 2 * s->kv) + s->q * s->h + (s->swiglu ? 3 : 2) * s->h * s->f;
-    double colb = x->bias ? (s->q + 2 * s->kv) + (s->swiglu ? 2 : 1) * s->f : 0;
-    double repl = (x->bias ? 2 * s->h : 0) + (x->layernorm ? 4 : 2) * s->h;
-    return (mats + colb) / s->t + repl;
+    double t = s->t, h = s->h;
+    double n = (x->layernorm ? 2 : 1) * h; /* the attention's input norm */
+    if (s->mla)
+        n += s->h * s->ql + s->ql + s->h * (s->kl + s->dr) + s->kl +
+             (s->ql * s->q + s->kl * s->a * (s->qkd - s->dr + s->vdh) + s->o * h) / t;
+    else
+        n += (h * (s->q + s->kw + s->vw) + s->o * h) / t;
+    if (x->bias || x->attn_bias)
+        n += (s->q + s->kw + s->vw) / t + h;
+    if (x->qk_norm)
+        n += 2 * s->qkd;
+    if (x->sinks)
+        n += s->a / t;
+    return n;
+}
+
+/* MLP parameters on one tp rank for a dense MLP of inner size f. */
+static double dense_mlp_params(const hpgo_xformer_t *x, const xshape_t *s, double f)
+{
+    double n = (x->layernorm ? 2 : 1) * s->h + mlp_mats(s, f) / s->t;
+    if (x->bias)
+        n += (s->swiglu ? 2 : 1) * f / s->t + s->h;
+    return n;
+}
+
+/* Parameters of one routed expert (unsplit). */
+static double expert_params(const hpgo_xformer_t *x, const xshape_t *s)
+{
+    return mlp_mats(s, s->fe) + (x->expert_bias ? (s->swiglu ? 2 : 1) * s->fe + s->h : 0);
+}
+
+/* MoE MLP parameters on one rank: router, shared experts (tp-split) and
+ * the rank's routed experts (E / ep of them, each split over etp). */
+static void moe_params(const hpgo_xformer_t *x, const xshape_t *s, double *all, double *routed)
+{
+    double n = (x->layernorm ? 2 : 1) * s->h + s->h * s->ex + (x->router_bias ? s->ex : 0);
+    if (s->fsh > 0)
+        n += mlp_mats(s, s->fsh) / s->t + (x->expert_bias ? (s->swiglu ? 2 : 1) * s->fsh / s->t + s->h : 0);
+    *routed = s->ex / s->ep * expert_params(x, s) / s->etp;
+    *all = n + *routed;
+}
+
+/* ---- model FLOPs (3 x forward, per token, whole layer, no tp) ---- */
+
+static double attn_keys(const hpgo_xformer_t *x, const xshape_t *s, int kind, int causal)
+{
+    double S = s->s;
+    if (kind & K_WINDOW) {
+        double w = (double)x->window;
+        return causal ? w * (1 - w / (2 * S)) : w;
+    }
+    return causal ? S / 2 : S;
+}
+
+static double attn_proj_flops(const xshape_t *s)
+{
+    if (s->mla)
+        return 2 * (s->h * s->ql + s->ql * s->q + s->h * (s->kl + s->dr) +
+                    s->kl * s->a * (s->qkd - s->dr + s->vdh) + s->o * s->h);
+    return 2 * s->h * (s->q + s->kw + s->vw) + 2 * s->o * s->h;
+}
+
+static double layer_model_flops(const hpgo_xformer_t *x, const xshape_t *s, int kind)
+{
+    double fl = attn_proj_flops(s) + 2 * attn_keys(x, s, kind, x->causal_flops) * (s->q + s->o);
+    double mf = s->swiglu ? 6 : 4;
+    if (kind & K_MOE)
+        fl += 2 * s->h * s->ex + s->k * mf * s->h * s->fe + mf * s->h * s->fsh;
+    else
+        fl += mf * s->h * s->f;
+    return 3 * fl;
+}
+
+/* ---- kernels of one layer on one rank ---- */
+
+typedef struct lcost {
+    acc_t fw, bi, bw;             /* forward, input gradient, weight gradient kernels */
+    double tp_f, tp_b, ep_f, ep_b; /* exposed communication seconds */
+    double rc_t, rc_fl;           /* recomputation inside the input gradient */
+    double act, act_w, full_act;  /* stored bytes, held until W, working set under full recompute */
+    double lp, ep_p;              /* parameters on the rank, part in routed experts */
+    double mfl;                   /* model FLOPs per micro-batch on the rank */
+} lcost_t;
+
+static void attn_proj_fwd(const kctx_t *k, acc_t *a, const xshape_t *s)
+{
+    double T = s->T, t = s->t, h = s->h;
+    if (s->mla) { /* the down-projections are replicated over tp */
+        mm(k, a, T, h, s->ql);
+        vec(k, a, T * s->ql, 5, 2 * s->E * T * s->ql);
+        mm(k, a, T, s->ql, s->q / t);
+        mm(k, a, T, h, s->kl + s->dr);
+        vec(k, a, T * s->kl, 5, 2 * s->E * T * s->kl);
+        mm(k, a, T, s->kl, s->a * (s->qkd - s->dr + s->vdh) / t);
+        return;
+    }
+    mm(k, a, T, h, (s->q + s->kw + s->vw) / t);
+}
+
+static void attn_proj_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, int weight)
+{
+    double T = s->T, t = s->t, h = s->h;
+    if (s->mla) {
+        double up = s->a * (s->qkd - s->dr + s->vdh) / t;
+        if (weight) {
+            mm(k, a, h, T, s->ql);
+            mm(k, a, s->ql, T, s->q / t);
+            mm(k, a, h, T, s->kl + s->dr);
+            mm(k, a, s->kl, T, up);
+        } else {
+            mm(k, a, T, s->q / t, s->ql);
+            vec(k, a, T * s->ql, 8, 3 * s->E * T * s->ql);
+            mm(k, a, T, s->ql, h);
+            mm(k, a, T, up, s->kl);
+            vec(k, a, T * s->kl, 8, 3 * s->E * T * s->kl);
+            mm(k, a, T, s->kl + s->dr, h);
+        }
+        return;
+    }
+    if (weight)
+        mm(k, a, h, T, (s->q + s->kw + s->vw) / t);
+    else
+        mm(k, a, T, (s->q + s->kw + s->vw) / t, h);
 }
 
 /* Attention core forward (scores, softmax, dropout, probabilities x V). */
-static void core_fwd(const kctx_t *k, acc_t *a, const xshape_t *s)
+static void core_fwd(const kctx_t *k, acc_t *a, const xshape_t *s, double keys)
 {
-    double t = s->t, T = s->T, E = k->e;
-    if (s->flash) {
-        fused(k, a, 4 * T * s->s * s->q / t / 2, /* causal kernels skip the masked half */
-              E * (T * (s->q + 2 * s->kv) / t + T * s->q / t));
+    double t = s->t, T = s->T, E = s->E;
+    if (s->flash) { /* fused; causal (and windowed) kernels skip the masked blocks */
+        fused(k, a, 2 * T * keys * (s->q + s->o) / t,
+              E * (T * (s->q + s->kw + s->vw) / t + T * s->o / t));
         return;
     }
     double es = T * (s->a / t) * s->s; /* score elements: local queries x all keys */
-    double fl = 2 * T * s->s * s->q / t;
-    a->flops += fl;
-    a->t += hpgo_gpu_op_time(k->g, k->dtype, 1, fl, E * (T * s->q / t + T * s->kv / t + es));
+    double fq = 2 * T * s->s * s->q / t, fv = 2 * T * s->s * s->o / t;
+    a->flops += fq;
+    a->t += hpgo_gpu_op_time(k->g, k->dtype, 1, fq, E * (T * s->q / t + T * s->kw / t + es));
     vec(k, a, es, 5, 2 * E * es);
     if (s->dropout)
         vec(k, a, es, 2, (2 * E + 1) * es);
-    a->flops += fl;
-    a->t += hpgo_gpu_op_time(k->g, k->dtype, 1, fl, E * (es + T * s->kv / t + T * s->q / t));
+    a->flops += fv;
+    a->t += hpgo_gpu_op_time(k->g, k->dtype, 1, fv, E * (es + T * s->vw / t + T * s->o / t));
 }
 
-static void core_bwd(const kctx_t *k, acc_t *a, const xshape_t *s)
+static void core_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double keys)
 {
-    double t = s->t, T = s->T, E = k->e;
+    double t = s->t, T = s->T, E = s->E;
     if (s->flash) {
         /* five GEMMs against the forward's two (FlashAttention-2) */
-        fused(k, a, 2.5 * 4 * T * s->s * s->q / t / 2,
-              E * (2 * T * (s->q + 2 * s->kv) / t + 2 * T * s->q / t));
+        fused(k, a, 2.5 * 2 * T * keys * (s->q + s->o) / t,
+              E * (2 * T * (s->q + s->kw + s->vw) / t + 2 * T * s->o / t));
         return;
     }
     double es = T * (s->a / t) * s->s;
-    double fl = 2 * T * s->s * s->q / t;
-    for (int i = 0; i < 4; i++) { /* dQ, dK, dProbs, dV */
+    double fq = 2 * T * s->s * s->q / t, fv = 2 * T * s->s * s->o / t;
+    for (int i = 0; i < 4; i++) { /* dQ, dK (q width), dProbs, dV (v width) */
+        double fl = i < 2 ? fq : fv;
         a->flops += fl;
-        a->t += hpgo_gpu_op_time(k->g, k->dtype, 1, fl, E * (es + T * s->q / t + T * s->kv / t));
+        a->t += hpgo_gpu_op_time(k->g, k->dtype, 1, fl, E * (es + T * s->q / t + T * s->kw / t));
     }
     if (s->dropout)
         vec(k, a, es, 2, (2 * E + 1) * es);
     vec(k, a, es, 5, 3 * E * es);
 }
 
-/* One layer's forward kernels (no collectives). */
-static void layer_fwd(const kctx_t *k, acc_t *a, const xshape_t *s)
+/* A tp-split dense MLP of inner size f on T tokens: forward, input and
+ * weight gradients. */
+static void mlp_fwd(const kctx_t *k, acc_t *a, const xshape_t *s, double T, double f, double t)
 {
-    double t = s->t, T = s->T, tl = s->tl, h = s->h, E = k->e;
-    double fN = (s->swiglu ? 2 : 1) * s->f / t;
-    double resid = (3 * E + (s->dropout ? 1 : 0)) * tl * h;
-    vec(k, a, tl * h, 5, 2 * E * tl * h); /* norm 1 */
-    mm(k, a, T, h, (s->q + 2 * s->kv) / t);
-    core_fwd(k, a, s);
-    mm(k, a, T, s->q / t, h);
-    vec(k, a, tl * h, 2, resid);
-    vec(k, a, tl * h, 5, 2 * E * tl * h); /* norm 2 */
-    mm(k, a, T, h, fN);
-    vec(k, a, T * s->f / t, 8, (s->swiglu ? 3 : 2) * E * T * s->f / t);
-    mm(k, a, T, s->f / t, h);
-    vec(k, a, tl * h, 2, resid);
+    double fN = (s->swiglu ? 2 : 1) * f / t;
+    mm(k, a, T, s->h, fN);
+    vec(k, a, T * f / t, 8, (s->swiglu ? 3 : 2) * s->E * T * f / t);
+    mm(k, a, T, f / t, s->h);
 }
 
-/* Input-gradient kernels of one layer. */
-static void layer_bwd_input(const kctx_t *k, acc_t *a, const xshape_t *s)
+static void mlp_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double T, double f, double t,
+                    int weight)
 {
-    double t = s->t, T = s->T, tl = s->tl, h = s->h, E = k->e;
-    double fN = (s->swiglu ? 2 : 1) * s->f / t;
-    double resid = (2 * E + (s->dropout ? 1 : 0)) * tl * h;
-    vec(k, a, tl * h, 2, resid);
-    mm(k, a, T, h, s->f / t); /* fc2 dgrad: (T x h) . (h x f/t) */
-    vec(k, a, T * s->f / t, 8, (s->swiglu ? 5 : 3) * E * T * s->f / t);
-    mm(k, a, T, fN, h);
-    vec(k, a, tl * h, 8, 3 * E * tl * h);
-    vec(k, a, tl * h, 2, resid);
-    mm(k, a, T, h, s->q / t);
-    core_bwd(k, a, s);
-    mm(k, a, T, (s->q + 2 * s->kv) / t, h);
-    vec(k, a, tl * h, 8, 3 * E * tl * h);
-}
-
-/* Weight-gradient kernels of one layer: X^T . dY for the four GEMMs. */
-static void layer_bwd_weight(const kctx_t *k, acc_t *a, const xshape_t *s)
-{
-    double t = s->t, T = s->T, h = s->h;
-    double fN = (s->swiglu ? 2 : 1) * s->f / t;
-    mm(k, a, h, T, (s->q + 2 * s->kv) / t);
-    mm(k, a, s->q / t, T, h);
-    mm(k, a, h, T, fN);
-    mm(k, a, s->f / t, T, h);
-}
-
-/* Stored bytes of one layer per micro-batch: total, the part released by
- * the weight gradient, and the attention score path. */
-static void layer_act(const xshape_t *s, double E, double *total, double *held_w)
-{
-    double T = s->T, t = s->t, h = s->h;
-    double rep_sp = s->sp ? t : 1;
-    double masks = s->dropout ? 2 * h : 0;
-    double rep = (4 * E * h + masks) / rep_sp;
-    double score = s->flash ? 4 * s->a : E * s->a * s->s + (s->dropout ? (1 + E) * s->a * s->s : 0);
-    double mlp = (s->swiglu ? 4 : 2) * E * s->f;
-    double par = (E * (s->q + 2 * s->kv) + E * s->q + mlp) / t;
-    if (s->rc == HPGO_RC_FULL) {
-        *total = T * E * h / rep_sp;
-        *held_w = *total;
+    double fN = (s->swiglu ? 2 : 1) * f / t;
+    if (weight) {
+        mm(k, a, s->h, T, fN);
+        mm(k, a, f / t, T, s->h);
         return;
     }
-    if (s->rc == HPGO_RC_SELECTIVE && !s->flash)
-        score = 0;
-    *total = T * (rep + par + score / t);
-    *held_w = T * (rep - masks / rep_sp + par);
+    mm(k, a, T, s->h, f / t); /* fc2 dgrad: (T x h) . (h x f/t) */
+    vec(k, a, T * f / t, 8, (s->swiglu ? 5 : 3) * s->E * T * f / t);
+    mm(k, a, T, fN, s->h);
+}
+
+/* The routed experts of one rank: E / ep grouped GEMMs of rx ep / E
+ * tokens each (small GEMMs run at the efficiency of their size). */
+static void experts_pass(const kctx_t *k, acc_t *a, const xshape_t *s, int pass)
+{
+    double n = s->ex / s->ep, me = s->rx / n;
+    acc_t one = {0, 0};
+    if (pass == 0)
+        mlp_fwd(k, &one, s, me, s->fe, s->etp);
+    else
+        mlp_bwd(k, &one, s, me, s->fe, s->etp, pass == 2);
+    a->t += n * one.t;
+    a->flops += n * one.flops;
 }
 
 static double tp_coll(const hpgo_cluster_t *c, int op, const xshape_t *s, double bytes)
@@ -294,17 +471,179 @@ static double dtype_of(int32_t precision)
                                          : HPGO_DT_BF16;
 }
 
+/* Stored bytes of one layer per micro-batch on the rank (spec 3.3
+ * generalised; MoE: router probabilities in fp32, the routed token copies
+ * and each expert's MLP tensors, shared experts as a dense MLP): total and
+ * the part the weight gradient still needs. */
+static void layer_act(const hpgo_xformer_t *x, const xshape_t *s, int kind, double *total,
+                      double *held_w)
+{
+    double T = s->T, t = s->t, h = s->h, E = s->E, ge = s->ge;
+    double rep_sp = s->sp ? t : 1;
+    double masks = s->dropout ? 2 * h : 0;
+    /* norm inputs (E each), attention and MLP GEMM inputs (ge each) */
+    double rep = (2 * E * h + 2 * ge * h + masks) / rep_sp;
+    double mla = s->mla ? E * (s->ql + s->kl + s->dr) + ge * (s->ql + s->kl) : 0; /* latents, all T */
+    double score = s->flash ? 4 * s->a : E * s->a * s->s + (s->dropout ? (1 + E) * s->a * s->s : 0);
+    double attn = E * (s->q + s->kw + s->vw) + ge * s->o;
+    double mlp_t = (s->swiglu ? 3 * E + ge : E + ge); /* per inner element: activations, fc2 input */
+    double mlp = 0, routed = 0, router = 0;
+    (void)x;
+    if (kind & K_MOE) {
+        mlp = mlp_t * s->fsh;
+        router = 4 * s->ex / t; /* per token of T: tl tokens, fp32 */
+        routed = s->rx * (ge * h + mlp_t * s->fe / s->etp);
+    } else {
+        mlp = mlp_t * s->f;
+    }
+    if (s->rc == HPGO_RC_FULL) {
+        *total = T * E * h / rep_sp;
+        *held_w = *total;
+        return;
+    }
+    if (s->rc == HPGO_RC_SELECTIVE && !s->flash)
+        score = 0;
+    double par = (attn + mlp) / t;
+    *total = T * (rep + mla + par + score / t + router) + routed;
+    *held_w = T * (rep - masks / rep_sp + mla + par) + routed;
+}
+
+/* One layer of the given kind, priced on one rank. */
+static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
+                       const kctx_t *k, const xshape_t *s, int kind, lcost_t *o)
+{
+    memset(o, 0, sizeof *o);
+    double T = s->T, tl = s->tl, h = s->h, E = s->E, X = E * T * h;
+    double keys = attn_keys(x, s, kind, 1);
+    int moe = (kind & K_MOE) != 0;
+    double resid_f = (3 * E + (s->dropout ? 1 : 0)) * tl * h;
+    double resid_b = (2 * E + (s->dropout ? 1 : 0)) * tl * h;
+    acc_t core = {0, 0}, cb = {0, 0};
+    core_fwd(k, &core, s, keys);
+    core_bwd(k, &cb, s, keys);
+
+    /* forward */
+    vec(k, &o->fw, tl * h, 5, 2 * E * tl * h); /* norm 1 */
+    attn_proj_fwd(k, &o->fw, s);
+    if (x->qk_norm)
+        vec(k, &o->fw, T * (s->q + s->kw) / s->t, 5, 2 * E * T * (s->q + s->kw) / s->t);
+    o->fw.t += core.t, o->fw.flops += core.flops;
+    mm(k, &o->fw, T, s->o / s->t, h);
+    vec(k, &o->fw, tl * h, 2, resid_f);
+    vec(k, &o->fw, tl * h, 5, 2 * E * tl * h); /* norm 2 */
+    /* input gradient (reverse order) and weight gradient */
+    vec(k, &o->bi, tl * h, 2, resid_b);
+    if (moe) {
+        double n_tl = tl * s->ex;
+        mm(k, &o->fw, tl, h, s->ex); /* router */
+        vec(k, &o->fw, n_tl, 8, 2 * 4 * n_tl);
+        double moved = s->rx * h;
+        vec(k, &o->fw, moved, 1, 2 * E * moved); /* permute */
+        experts_pass(k, &o->fw, s, 0);
+        vec(k, &o->fw, moved, 2, 3 * E * moved); /* unpermute, weighted sum */
+        if (s->fsh > 0)
+            mlp_fwd(k, &o->fw, s, T, s->fsh, s->t);
+        vec(k, &o->bi, moved, 2, 3 * E * moved);
+        experts_pass(k, &o->bi, s, 1);
+        vec(k, &o->bi, moved, 1, 2 * E * moved);
+        mm(k, &o->bi, tl, s->ex, h);
+        vec(k, &o->bi, n_tl, 8, 3 * 4 * n_tl);
+        if (s->fsh > 0)
+            mlp_bwd(k, &o->bi, s, T, s->fsh, s->t, 0);
+        experts_pass(k, &o->bw, s, 2);
+        mm(k, &o->bw, h, tl, s->ex);
+        if (s->fsh > 0)
+            mlp_bwd(k, &o->bw, s, T, s->fsh, s->t, 1);
+    } else {
+        mlp_fwd(k, &o->fw, s, T, s->f, s->t);
+        mlp_bwd(k, &o->bi, s, T, s->f, s->t, 0);
+        mlp_bwd(k, &o->bw, s, T, s->f, s->t, 1);
+    }
+    vec(k, &o->fw, tl * h, 2, resid_f);
+    vec(k, &o->bi, tl * h, 8, 3 * E * tl * h); /* norm 2 */
+    vec(k, &o->bi, tl * h, 2, resid_b);
+    mm(k, &o->bi, T, h, s->o / s->t);
+    o->bi.t += cb.t, o->bi.flops += cb.flops;
+    if (x->qk_norm)
+        vec(k, &o->bi, T * (s->q + s->kw) / s->t, 8, 3 * E * T * (s->q + s->kw) / s->t);
+    attn_proj_bwd(k, &o->bi, s, 0);
+    vec(k, &o->bi, tl * h, 8, 3 * E * tl * h); /* norm 1 */
+    attn_proj_bwd(k, &o->bw, s, 1);
+    mm(k, &o->bw, s->o / s->t, T, h);
+
+    /* tensor-parallel collectives: one gather/scatter (or all-reduce) pair
+     * for the attention and one for a tp-split MLP (a MoE layer's routed
+     * tokens stay sequence-split: only its shared experts need one) */
+    double pairs = moe ? (s->fsh > 0 ? 2 : 1) : 2;
+    if (s->t > 1) {
+        if (s->sp) {
+            double ag = tp_coll(c, HPGO_COLL_ALLGATHER, s, X), rs = tp_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X);
+            o->tp_f = pairs * (ag + rs);
+            o->tp_b = pairs * (ag + rs) + (s->rc == HPGO_RC_FULL ? 0 : pairs * ag);
+        } else {
+            double ar = tp_coll(c, HPGO_COLL_ALLREDUCE, s, X);
+            o->tp_f = o->tp_b = pairs * ar;
+        }
+    }
+    if (p->cp > 1) {
+        /* ring attention (Megatron-Core CP): K and V of the whole sequence
+         * gathered around the cp group in the forward, gathered again and
+         * their gradients reduce-scattered in the backward, overlapped with
+         * the attention blocks: only what the attention core cannot hide */
+        double kv = E * s->b * s->s * (s->kw + s->vw) / s->t;
+        double ag = hpgo_cost_collective(c, HPGO_COLL_ALLGATHER, p->cp, p->tp, kv, HPGO_ALGO_AUTO);
+        double rs = hpgo_cost_collective(c, HPGO_COLL_REDUCE_SCATTER, p->cp, p->tp, kv, HPGO_ALGO_AUTO);
+        o->tp_f += ag > core.t ? ag - core.t : 0;
+        o->tp_b += ag + rs > cb.t ? ag + rs - cb.t : 0;
+    }
+    if (moe) {
+        /* token dispatch and combine: an all-to-all over the ep group each
+         * (per rank: its routed token copies; the busiest rank's share),
+         * with an all-gather / reduce-scatter over etp around the experts;
+         * the backward runs their duals */
+        int64_t gs, gst;
+        hpgo_parplan_ep_group(p, &gs, &gst);
+        double send = s->rx / s->etp * h * E;
+        double a2a = gs > 1 ? hpgo_cost_collective(c, HPGO_COLL_ALLTOALL, gs, gst, send, HPGO_ALGO_AUTO) : 0;
+        double eg = 0;
+        if (s->etp > 1)
+            eg = hpgo_cost_collective(c, HPGO_COLL_ALLGATHER, (int64_t)s->etp, 1, s->rx * h * E, HPGO_ALGO_AUTO) +
+                 hpgo_cost_collective(c, HPGO_COLL_REDUCE_SCATTER, (int64_t)s->etp, 1, s->rx * h * E, HPGO_ALGO_AUTO);
+        o->ep_f = o->ep_b = 2 * a2a + eg;
+    }
+    if (s->rc == HPGO_RC_FULL)
+        o->rc_t = o->fw.t + o->tp_f + o->ep_f, o->rc_fl = o->fw.flops;
+    else if (s->rc == HPGO_RC_SELECTIVE && !s->flash)
+        o->rc_t = core.t, o->rc_fl = core.flops;
+    layer_act(x, s, kind, &o->act, &o->act_w);
+    if (s->rc == HPGO_RC_FULL) {
+        xshape_t s2 = *s;
+        double w2;
+        s2.rc = HPGO_RC_NONE;
+        layer_act(x, &s2, kind, &o->full_act, &w2);
+    }
+    o->lp = attn_params(x, s);
+    if (moe) {
+        double all, routed;
+        moe_params(x, s, &all, &routed);
+        o->lp += all;
+        o->ep_p = routed;
+    } else {
+        o->lp += dense_mlp_params(x, s, s->f);
+    }
+    o->mfl = layer_model_flops(x, s, kind) * T / s->t;
+}
+
 /* Everything a transformer stage is made of, for one micro-batch on one
- * tp rank: one layer's passes and the edges' (embedding, head) extras. */
+ * tp rank: each kind of layer, and the edges' (embedding, head, MTP) extras. */
 typedef struct xpieces {
     xshape_t s;
     double X;                       /* bytes of one activation tensor (s b h) */
-    acc_t fw, bi, bw;               /* one layer: forward, input gradient, weight gradient */
-    double tp_f, tp_b, rc_t, rc_fl; /* one layer: tp communication, recomputation */
-    double act, act_w, full_act;    /* one layer: stored bytes, held until W, working set */
-    double lp, mfl_layer;           /* one layer: parameters, model FLOPs */
+    lcost_t lk[N_KINDS];
+    int has[N_KINDS];
     acc_t ef, eb, hf, hb, hw;       /* embedding forward / backward, head forward / B / W */
     double emb_tp_f, emb_tp_b, head_tp_f, head_tp_b, emb_p, head_p;
+    lcost_t mtp;                    /* all multi-token-prediction modules, summed */
 } xpieces_t;
 
 static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
@@ -312,8 +651,8 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
 {
     const hpgo_xformer_t *x = &w->x;
     xshape_t s;
-    shape(x, p, &s);
-    kctx_t k = {&c->gpu, (int)dtype_of(w->precision), w->precision == HPGO_PREC_FP32 ? 4 : 2};
+    shape(x, p, w->precision, &s);
+    kctx_t k = {&c->gpu, (int)dtype_of(w->precision), s.E};
     if (c->gpu.peak[k.dtype] <= 0)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "the %s GPU has no %s rate",
                             c->gpu.name, w->precision == HPGO_PREC_FP8 ? "fp8" : "fp32");
@@ -322,7 +661,8 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
                             "tp=%d must divide the %lld heads (and divide or be a multiple of "
                             "the %lld kv heads)",
                             (int)p->tp, (long long)x->heads, (long long)x->kv_heads);
-    if (x->ffn % p->tp != 0)
+    int any_dense = x->experts == 0 || x->dense_first > 0 || x->moe_every > 1;
+    if (any_dense && x->ffn % p->tp != 0)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "tp=%d must divide ffn=%lld", (int)p->tp,
                             (long long)x->ffn);
     if (p->cp > 1 && x->seq % (2 * p->cp) != 0)
@@ -333,54 +673,42 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     if (s.sp && fmod(s.T, s.t) != 0)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "sequence parallelism needs micro_batch x seq / cp divisible by tp");
-    double E = k.e, X = E * s.T * s.h;
-    /* one layer, priced once: all layers of a model are alike */
-    acc_t fw = {0, 0}, bi = {0, 0}, bw = {0, 0}, core = {0, 0};
-    layer_fwd(&k, &fw, &s);
-    layer_bwd_input(&k, &bi, &s);
-    layer_bwd_weight(&k, &bw, &s);
-    core_fwd(&k, &core, &s);
-    double tp_f, tp_b;
-    if (s.sp) {
-        double ag = tp_coll(c, HPGO_COLL_ALLGATHER, &s, X), rs = tp_coll(c, HPGO_COLL_REDUCE_SCATTER, &s, X);
-        tp_f = 2 * ag + 2 * rs;
-        tp_b = 2 * ag + 2 * rs + (s.rc == HPGO_RC_FULL ? 0 : 2 * ag);
-    } else {
-        double ar = tp_coll(c, HPGO_COLL_ALLREDUCE, &s, X);
-        tp_f = 2 * ar;
-        tp_b = 2 * ar;
+    if (x->experts > 0) {
+        int32_t etp = hpgo_parplan_etp(p);
+        if (p->tp > 1 && !s.sp)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "a mixture-of-experts model with tp=%d needs sequence_parallel "
+                                "(as Megatron-Core: routed tokens stay sequence-split)",
+                                (int)p->tp);
+        if (x->experts % p->ep != 0)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0, "ep=%d must divide the %lld experts",
+                                (int)p->ep, (long long)x->experts);
+        if (x->expert_ffn % etp != 0 || (x->shared_experts > 0 && x->shared_ffn * x->shared_experts % p->tp != 0))
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "etp=%d must divide expert_ffn=%lld (and tp=%d the shared experts' ffn)",
+                                (int)etp, (long long)x->expert_ffn, (int)p->tp);
+        if (etp > hpgo_cluster_unit(c, 0))
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "etp=%d is larger than a node: expert tensor parallelism stays inside a node",
+                                (int)etp);
+    } else if (p->ep != 1 || (p->etp != 0 && p->etp != p->tp)) {
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "ep and etp need a mixture-of-experts model (this one is dense): "
+                            "use ep=1");
     }
-    if (p->cp > 1) {
-        /* ring attention (Megatron-Core CP): K and V of the whole sequence
-         * gathered around the cp group in the forward, gathered again and
-         * their gradients reduce-scattered in the backward, overlapped with
-         * the attention blocks: only what the attention core cannot hide */
-        acc_t cb = {0, 0};
-        core_bwd(&k, &cb, &s);
-        double kv = 2 * E * s.b * s.s * s.kv / s.t;
-        double ag = hpgo_cost_collective(c, HPGO_COLL_ALLGATHER, p->cp, p->tp, kv, HPGO_ALGO_AUTO);
-        double rs =
-            hpgo_cost_collective(c, HPGO_COLL_REDUCE_SCATTER, p->cp, p->tp, kv, HPGO_ALGO_AUTO);
-        tp_f += ag > core.t ? ag - core.t : 0;
-        tp_b += ag + rs > cb.t ? ag + rs - cb.t : 0;
+    double E = s.E, X = E * s.T * s.h;
+    int64_t L = x->layers;
+    memset(x_out, 0, sizeof *x_out);
+    for (int64_t i = 0; i < L; i++) {
+        int kd = layer_kind(x, i);
+        if (!x_out->has[kd]) {
+            x_out->has[kd] = 1;
+            layer_cost(x, c, p, &k, &s, kd, &x_out->lk[kd]);
+        }
+        /* all layers of a kind are alike, and a model has at most a few kinds */
+        if (x_out->has[0] + x_out->has[1] + x_out->has[2] + x_out->has[3] == N_KINDS)
+            break;
     }
-    double rc_t = 0, rc_fl = 0;
-    if (s.rc == HPGO_RC_FULL)
-        rc_t = fw.t + tp_f, rc_fl = fw.flops;
-    else if (s.rc == HPGO_RC_SELECTIVE && !s.flash)
-        rc_t = core.t, rc_fl = core.flops;
-    double act, act_w, full_act = 0, full_w;
-    layer_act(&s, E, &act, &act_w);
-    if (s.rc == HPGO_RC_FULL) {
-        xshape_t s2 = s;
-        s2.rc = HPGO_RC_NONE;
-        layer_act(&s2, E, &full_act, &full_w);
-    }
-    double lp = layer_params(x, &s);
-    /* model FLOPs of one layer per token (3 x forward) */
-    double s_eff = x->causal_flops ? s.s / 2 : s.s;
-    double mfl_layer = 3 * (2 * s.h * (s.q + 2 * s.kv) + 4 * s_eff * s.q + 2 * s.q * s.h +
-                            (s.swiglu ? 6 : 4) * s.h * s.f) / s.t * s.T;
 
     /* edges: embedding on model stage 0, final norm + logits + loss on the last */
     acc_t ef = {0, 0}, eb = {0, 0}, hf = {0, 0}, hb = {0, 0}, hw = {0, 0};
@@ -406,12 +734,38 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     if (!x->tied || K > 1)
         head_p += s.V * s.h / s.t; /* untied, or the tied copy Megatron keeps on the last stage */
 
+    if (x->mtp > 0) {
+        /* a multi-token-prediction module (DeepSeek-V3, Megatron's MTP on the
+         * last stage): two norms, a projection of [hidden; embedding] (2h ->
+         * h), one layer like the model's last, and the shared head again */
+        lcost_t one;
+        layer_cost(x, c, p, &k, &s, layer_kind(x, L - 1), &one);
+        mm(&k, &one.fw, s.T, 2 * s.h, s.h / s.t);
+        vec(&k, &one.fw, 2 * s.tl * s.h, 5, 4 * E * s.tl * s.h);
+        one.fw.t += ef.t + hf.t, one.fw.flops += hf.flops;
+        mm(&k, &one.bi, s.T, s.h / s.t, 2 * s.h);
+        one.bi.t += eb.t + hb.t, one.bi.flops += hb.flops;
+        mm(&k, &one.bw, 2 * s.h, s.T, s.h / s.t);
+        one.bw.t += hw.t, one.bw.flops += hw.flops;
+        one.tp_f += head_tp_f + emb_tp_f;
+        one.tp_b += head_tp_b + emb_tp_b;
+        one.act += s.T * (2 * E * s.h / (s.sp ? s.t : 1) + s.ge * 2 * s.h);
+        one.act_w += s.T * s.ge * 2 * s.h;
+        one.lp += 2 * s.h * s.h / s.t + 3 * s.h + (K > 1 ? s.V * s.h / s.t : 0); /* + embedding copy */
+        one.mfl += 3 * (2 * 2 * s.h * s.h + 2 * s.h * s.V) * s.T / s.t;
+        double n = (double)x->mtp;
+        lcost_t *m = &x_out->mtp;
+        m->fw.t = n * one.fw.t, m->fw.flops = n * one.fw.flops;
+        m->bi.t = n * one.bi.t, m->bi.flops = n * one.bi.flops;
+        m->bw.t = n * one.bw.t, m->bw.flops = n * one.bw.flops;
+        m->tp_f = n * one.tp_f, m->tp_b = n * one.tp_b, m->ep_f = n * one.ep_f, m->ep_b = n * one.ep_b;
+        m->rc_t = n * one.rc_t, m->rc_fl = n * one.rc_fl;
+        m->act = n * one.act, m->act_w = n * one.act_w, m->full_act = one.full_act;
+        m->lp = n * one.lp, m->ep_p = n * one.ep_p, m->mfl = n * one.mfl;
+    }
+
     x_out->s = s;
     x_out->X = X;
-    x_out->fw = fw, x_out->bi = bi, x_out->bw = bw;
-    x_out->tp_f = tp_f, x_out->tp_b = tp_b, x_out->rc_t = rc_t, x_out->rc_fl = rc_fl;
-    x_out->act = act, x_out->act_w = act_w, x_out->full_act = full_act;
-    x_out->lp = lp, x_out->mfl_layer = mfl_layer;
     x_out->ef = ef, x_out->eb = eb, x_out->hf = hf, x_out->hb = hb, x_out->hw = hw;
     x_out->emb_tp_f = emb_tp_f, x_out->emb_tp_b = emb_tp_b;
     x_out->head_tp_f = head_tp_f, x_out->head_tp_b = head_tp_b;
@@ -419,65 +773,73 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     return HPGO_OK;
 }
 
+static void add_layer(hpgo_stage_cost_t *o, const lcost_t *l)
+{
+    o->f += l->fw.t + l->tp_f + l->ep_f;
+    o->b += l->bi.t + l->tp_b + l->ep_b + l->rc_t;
+    o->w += l->bw.t;
+    o->tp_f += l->tp_f;
+    o->tp_b += l->tp_b;
+    o->ep_f += l->ep_f;
+    o->ep_b += l->ep_b;
+    o->recompute += l->rc_t;
+    o->act_layers += l->act;
+    o->act += l->act;
+    o->act_w += l->act_w;
+    if (l->full_act > o->transient)
+        o->transient = l->full_act;
+    o->params += l->lp;
+    o->expert_params += l->ep_p;
+    o->model_flops += l->mfl;
+    o->hw_flops += l->fw.flops + l->bi.flops + l->bw.flops + l->rc_fl;
+}
+
 static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
                          const int32_t *split, hpgo_stage_cost_t *out, hpgo_err_t *err)
 {
     xpieces_t xp;
-    memset(&xp, 0, sizeof xp);
     int rc = xformer_pieces(w, c, p, &xp, err);
     if (rc != HPGO_OK)
         return rc;
     const xshape_t s = xp.s;
     const double X = xp.X;
-    const acc_t fw = xp.fw, bi = xp.bi, bw = xp.bw, ef = xp.ef, eb = xp.eb, hf = xp.hf,
-                hb = xp.hb, hw = xp.hw;
-    const double tp_f = xp.tp_f, tp_b = xp.tp_b, rc_t = xp.rc_t, rc_fl = xp.rc_fl;
-    const double act = xp.act, act_w = xp.act_w, full_act = xp.full_act, lp = xp.lp;
-    const double mfl_layer = xp.mfl_layer, emb_tp_f = xp.emb_tp_f, emb_tp_b = xp.emb_tp_b;
-    const double head_tp_f = xp.head_tp_f, head_tp_b = xp.head_tp_b, emb_p = xp.emb_p;
-    const double head_p = xp.head_p;
     int K = p->pp * p->vstages;
     for (int kk = 0; kk < K; kk++) {
         hpgo_stage_cost_t *o = &out[kk];
         memset(o, 0, sizeof *o);
         o->first_layer = split[kk];
         o->n_layers = split[kk + 1] - split[kk];
-        double n = o->n_layers;
-        o->f = n * (fw.t + tp_f);
-        o->b = n * (bi.t + tp_b + rc_t);
-        o->w = n * bw.t;
-        o->tp_f = n * tp_f;
-        o->tp_b = n * tp_b;
-        o->recompute = n * rc_t;
-        o->act_layers = n * act;
-        o->act = n * act;
-        o->act_w = n * act_w;
-        o->transient = n > 0 ? full_act : 0;
-        o->params = n * lp;
-        o->model_flops = n * mfl_layer;
-        o->hw_flops = n * (fw.flops + bi.flops + bw.flops + rc_fl);
+        for (int32_t i = split[kk]; i < split[kk + 1]; i++)
+            add_layer(o, &xp.lk[layer_kind(&w->x, i)]);
         o->send_bytes = kk + 1 < K ? X / s.t : 0;
         o->regather = (kk > 0 && !s.sp) ? tp_coll(c, HPGO_COLL_ALLGATHER, &s, X) : 0;
         if (kk == 0) {
-            o->f += ef.t + emb_tp_f;
-            o->b += eb.t + emb_tp_b;
-            o->tp_f += emb_tp_f;
-            o->tp_b += emb_tp_b;
+            o->f += xp.ef.t + xp.emb_tp_f;
+            o->b += xp.eb.t + xp.emb_tp_b;
+            o->tp_f += xp.emb_tp_f;
+            o->tp_b += xp.emb_tp_b;
             o->act += (8 * s.T + (s.dropout ? s.T * s.h : 0)) / (s.sp ? s.t : 1);
-            o->params += emb_p;
-            o->emb_params += emb_p;
+            o->params += xp.emb_p;
+            o->emb_params += xp.emb_p;
         }
         if (kk == K - 1) {
-            o->f += hf.t + head_tp_f;
-            o->b += hb.t + head_tp_b;
-            o->w += hw.t;
-            o->tp_f += head_tp_f;
-            o->tp_b += head_tp_b;
-            o->params += head_p;
-            o->emb_params += head_p;
+            o->f += xp.hf.t + xp.head_tp_f;
+            o->b += xp.hb.t + xp.head_tp_b;
+            o->w += xp.hw.t;
+            o->tp_f += xp.head_tp_f;
+            o->tp_b += xp.head_tp_b;
+            o->params += xp.head_p;
+            o->emb_params += xp.head_p;
             o->transient += 4 * s.T * s.h * (1 + s.V / s.h) / s.t; /* final norm + fp32 logits */
             o->model_flops += 3 * 2 * s.h * s.V / s.t * s.T;
-            o->hw_flops += hf.flops + hb.flops + hw.flops;
+            o->hw_flops += xp.hf.flops + xp.hb.flops + xp.hw.flops;
+            if (w->x.mtp > 0) {
+                int32_t nl = o->n_layers;
+                double tr = o->transient;
+                add_layer(o, &xp.mtp);
+                o->n_layers = nl;
+                o->transient = tr > xp.mtp.full_act ? tr : xp.mtp.full_act;
+            }
         }
     }
     return HPGO_OK;
@@ -567,6 +929,16 @@ int hpgo_work_stage_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
         (rc = hpgo_group_fanout(c, p->cp, p->tp, fan, err)) != HPGO_OK ||
         (rc = hpgo_group_fanout(c, (int64_t)p->dp * p->cp, p->tp, fan, err)) != HPGO_OK)
         return rc;
+    if (p->ep > 1 || hpgo_parplan_etp(p) != p->tp) {
+        int64_t gs, gst;
+        hpgo_parplan_ep_group(p, &gs, &gst);
+        if ((rc = hpgo_group_fanout(c, gs, gst, fan, err)) != HPGO_OK)
+            return rc;
+        hpgo_parplan_edp_group(p, &gs, &gst);
+        if ((rc = hpgo_group_fanout(c, gs, gst, fan, err)) != HPGO_OK ||
+            (rc = hpgo_group_fanout(c, hpgo_parplan_etp(p), 1, fan, err)) != HPGO_OK)
+            return rc;
+    }
     int64_t L = hpgo_work_layers(w);
     int K = p->pp * p->vstages;
     if (L < K)
@@ -630,15 +1002,20 @@ int hpgo_work_layer_times(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     *first = *last = 0;
     if (w->kind == HPGO_WORK_TRANSFORMER) {
         xpieces_t xp;
-        memset(&xp, 0, sizeof xp);
         int rc = xformer_pieces(w, c, p, &xp, err);
         if (rc != HPGO_OK)
             return rc;
-        double t = xp.fw.t + xp.tp_f + xp.bi.t + xp.tp_b + xp.rc_t + xp.bw.t;
+        double t[N_KINDS];
+        for (int kd = 0; kd < N_KINDS; kd++) {
+            const lcost_t *l = &xp.lk[kd];
+            t[kd] = l->fw.t + l->tp_f + l->ep_f + l->bi.t + l->tp_b + l->ep_b + l->rc_t + l->bw.t;
+        }
         for (int64_t i = 0; i < w->x.layers; i++)
-            out[i] = t;
+            out[i] = t[layer_kind(&w->x, i)];
+        const lcost_t *m = &xp.mtp;
         *first = xp.ef.t + xp.emb_tp_f + xp.eb.t + xp.emb_tp_b;
-        *last = xp.hf.t + xp.head_tp_f + xp.hb.t + xp.head_tp_b + xp.hw.t;
+        *last = xp.hf.t + xp.head_tp_f + xp.hb.t + xp.head_tp_b + xp.hw.t + m->fw.t + m->tp_f +
+                m->ep_f + m->bi.t + m->tp_b + m->ep_b + m->rc_t + m->bw.t;
         return HPGO_OK;
     }
     const hpgo_chain_t *ch = &w->chain;
@@ -648,28 +1025,51 @@ int hpgo_work_layer_times(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     return HPGO_OK;
 }
 
-void hpgo_work_params(const hpgo_work_t *w, double *total, double *embedding)
+/* The whole-model shape: tp 1, one sequence, bf16. */
+static void whole_shape(const hpgo_xformer_t *x, xshape_t *s)
 {
+    hpgo_parplan_t one;
+    memset(&one, 0, sizeof one);
+    one.tp = one.pp = one.dp = one.cp = one.ep = one.vstages = 1;
+    one.micro_batch = 1;
+    shape(x, &one, HPGO_PREC_BF16, s);
+}
+
+void hpgo_work_params(const hpgo_work_t *w, hpgo_params_t *out)
+{
+    memset(out, 0, sizeof *out);
     if (w->kind != HPGO_WORK_TRANSFORMER) {
         double t = 0;
         for (int32_t i = 0; i < w->chain.n; i++)
             t += w->chain.params[i];
-        *total = t;
-        *embedding = 0;
+        out->total = out->active = t;
         return;
     }
     const hpgo_xformer_t *x = &w->x;
-    hpgo_parplan_t one;
-    memset(&one, 0, sizeof one);
-    one.tp = 1;
-    one.micro_batch = 1;
     xshape_t s;
-    shape(x, &one, &s);
-    double V = (double)x->vocab;
-    double emb = V * s.h * (x->tied ? 1 : 2) + (x->learned_pos ? s.s * s.h : 0);
-    double norm = (x->layernorm ? 2 : 1) * s.h;
-    *embedding = emb;
-    *total = emb + norm + s.L * layer_params(x, &s);
+    whole_shape(x, &s);
+    double V = (double)x->vocab, h = s.h;
+    double attn = attn_params(x, &s), dense = attn + dense_mlp_params(x, &s, s.f);
+    double moe_all = 0, routed = 0;
+    if (x->experts > 0)
+        moe_params(x, &s, &moe_all, &routed);
+    double moe = attn + moe_all, moe_active = moe - routed + s.k * expert_params(x, &s);
+    int64_t n_moe = 0;
+    for (int64_t i = 0; i < x->layers; i++)
+        n_moe += hpgo_work_is_moe_layer(x, i);
+    double n_dense = (double)(x->layers - n_moe);
+    out->input_embedding = V * h + (x->learned_pos ? s.s * h : 0);
+    out->output_layer = x->tied ? 0 : V * h;
+    double edges = out->input_embedding + out->output_layer + (x->layernorm ? 2 : 1) * h;
+    out->total = edges + n_dense * dense + (double)n_moe * moe;
+    out->experts = (double)n_moe * routed;
+    out->active = edges + n_dense * dense + (double)n_moe * moe_active;
+    if (x->mtp > 0) {
+        int last_moe = hpgo_work_is_moe_layer(x, x->layers - 1);
+        /* as a checkpoint stores it: norms (2 + the block's final one),
+         * the 2h -> h projection, one layer, its embedding and head copies */
+        out->mtp = (double)x->mtp * ((last_moe ? moe : dense) + 3 * h + 2 * h * h + 2 * V * h);
+    }
 }
 
 double hpgo_work_model_flops(const hpgo_work_t *w, int64_t global_batch)
@@ -677,11 +1077,16 @@ double hpgo_work_model_flops(const hpgo_work_t *w, int64_t global_batch)
     if (w->kind != HPGO_WORK_TRANSFORMER)
         return 0;
     const hpgo_xformer_t *x = &w->x;
-    double h = (double)x->hidden, f = (double)x->ffn, q = (double)(x->heads * x->head_dim);
-    double kv = (double)(x->kv_heads * x->head_dim), s = (double)x->seq;
-    double s_eff = x->causal_flops ? s / 2 : s;
-    double per_tok = 2 * h * (q + 2 * kv) + 4 * s_eff * q + 2 * q * h +
-                     (x->mlp == HPGO_MLP_SWIGLU ? 6 : 4) * h * f;
-    per_tok = per_tok * (double)x->layers + 2 * h * (double)x->vocab;
-    return 3 * per_tok * s * (double)global_batch;
+    xshape_t s;
+    whole_shape(x, &s);
+    double kf[N_KINDS], per_tok = 0;
+    for (int kd = 0; kd < N_KINDS; kd++)
+        kf[kd] = layer_model_flops(x, &s, kd);
+    for (int64_t i = 0; i < x->layers; i++)
+        per_tok += kf[layer_kind(x, i)];
+    double head = 3 * 2 * s.h * (double)x->vocab;
+    per_tok += head;
+    if (x->mtp > 0)
+        per_tok += (double)x->mtp * (kf[layer_kind(x, x->layers - 1)] + 3 * 2 * 2 * s.h * s.h + head);
+    return per_tok * s.s * (double)global_batch;
 }

@@ -40,6 +40,27 @@ typedef struct hpgo_xformer {
     int32_t flash;          /* fused attention: no s x s tensors stored */
     int32_t causal_flops;   /* model FLOPs halve the attention core (current Megatron) */
     int32_t learned_pos;    /* learned position embeddings (GPT) */
+    /* mixture of experts; experts = 0: every MLP is dense */
+    int64_t experts;        /* routed experts per MoE layer (E) */
+    int64_t topk;           /* experts per token (k) */
+    int64_t expert_ffn;     /* inner size of one routed expert */
+    int64_t shared_experts; /* always-active experts per MoE layer */
+    int64_t shared_ffn;     /* inner size of one shared expert */
+    int64_t dense_first;    /* the first layers keep the dense MLP of size ffn */
+    int64_t moe_every;      /* layer i >= dense_first is MoE when (i + 1) % moe_every == 0 (0, 1: all) */
+    int32_t expert_bias;    /* expert linear layers have biases (GPT-OSS) */
+    int32_t router_bias;    /* the router has a bias per expert */
+    double capacity;        /* capacity factor padding the experts' inputs (0: dropless) */
+    double imbalance;       /* routed tokens on the busiest rank / the mean (0, 1: balanced) */
+    /* attention variants */
+    int32_t attn_bias;      /* q, k, v and output projections have biases (GPT-OSS) */
+    int32_t qk_norm;        /* per-head RMSNorm of queries and keys (Qwen3) */
+    int32_t sinks;          /* a learned sink logit per head (GPT-OSS) */
+    int64_t window;         /* sliding-window width (0: full attention everywhere) ... */
+    int64_t window_every;   /* ... on layers i % window_every == 0 (0, 1: every layer) */
+    int32_t mla;            /* multi-head latent attention (DeepSeek-V2/V3); head_dim unused */
+    int64_t q_lora, kv_lora, qk_nope, qk_rope, v_head; /* its ranks and per-head sizes */
+    int64_t mtp;            /* multi-token-prediction modules, on the last stage */
 } hpgo_xformer_t;
 
 typedef struct hpgo_chain {
@@ -74,6 +95,8 @@ typedef struct hpgo_stage_cost {
     double emb_params;       /* part of params that is embedding / output layer */
     double send_bytes;       /* bytes each GPU sends to the next stage per micro-batch (and the gradient back) */
     double regather;         /* seconds the receiver spends re-assembling it (all-gather), 0 with SP */
+    double expert_params;    /* part of params in routed experts (sharded over ep x etp, reduced over edp) */
+    double ep_f, ep_b;       /* seconds of expert-parallel all-to-all (and etp gathers) inside f and b */
     double model_flops;      /* per micro-batch per GPU, model FLOPs (no recomputation) */
     double hw_flops;         /* per micro-batch per GPU, executed FLOPs */
 } hpgo_stage_cost_t;
@@ -108,9 +131,20 @@ int hpgo_work_layer_times(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
  * when causal_flops is set); for chains, 0 (unknown). */
 double hpgo_work_model_flops(const hpgo_work_t *w, int64_t global_batch);
 
-/* Parameters of the whole model (count): total and the embedding / output
- * layer part (published counts: the real vocabulary, no padding, no tp). */
-void hpgo_work_params(const hpgo_work_t *w, double *total, double *embedding);
+/* Parameters of the whole model (counts, the real vocabulary, no padding,
+ * no tp): total (multi-token-prediction modules apart), the input
+ * embedding and the output layer (one matrix when tied: counted in
+ * input_embedding, output_layer 0), the routed experts, the parameters one
+ * token uses (active: routed experts top-k of E, embeddings included), and
+ * the multi-token-prediction modules as a checkpoint stores them (with
+ * their own embedding and output-layer copies). */
+typedef struct hpgo_params {
+    double total, input_embedding, output_layer, experts, active, mtp;
+} hpgo_params_t;
+void hpgo_work_params(const hpgo_work_t *w, hpgo_params_t *out);
+
+/* Whether layer i of a transformer has a mixture-of-experts MLP. */
+int hpgo_work_is_moe_layer(const hpgo_xformer_t *x, int64_t i);
 
 /* Bytes per parameter of weights, gradients and optimizer state for the
  * precision (bf16 / fp16: 2 + 4 + 12 as Megatron with fp32 main gradients

@@ -275,7 +275,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              virtual_stages: int | None = None, micro_batch: int | None = None,
              schedule: str | None = None, recompute: str | None = None,
              sequence_parallel: bool | None = None, zero: int | None = None,
-             cp: int | None = None, timeout: float | None = None,
+             cp: int | None = None, ep: int | None = None, etp: int | None = None,
+             ep_placement: str | None = None, timeout: float | None = None,
              executor: Any = None) -> RankedPlans:
     """The ``top`` fastest plans (``objective="time"``) or the cheapest in
     GPU-seconds per iteration over the GPU counts ``gpus / 2^k``
@@ -288,7 +289,10 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     name.  ``gpus`` (or ``max_gpus``): GPUs to use, default the whole
     cluster.  ``seq`` overrides the model's sequence length.  Fixed choices
     (``tp=8``, ``pp=16``, ``schedule="1f1b"``, ``zero=1``, ...) constrain the
-    search.  ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
+    search.  Mixture-of-experts models add the expert layout: ``ep`` (the
+    divisors of tp cp dp / etp that divide the experts), ``etp`` (1 or tp)
+    and ``ep_placement`` ("inner" or "outer"), each searched unless fixed.
+    ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
     search with KeyboardInterrupt.  Raises ValueError for impossible arguments; a search with no
     plan that fits returns an empty ranking whose ``table()`` says why.
 
@@ -328,7 +332,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _fixed("tp", tp), _fixed("pp", pp), _fixed("dp", dp),
             _fixed("virtual_stages", virtual_stages), _fixed("micro_batch", micro_batch),
             _fixed("schedule", schedule, SCHEDULES), _fixed("recompute", recompute, RECOMPUTE_MODES),
-            _fixed("sequence_parallel", sequence_parallel), _fixed("zero", zero), _fixed("cp", cp))
+            _fixed("sequence_parallel", sequence_parallel), _fixed("zero", zero), _fixed("cp", cp),
+            _fixed("ep", ep), _fixed("etp", etp),
+            _fixed("ep_placement", ep_placement, {"inner": 0, "outer": 1}))
     t0 = time.perf_counter()
     if executor is not None:
         d = _distributed_search(executor, m._tuple(PRECISIONS[precision]), c, opts, timeout, top)
@@ -338,11 +344,12 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     mid = model_id(m)
     ranked = []
     for rank, (pt, _t, _score, balanced) in enumerate(d["plans"], 1):
-        (p_tp, p_pp, p_dp, p_cp, _ep, v, mb, gb, sch, rc, sp, z, ov, split) = pt
-        plan = ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, virtual_stages=v,
-                            micro_batch=mb, schedule=_SCHED_NAMES[sch], recompute=_RC_NAMES[rc],
-                            sequence_parallel=bool(sp), zero=z, overlap_grad_reduce=bool(ov),
-                            split=split, model=mid)
+        (p_tp, p_pp, p_dp, p_cp, p_ep, v, mb, gb, sch, rc, sp, z, ov, split, p_etp, outer) = pt
+        plan = ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, ep=p_ep,
+                            virtual_stages=v, micro_batch=mb, schedule=_SCHED_NAMES[sch],
+                            recompute=_RC_NAMES[rc], sequence_parallel=bool(sp), zero=z,
+                            overlap_grad_reduce=bool(ov), split=split, model=mid,
+                            etp=p_etp or None, ep_placement="outer" if outer else "inner")
         res = simulate(m, c, plan, precision=precision, timeline=False,
                        overhead_bytes=overhead_bytes)
         ranked.append(RankedPlan(rank, plan, res, bool(balanced)))

@@ -62,6 +62,14 @@ class ParallelPlan:
     refused.  ``cp`` splits each sequence over that many GPUs (ring attention;
     transformers only).  GPUs are laid out as Megatron does: tp fastest, then
     cp, then dp, then pp; gradients are averaged (and ZeRO shards) over dp x cp.
+
+    Mixture-of-experts models regroup the tp x cp x dp GPUs of a pipeline
+    stage for their expert layers into ``etp`` (expert tensor parallel;
+    ``None``: the same as tp) x ``ep`` (experts divided over it, tokens sent
+    to their experts by all-to-all) x expert data parallel (the rest, over
+    which expert gradients are reduced).  ``ep_placement="inner"`` puts the
+    ep group on the nearest GPUs (Megatron-Core's order); ``"outer"`` on the
+    farthest, with the expert data-parallel group inside.
     """
 
     global_batch: int
@@ -79,11 +87,21 @@ class ParallelPlan:
     overlap_grad_reduce: bool = True
     split: tuple[int, ...] | None = None
     model: str | None = None
+    etp: int | None = None
+    ep_placement: str = "inner"
 
     def __post_init__(self) -> None:
         for f in ("global_batch", "tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch"):
             object.__setattr__(self, f, _int(f, getattr(self, f)))
         object.__setattr__(self, "zero", _int("zero", self.zero, 0, 3))
+        if self.etp is not None:
+            object.__setattr__(self, "etp", _int("etp", self.etp, 1, 1024))
+        if self.ep_placement not in ("inner", "outer"):
+            raise ValueError(f"ep_placement must be 'inner' or 'outer', got {self.ep_placement!r}")
+        if (self.tp * self.cp * self.dp) % ((self.etp or self.tp) * self.ep):
+            raise ValueError(f"etp x ep = {(self.etp or self.tp) * self.ep} must divide "
+                             f"tp x cp x dp = {self.tp * self.cp * self.dp} (expert layers "
+                             "regroup the GPUs of a pipeline stage)")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}; got {self.schedule!r}")
         if self.recompute not in RECOMPUTE_MODES:
@@ -117,7 +135,12 @@ class ParallelPlan:
         return (self.tp, self.pp, self.dp, self.cp, self.ep, self.virtual_stages, self.micro_batch,
                 self.global_batch, SCHEDULES[self.schedule], RECOMPUTE_MODES[self.recompute],
                 int(self.sequence_parallel), self.zero, int(self.overlap_grad_reduce),
-                self.split)
+                self.split, self.etp or 0, int(self.ep_placement == "outer"))
+
+    @property
+    def expert_data_parallel(self) -> int:
+        """GPUs holding a copy of each expert shard: tp cp dp / (etp ep)."""
+        return self.tp * self.cp * self.dp // ((self.etp or self.tp) * self.ep)
 
     # -- conversions ----------------------------------------------------------
     @classmethod
@@ -213,7 +236,10 @@ class ParallelPlan:
             raise ValueError("Megatron-LM trains in bf16, fp16 or fp8")
         self._check_layers(model)
         a = [f"--tensor-model-parallel-size {self.tp}"] + \
-            ([f"--context-parallel-size {self.cp}"] if self.cp > 1 else []) + [
+            ([f"--context-parallel-size {self.cp}"] if self.cp > 1 else []) + \
+            ([f"--expert-model-parallel-size {self.ep}"] if self.ep > 1 else []) + \
+            ([f"--expert-tensor-parallel-size {self.etp}"]
+             if self.etp is not None and self.etp != self.tp else []) + [
              f"--pipeline-model-parallel-size {self.pp}",
              f"--micro-batch-size {self.micro_batch}", f"--global-batch-size {self.global_batch}"]
         if self.virtual_stages > 1 and self.schedule == "interleaved-1f1b" and model is not None:
@@ -253,6 +279,27 @@ class ParallelPlan:
                 a.append("--attention-dropout 0.0 --hidden-dropout 0.0")
             if model.flash:
                 a.append("--use-flash-attn")
+            if model.experts:
+                a.append(f"--num-experts {model.experts} --moe-router-topk {model.topk} "
+                         f"--moe-ffn-hidden-size {model.expert_ffn} --moe-grouped-gemm "
+                         "--moe-token-dispatcher-type alltoall")
+                if model.shared_experts:
+                    a.append(f"--moe-shared-expert-intermediate-size "
+                             f"{model.shared_experts * model.shared_ffn}")
+                if model.dense_first or model.moe_every > 1:
+                    pattern = [int(i >= model.dense_first and (i + 1) % model.moe_every == 0)
+                               for i in range(model.layers)]
+                    a.append(f"--moe-layer-freq \"[{','.join(map(str, pattern))}]\"")
+                if model.capacity_factor:
+                    a.append(f"--moe-expert-capacity-factor {model.capacity_factor:g}")
+            if model.mla:
+                a.append(f"--multi-latent-attention --q-lora-rank {model.q_lora} "
+                         f"--kv-lora-rank {model.kv_lora} --qk-head-dim {model.qk_nope} "
+                         f"--qk-pos-emb-head-dim {model.qk_rope} --v-head-dim {model.v_head}")
+            if model.qk_norm:
+                a.append("--qk-layernorm")
+            if model.mtp:
+                a.append(f"--mtp-num-layers {model.mtp}")
         notes = []
         if self.schedule in ("zb-h1", "zb-v"):
             notes.append(f"# {self.schedule}: not in upstream Megatron-LM (Sea AI Lab's "
@@ -299,7 +346,12 @@ class ParallelPlan:
                  f"pipeline_parallel_degree = {self.pp}",
                  f'pipeline_parallel_schedule = "{sched}"',
                  f"pipeline_parallel_microbatch_size = {self.micro_batch}",
-                 f"context_parallel_degree = {self.cp}", "",
+                 f"context_parallel_degree = {self.cp}"]
+        if self.ep > 1:
+            lines.append(f"expert_parallel_degree = {self.ep}")
+        if self.etp is not None and self.etp != self.tp:
+            lines.append(f"expert_tensor_parallel_degree = {self.etp}")
+        lines += ["",
                  "[training]",
                  f"global_batch_size = {self.global_batch}",
                  f"local_batch_size = {self.global_batch // self.dp}"]
@@ -334,7 +386,12 @@ class ParallelPlan:
     def describe(self, *, global_batch: bool = True) -> str:
         """The plan in one line: "tp=8 pp=8 dp=1 mb=1 gb=64 1f1b v=3 sp ..."."""
         parts = [f"tp={self.tp}"] + ([f"cp={self.cp}"] if self.cp > 1 else []) + \
-            [f"pp={self.pp}", f"dp={self.dp}", f"mb={self.micro_batch}"]
+            [f"pp={self.pp}", f"dp={self.dp}"]
+        if self.ep > 1 or (self.etp is not None and self.etp != self.tp):
+            parts.append(f"ep={self.ep}" + (f" etp={self.etp}" if self.etp is not None and
+                                            self.etp != self.tp else "") +
+                         (" ep-outer" if self.ep_placement == "outer" else ""))
+        parts.append(f"mb={self.micro_batch}")
         if global_batch:
             parts.append(f"gb={self.global_batch}")
         parts.append(self.schedule)

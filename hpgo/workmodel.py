@@ -30,6 +30,11 @@ _MLPS = {"gelu": _core.MLP_GELU, "swiglu": _core.MLP_SWIGLU}
 _NORMS = ("layernorm", "rmsnorm")
 
 
+def _nonneg_int(name: str, v: Any, limit: int = 1 << 26) -> int:
+    return 0 if v == 0 and not isinstance(v, bool) and hasattr(v, "__index__") \
+        else _pos_int(name, v, limit)
+
+
 def _pos_int(name: str, v: Any, limit: int = 1 << 26) -> int:
     if isinstance(v, bool):
         raise TypeError(f"{name} must be an int, not bool")
@@ -52,6 +57,19 @@ class Transformer:
     stored); ``dropout`` stores dropout masks; ``causal_flops`` halves the
     attention core in the *model* FLOPs used for MFU (current Megatron; the
     2021-22 papers do not).  Immutable: derive variants with :meth:`with_`.
+
+    Mixture of experts (``experts`` > 0): each MoE layer routes every token
+    to ``topk`` of ``experts`` experts of inner size ``expert_ffn`` (plus
+    ``shared_experts`` always-active ones of ``shared_ffn``); the first
+    ``dense_first`` layers keep a dense MLP of ``ffn``, and after them every
+    ``moe_every``-th layer is MoE.  ``capacity_factor`` pads the experts'
+    inputs (``None``: dropless); ``routing_imbalance`` is the busiest rank's
+    routed tokens over the mean (1: balanced routing).  Attention variants:
+    ``attn_bias`` (q/k/v/o biases), ``qk_norm`` (Qwen3), ``attn_sinks``
+    (GPT-OSS), a sliding ``window`` on every ``window_every``-th layer
+    (from layer 0), multi-head latent attention (``mla`` with ``q_lora``,
+    ``kv_lora``, ``qk_nope``, ``qk_rope``, ``v_head``; DeepSeek-V3) and
+    ``mtp`` multi-token-prediction modules on the last pipeline stage.
     """
 
     hidden: int
@@ -71,6 +89,29 @@ class Transformer:
     causal_flops: bool = False
     learned_pos: bool = True
     name: str = ""
+    experts: int = 0
+    topk: int = 0
+    expert_ffn: int | None = None
+    shared_experts: int = 0
+    shared_ffn: int | None = None
+    dense_first: int = 0
+    moe_every: int = 1
+    expert_bias: bool = False
+    router_bias: bool = False
+    capacity_factor: float | None = None
+    routing_imbalance: float = 1.0
+    attn_bias: bool = False
+    qk_norm: bool = False
+    attn_sinks: bool = False
+    window: int | None = None
+    window_every: int = 1
+    mla: bool = False
+    q_lora: int = 0
+    kv_lora: int = 0
+    qk_nope: int = 0
+    qk_rope: int = 0
+    v_head: int = 0
+    mtp: int = 0
 
     def __post_init__(self) -> None:
         for f in ("hidden", "ffn", "heads", "layers", "seq", "vocab"):
@@ -88,28 +129,98 @@ class Transformer:
             raise ValueError(f"mlp must be 'gelu' or 'swiglu', got {self.mlp!r}")
         if self.norm not in _NORMS:
             raise ValueError(f"norm must be 'layernorm' or 'rmsnorm', got {self.norm!r}")
-        for f in ("tied", "bias", "dropout", "flash", "causal_flops", "learned_pos"):
+        for f in ("tied", "bias", "dropout", "flash", "causal_flops", "learned_pos", "expert_bias",
+                  "router_bias", "attn_bias", "qk_norm", "attn_sinks", "mla"):
             if not isinstance(getattr(self, f), bool):
                 raise TypeError(f"{f} must be a bool")
+        for f in ("experts", "topk", "shared_experts", "dense_first", "mtp", "q_lora", "kv_lora",
+                  "qk_nope", "qk_rope", "v_head"):
+            object.__setattr__(self, f, _nonneg_int(f, getattr(self, f)))
+        for f in ("moe_every", "window_every"):
+            object.__setattr__(self, f, _pos_int(f, getattr(self, f)))
+        for f in ("expert_ffn", "shared_ffn", "window"):
+            if getattr(self, f) is not None:
+                object.__setattr__(self, f, _pos_int(f, getattr(self, f)))
+        if self.experts:
+            if self.expert_ffn is None:
+                raise ValueError("a mixture-of-experts model needs expert_ffn")
+            if not 1 <= self.topk <= self.experts:
+                raise ValueError(f"topk must be in 1..experts ({self.experts}), got {self.topk}")
+            if self.shared_experts and self.shared_ffn is None:
+                object.__setattr__(self, "shared_ffn", self.expert_ffn)
+        elif self.topk or self.shared_experts or self.dense_first:
+            raise ValueError("topk, shared_experts and dense_first need experts > 0")
+        for f, lo in (("capacity_factor", 0.0), ("routing_imbalance", 1.0)):
+            v = getattr(self, f)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or v < lo or (f == "capacity_factor" and v == 0):
+                raise ValueError(f"{f} must be a finite number {'> 0' if lo == 0 else '>= 1'}, "
+                                 f"got {v!r}")
+            object.__setattr__(self, f, float(v))
+        if self.mla and not (self.q_lora and self.kv_lora and self.qk_rope and self.v_head):
+            raise ValueError("latent attention (mla=True) needs q_lora, kv_lora, qk_rope and v_head")
         if not isinstance(self.name, str):
             raise TypeError("name must be a str")
         _core._step_model_params(self._tuple(_core.PRECISION_BF16))  # validates in the core
 
     # -- derived ---------------------------------------------------------------
     def _tuple(self, precision: int) -> tuple:
+        ext = (self.experts, self.topk, self.expert_ffn or 0, self.shared_experts,
+               self.shared_ffn or 0, self.dense_first, self.moe_every, int(self.expert_bias),
+               int(self.router_bias), float(self.capacity_factor or 0.0),
+               float(self.routing_imbalance), int(self.attn_bias), int(self.qk_norm),
+               int(self.attn_sinks), self.window or 0, self.window_every, int(self.mla),
+               self.q_lora, self.kv_lora, self.qk_nope, self.qk_rope, self.v_head, self.mtp)
         return ("transformer", precision, self.hidden, self.ffn, self.heads, self.kv_heads,
                 self.head_dim, self.layers, self.vocab, self.seq, _MLPS[self.mlp], int(self.tied),
                 int(self.bias), int(self.norm == "layernorm"), int(self.dropout), int(self.flash),
-                int(self.causal_flops), int(self.learned_pos))
+                int(self.causal_flops), int(self.learned_pos), ext)
+
+    def _counts(self) -> tuple:
+        return _core._step_model_params(self._tuple(_core.PRECISION_BF16))
 
     @property
     def parameters(self) -> int:
-        """Parameters of the whole model (embeddings included, real vocabulary)."""
-        return int(round(_core._step_model_params(self._tuple(_core.PRECISION_BF16))[0]))
+        """Parameters of the whole model (embeddings included, real vocabulary;
+        multi-token-prediction modules apart: :attr:`mtp_parameters`)."""
+        return int(round(self._counts()[0]))
 
     @property
     def embedding_parameters(self) -> int:
-        return int(round(_core._step_model_params(self._tuple(_core.PRECISION_BF16))[1]))
+        """Input embedding (and position embedding) plus the output layer
+        when it is not tied."""
+        c = self._counts()
+        return int(round(c[1] + c[2]))
+
+    @property
+    def output_layer_parameters(self) -> int:
+        """The output (unembedding) matrix when untied, else 0."""
+        return int(round(self._counts()[2]))
+
+    @property
+    def expert_parameters(self) -> int:
+        """Parameters in routed experts (0 for a dense model)."""
+        return int(round(self._counts()[3]))
+
+    @property
+    def active_parameters(self) -> int:
+        """Parameters one token uses: all but the routed experts it is not
+        sent to (``topk`` of ``experts`` per MoE layer), embeddings included.
+        Publishers differ: subtract :attr:`embedding_parameters` or the input
+        embedding to compare (see docs/moe.md)."""
+        return int(round(self._counts()[4]))
+
+    @property
+    def mtp_parameters(self) -> int:
+        """Multi-token-prediction modules as a checkpoint stores them (with
+        their embedding and output-layer copies); not in :attr:`parameters`."""
+        return int(round(self._counts()[5]))
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
 
     @property
     def non_embedding_parameters(self) -> int:
@@ -134,9 +245,16 @@ class Transformer:
 
     def __repr__(self) -> str:
         label = self.name or "transformer"
+        if self.experts:
+            mlp = (f"MoE {self.experts}x{self.expert_ffn} top-{self.topk}"
+                   + (f" +{self.shared_experts} shared" if self.shared_experts else "")
+                   + (f", {self.dense_first} dense first" if self.dense_first else "")
+                   + f" {self.mlp}, {self.active_parameters / 1e9:.2f} B active")
+        else:
+            mlp = f"ffn={self.ffn} {self.mlp}"
+        attn = "MLA" if self.mla else f"heads={self.heads}/{self.kv_heads}"
         return (f"Transformer({label}: {self.parameters / 1e9:.2f} B params, L={self.layers}, "
-                f"h={self.hidden}, heads={self.heads}/{self.kv_heads}, ffn={self.ffn} {self.mlp}, "
-                f"seq={self.seq}, vocab={self.vocab})")
+                f"h={self.hidden}, {attn}, {mlp}, seq={self.seq}, vocab={self.vocab})")
 
 
 def _gpt(name: str, h: int, heads: int, layers: int) -> Transformer:
@@ -159,6 +277,17 @@ def _llama(name: str, h: int, ffn: int, heads: int, kv: int, layers: int, vocab:
                        name=name)
 
 
+def _moe(name: str, **f: Any) -> Transformer:
+    # Mixture-of-experts models, shapes from their released Hugging Face
+    # config.json files (docs/moe.md lists the fields): SwiGLU experts,
+    # RMSNorm, RoPE, no dropout, untied embeddings, fused attention, model
+    # FLOPs with the causal attention halved (current Megatron).
+    base = dict(mlp="swiglu", tied=False, bias=False, norm="rmsnorm", dropout=False, flash=True,
+                causal_flops=True, learned_pos=False, name=name)
+    base.update(f)
+    return Transformer(**base)
+
+
 _PRESETS: dict[str, Transformer] = {
     "megatron-22b": _gpt("megatron-22b", 6144, 64, 48),
     "gpt3-175b": _gpt("gpt3-175b", 12288, 96, 96),
@@ -170,9 +299,38 @@ _PRESETS: dict[str, Transformer] = {
     "llama3-8b": _llama("llama3-8b", 4096, 14336, 32, 8, 32, 128256, 8192),
     "llama3-70b": _llama("llama3-70b", 8192, 28672, 64, 8, 80, 128256, 8192),
     "llama3-405b": _llama("llama3-405b", 16384, 53248, 128, 8, 126, 128256, 8192),
+    # mistralai/Mixtral-8x7B-v0.1
+    "mixtral-8x7b": _moe("mixtral-8x7b", hidden=4096, ffn=14336, heads=32, kv_heads=8, layers=32,
+                         vocab=32000, seq=4096, experts=8, topk=2, expert_ffn=14336),
+    # mistralai/Mixtral-8x22B-v0.1
+    "mixtral-8x22b": _moe("mixtral-8x22b", hidden=6144, ffn=16384, heads=48, kv_heads=8,
+                          layers=56, vocab=32768, seq=4096, experts=8, topk=2, expert_ffn=16384),
+    # Qwen/Qwen3-30B-A3B (intermediate_size 6144 is unused: every layer is MoE)
+    "qwen3-30b-a3b": _moe("qwen3-30b-a3b", hidden=2048, ffn=6144, heads=32, kv_heads=4,
+                          head_dim=128, layers=48, vocab=151936, seq=4096, experts=128, topk=8,
+                          expert_ffn=768, qk_norm=True),
+    # Qwen/Qwen3-235B-A22B
+    "qwen3-235b-a22b": _moe("qwen3-235b-a22b", hidden=4096, ffn=12288, heads=64, kv_heads=4,
+                            head_dim=128, layers=94, vocab=151936, seq=4096, experts=128, topk=8,
+                            expert_ffn=1536, qk_norm=True),
+    # openai/gpt-oss-120b: biases on attention, experts and router, a sink
+    # logit per head, a 128-token sliding window on every other layer
+    "gpt-oss-120b": _moe("gpt-oss-120b", hidden=2880, ffn=2880, heads=64, kv_heads=8, head_dim=64,
+                         layers=36, vocab=201088, seq=4096, experts=128, topk=4, expert_ffn=2880,
+                         attn_bias=True, expert_bias=True, router_bias=True, attn_sinks=True,
+                         window=128, window_every=2),
+    # deepseek-ai/DeepSeek-V3: latent attention, 1 shared + 256 routed
+    # experts (router bias: e_score_correction_bias), 3 dense layers first,
+    # one multi-token-prediction module
+    "deepseek-v3": _moe("deepseek-v3", hidden=7168, ffn=18432, heads=128, kv_heads=128,
+                        head_dim=192, layers=61, vocab=129280, seq=4096, experts=256, topk=8,
+                        expert_ffn=2048, shared_experts=1, shared_ffn=2048, dense_first=3,
+                        router_bias=True, mla=True, q_lora=1536, kv_lora=512, qk_nope=128,
+                        qk_rope=64, v_head=128, mtp=1),
 }
 _ALIASES = {"turing-530b": "megatron-530b", "mt-nlg-530b": "megatron-530b",
-            "gpt3": "gpt3-175b", "gpt-3-175b": "gpt3-175b"}
+            "gpt3": "gpt3-175b", "gpt-3-175b": "gpt3-175b", "deepseek-v3-671b": "deepseek-v3",
+            "mixtral-8x7b-v0.1": "mixtral-8x7b", "gpt-oss": "gpt-oss-120b"}
 
 
 def transformer(preset: str | None = None, /, **fields: Any) -> Transformer:
@@ -362,11 +520,23 @@ def profile_model(profile: Any, batch: float | None = None, *,
         descs=tuple(nd.desc for nd in nodes))
 
 
+# Fields added with mixture-of-experts models: left out of a model's identity
+# at their defaults, so plans saved before keep matching their (dense) model.
+_MOE_FIELDS = {f.name: f.default for f in dataclasses.fields(Transformer)
+               if f.name in ("experts", "topk", "expert_ffn", "shared_experts", "shared_ffn",
+                             "dense_first", "moe_every", "expert_bias", "router_bias",
+                             "capacity_factor", "routing_imbalance", "attn_bias", "qk_norm",
+                             "attn_sinks", "window", "window_every", "mla", "q_lora", "kv_lora",
+                             "qk_nope", "qk_rope", "v_head", "mtp")}
+
+
 def model_id(model: Transformer | ProfiledModel) -> str:
     """A short identity of a model: plans record it, and simulating a plan on
     another model is refused."""
     if isinstance(model, Transformer):
-        key = json.dumps(model.to_dict(), sort_keys=True)
+        d = {k: v for k, v in model.to_dict().items()
+             if not (k in _MOE_FIELDS and v == _MOE_FIELDS[k])}
+        key = json.dumps(d, sort_keys=True)
         label = model.name or "transformer"
     elif isinstance(model, ProfiledModel):
         key = json.dumps([model.batch, model.forward, model.backward, model.params,

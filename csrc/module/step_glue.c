@@ -167,7 +167,11 @@ static PyObject *from_cluster(const hpgo_cluster_t *c)
 
 /* model: ("transformer", precision, hidden, ffn, heads, kv_heads, head_dim,
  *         layers, vocab, seq, mlp, tied, bias, layernorm, dropout, flash,
- *         causal_flops, learned_pos)
+ *         causal_flops, learned_pos,
+ *         (experts, topk, expert_ffn, shared_experts, shared_ffn, dense_first,
+ *          moe_every, expert_bias, router_bias, capacity, imbalance, attn_bias,
+ *          qk_norm, sinks, window, window_every, mla, q_lora, kv_lora, qk_nope,
+ *          qk_rope, v_head, mtp))
  *     or ("chain", precision, batch, fwd, bwd, params, act, out) with five
  *        equally long tuples of floats.  `arrays` receives the chain's
  *        storage (PyMem); free it with PyMem_Free. */
@@ -184,7 +188,7 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
         return -1;
     Py_ssize_t n = PyTuple_GET_SIZE(t);
     if (strcmp(kind, "transformer") == 0) {
-        const Py_ssize_t N = 18;
+        const Py_ssize_t N = 19;
         hpgo_xformer_t *x = &w->x;
         w->kind = HPGO_WORK_TRANSFORMER;
         int64_t *dims[8] = {&x->hidden, &x->ffn,    &x->heads, &x->kv_heads,
@@ -201,6 +205,26 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
         for (int i = 0; i < 8; i++)
             if (get_i32(t, 10 + i, N, "transformer flag", flags[i]) < 0)
                 return -1;
+        /* experts and attention variants */
+        PyObject *ext = PyTuple_GET_ITEM(t, 18);
+        const Py_ssize_t M = 23;
+        int64_t *ints[17] = {&x->experts, &x->topk, &x->expert_ffn, &x->shared_experts,
+                             &x->shared_ffn, &x->dense_first, &x->moe_every, &x->window,
+                             &x->window_every, &x->q_lora, &x->kv_lora, &x->qk_nope,
+                             &x->qk_rope, &x->v_head, &x->mtp, NULL, NULL};
+        static const int idx64[15] = {0, 1, 2, 3, 4, 5, 6, 14, 15, 17, 18, 19, 20, 21, 22};
+        for (int i = 0; i < 15; i++)
+            if (get_i64(ext, idx64[i], M, "transformer expert/attention field", ints[i]) < 0)
+                return -1;
+        int32_t *f32[6] = {&x->expert_bias, &x->router_bias, &x->attn_bias, &x->qk_norm,
+                           &x->sinks, &x->mla};
+        static const int idx32[6] = {7, 8, 11, 12, 13, 16};
+        for (int i = 0; i < 6; i++)
+            if (get_i32(ext, idx32[i], M, "transformer flag", f32[i]) < 0)
+                return -1;
+        if (get_f(ext, 9, M, "capacity_factor", &x->capacity) < 0 ||
+            get_f(ext, 10, M, "routing_imbalance", &x->imbalance) < 0)
+            return -1;
         return 0;
     }
     if (strcmp(kind, "chain") != 0 || n != 8) {
@@ -246,12 +270,13 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
 }
 
 /* plan: (tp, pp, dp, cp, ep, vstages, micro_batch, global_batch, schedule,
- *        recompute, sequence_parallel, zero, overlap_grad_reduce, split)
+ *        recompute, sequence_parallel, zero, overlap_grad_reduce, split, etp,
+ *        ep_outer)
  *        with split None or a tuple of pp * vstages + 1 ints.  `split`
  *        receives its storage (PyMem). */
 static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
 {
-    const Py_ssize_t N = 14;
+    const Py_ssize_t N = 16;
     memset(p, 0, sizeof *p);
     *split = NULL;
     int32_t *ints[6] = {&p->tp, &p->pp, &p->dp, &p->cp, &p->ep, &p->vstages};
@@ -265,7 +290,8 @@ static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
         get_i32(t, 9, N, "recompute", &p->recompute) < 0 ||
         get_i32(t, 10, N, "sequence_parallel", &p->sequence_parallel) < 0 ||
         get_i32(t, 11, N, "zero", &p->zero) < 0 ||
-        get_i32(t, 12, N, "overlap_grad_reduce", &p->overlap_grad_reduce) < 0)
+        get_i32(t, 12, N, "overlap_grad_reduce", &p->overlap_grad_reduce) < 0 ||
+        get_i32(t, 14, N, "etp", &p->etp) < 0 || get_i32(t, 15, N, "ep_outer", &p->ep_outer) < 0)
         return -1;
     PyObject *s = PyTuple_GET_ITEM(t, 13);
     if (s == Py_None)
@@ -403,12 +429,15 @@ static PyObject *p2p_time(PyObject *module, PyObject *args)
     return PyFloat_FromDouble(hpgo_cost_p2p(&c, level, bytes));
 }
 
-PyDoc_STRVAR(model_params_doc, "_step_model_params(model) -> (total, embedding) parameter counts");
+PyDoc_STRVAR(model_params_doc,
+             "_step_model_params(model) -> (total, input_embedding, output_layer, experts, active,\n"
+             "mtp) parameter counts (work.h hpgo_params_t)");
 
 static PyObject *model_params(PyObject *module, PyObject *arg)
 {
     hpgo_work_t w;
-    double *arrays = NULL, total = 0, emb = 0;
+    double *arrays = NULL;
+    hpgo_params_t pc;
     hpgo_err_t err;
     PyObject *res = NULL;
     if (to_work(arg, &w, &arrays) == 0) {
@@ -416,8 +445,9 @@ static PyObject *model_params(PyObject *module, PyObject *arg)
         if (rc != HPGO_OK)
             glue_raise(module, rc, &err);
         else {
-            hpgo_work_params(&w, &total, &emb);
-            res = Py_BuildValue("(dd)", total, emb);
+            hpgo_work_params(&w, &pc);
+            res = Py_BuildValue("(dddddd)", pc.total, pc.input_embedding, pc.output_layer,
+                                pc.experts, pc.active, pc.mtp);
         }
     }
     PyMem_Free(arrays);
@@ -469,13 +499,14 @@ static PyObject *result_dict(const hpgo_step_result_t *r)
     for (int32_t k = 0; k < r->n_stages; k++) {
         const hpgo_stage_cost_t *s = &r->stages[k];
         PyObject *o = Py_BuildValue(
-            "{sisisdsdsdsdsdsdsdsdsdsdsdsdsdsd}", "first_layer", (int)s->first_layer, "layers",
+            "{sisisdsdsdsdsdsdsdsdsdsdsdsdsdsdsdsdsd}", "first_layer", (int)s->first_layer, "layers",
             (int)s->n_layers, "forward", s->f, "backward_input", s->b, "backward_weight", s->w,
             "tp_forward", s->tp_f, "tp_backward", s->tp_b, "recompute", s->recompute,
             "activation_bytes", s->act, "activation_bytes_layers", s->act_layers,
             "transient_bytes", s->transient, "params", s->params, "embedding_params",
             s->emb_params, "send_bytes", s->send_bytes, "model_flops", s->model_flops,
-            "hw_flops", s->hw_flops);
+            "hw_flops", s->hw_flops, "expert_params", s->expert_params, "ep_forward", s->ep_f,
+            "ep_backward", s->ep_b);
         if (!o)
             goto fail;
         PyList_SET_ITEM(stages, k, o);
@@ -578,11 +609,11 @@ static PyObject *plan_tuple(const hpgo_parplan_t *p)
     } else {
         split = Py_NewRef(Py_None);
     }
-    return Py_BuildValue("(iiiiiiLLiiiiiN)", (int)p->tp, (int)p->pp, (int)p->dp, (int)p->cp,
+    return Py_BuildValue("(iiiiiiLLiiiiiNii)", (int)p->tp, (int)p->pp, (int)p->dp, (int)p->cp,
                          (int)p->ep, (int)p->vstages, (long long)p->micro_batch,
                          (long long)p->global_batch, (int)p->schedule, (int)p->recompute,
                          (int)p->sequence_parallel, (int)p->zero, (int)p->overlap_grad_reduce,
-                         split);
+                         split, (int)p->etp, (int)p->ep_outer);
 }
 
 typedef struct autoplan_work {
@@ -604,7 +635,8 @@ PyDoc_STRVAR(autoplan_doc,
              "_autoplan(model, cluster, opts, timeout) -> dict\n\n"
              "opts: (global_batch, gpus, objective, top, exhaustive, threads, max_micro_batch,\n"
              "max_vstages, overhead_bytes or None, tp, pp, dp, vstages, micro_batch, schedule,\n"
-             "recompute, sequence_parallel, zero, cp) with -1 for a free choice.  The GIL is\n"
+             "recompute, sequence_parallel, zero, cp, ep, etp, ep_outer) with -1 for a free\n"
+             "choice.  The GIL is\n"
              "released while the search runs.");
 
 static PyObject *autoplan(PyObject *module, PyObject *args)
@@ -621,7 +653,7 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     double *arrays = NULL;
     PyObject *res = NULL;
     memset(&o, 0, sizeof o);
-    const Py_ssize_t N = 19;
+    const Py_ssize_t N = 22;
     if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c) < 0)
         goto done;
     if (get_i64(ot, 0, N, "global_batch", &o.global_batch) < 0 ||
@@ -635,9 +667,10 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     if (PyTuple_GET_ITEM(ot, 8) != Py_None &&
         glue_f64(PyTuple_GET_ITEM(ot, 8), "overhead_bytes", &o.overhead_bytes) < 0)
         goto done;
-    int32_t *fixed[10] = {&o.tp, &o.pp, &o.dp, &o.vstages, &o.micro_batch, &o.schedule,
-                          &o.recompute, &o.sequence_parallel, &o.zero, &o.cp};
-    for (int i = 0; i < 10; i++)
+    int32_t *fixed[13] = {&o.tp, &o.pp, &o.dp, &o.vstages, &o.micro_batch, &o.schedule,
+                          &o.recompute, &o.sequence_parallel, &o.zero, &o.cp,
+                          &o.ep, &o.etp, &o.ep_outer};
+    for (int i = 0; i < 13; i++)
         if (get_i32(ot, 9 + i, N, "fixed choice", fixed[i]) < 0)
             goto done;
     hpgo_cancel_t cancel;
