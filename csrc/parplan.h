@@ -39,6 +39,7 @@ typedef struct hpgo_parplan {
     int32_t zero;                      /* 0..3; 1 = Megatron's distributed optimizer */
     int32_t overlap_grad_reduce;       /* 0 / 1: DP gradient sync overlaps the backward */
     int32_t n_split;                   /* 0, or pp * vstages + 1 */
+    const int32_t *split;              /* model stage k holds layers [split[k], split[k+1]) */
     /* expert layers (mixture of experts): the tp x cp x dp GPUs of a
      * pipeline stage are regrouped as etp x ep x edp -- expert tensor
      * parallel (etp, 0: = tp), expert parallel (ep: experts divided over
@@ -48,7 +49,6 @@ typedef struct hpgo_parplan {
      * puts edp before ep, so the ep group spans the farthest GPUs). */
     int32_t etp;
     int32_t ep_outer;
-    const int32_t *split;              /* model stage k holds layers [split[k], split[k+1]) */
 } hpgo_parplan_t;
 
 /* Checks that depend only on the plan (sizes, schedule, batch arithmetic);

@@ -359,9 +359,12 @@ def _presets() -> tuple[str, ...]:
 def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | None = None,
                    name: str | None = None) -> Transformer:
     """A transformer from a Hugging Face ``config.json`` (a path or the parsed
-    dict): Llama, Mistral, Qwen2 (SwiGLU, RMSNorm), GPT-2 and GPT-NeoX style
-    (GeLU, LayerNorm).  No weights are read.  ``seq`` defaults to the config's
-    ``max_position_embeddings`` (``n_positions`` for GPT-2)."""
+    dict): Llama, Mistral, Qwen2/Qwen3 (SwiGLU, RMSNorm), the mixture-of-
+    experts families Mixtral, Qwen2-MoE/Qwen3-MoE, GPT-OSS and DeepSeek-V2/V3
+    (latent attention, shared experts, dense first layers, multi-token
+    prediction), GPT-2 and GPT-NeoX style (GeLU, LayerNorm).  No weights are
+    read.  ``seq`` defaults to the config's ``max_position_embeddings``
+    (``n_positions`` for GPT-2)."""
     if isinstance(config, Mapping):
         cfg = dict(config)
         where = "config"
@@ -400,14 +403,64 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
     act = str(get("hidden_act", default="silu")).lower()
     if act not in ("silu", "swish", "swiglu"):
         raise ValueError(f"{where}: hidden_act {act!r} is not SwiGLU; only Llama/Mistral/Qwen-style "
-                         "(silu) and GPT-2/NeoX configs are read")
-    return Transformer(hidden=hidden, ffn=get("intermediate_size"), heads=heads,
-                       kv_heads=get("num_key_value_heads", default=heads),
-                       head_dim=cfg.get("head_dim") or None, layers=layers, seq=s, vocab=vocab,
-                       mlp="swiglu", tied=bool(cfg.get("tie_word_embeddings", False)),
-                       bias=bool(cfg.get("attention_bias", False)), norm="rmsnorm", dropout=False,
-                       flash=True, causal_flops=True, learned_pos=False,
-                       name=name or str(cfg.get("_name_or_path", mt or "hf-model")))
+                         "(silu), Mixtral, Qwen-MoE, GPT-OSS, DeepSeek-V2/V3 and GPT-2/NeoX "
+                         "configs are read")
+    f: dict[str, Any] = dict(
+        hidden=hidden, ffn=get("intermediate_size"), heads=heads,
+        kv_heads=get("num_key_value_heads", default=heads), head_dim=cfg.get("head_dim") or None,
+        layers=layers, seq=s, vocab=vocab, mlp="swiglu",
+        tied=bool(cfg.get("tie_word_embeddings", False)), bias=False, norm="rmsnorm",
+        dropout=False, flash=True, causal_flops=True, learned_pos=False,
+        name=name or str(cfg.get("_name_or_path", mt or "hf-model")))
+    f["attn_bias"] = bool(cfg.get("attention_bias", False))
+    if mt in ("qwen3", "qwen3_moe"):
+        f["qk_norm"] = True
+    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
+    if experts:
+        f["experts"] = int(experts)
+        f["topk"] = get("num_experts_per_tok", "experts_per_token")
+        if mt in ("mixtral", "gpt_oss"):
+            f["expert_ffn"] = get("intermediate_size")
+        else:
+            f["expert_ffn"] = get("moe_intermediate_size")
+        shared = cfg.get("n_shared_experts")
+        if shared:
+            f["shared_experts"], f["shared_ffn"] = int(shared), get("moe_intermediate_size")
+        elif cfg.get("shared_expert_intermediate_size"):
+            f["shared_experts"], f["shared_ffn"] = 1, int(cfg["shared_expert_intermediate_size"])
+        f["dense_first"] = int(cfg.get("first_k_dense_replace") or 0)
+        f["moe_every"] = int(cfg.get("moe_layer_freq") or cfg.get("decoder_sparse_step") or 1)
+        if cfg.get("mlp_only_layers"):
+            raise ValueError(f"{where}: mlp_only_layers (dense layers at chosen places) is not "
+                             "modelled; only the first layers can be dense (dense_first)")
+        if mt == "gpt_oss":
+            f["expert_bias"] = f["router_bias"] = f["attn_sinks"] = True
+        if cfg.get("topk_method") == "noaux_tc":  # DeepSeek-V3's e_score_correction_bias
+            f["router_bias"] = True
+    if mt == "gpt_oss" or cfg.get("layer_types"):
+        types = cfg.get("layer_types") or []
+        win = cfg.get("sliding_window")
+        if win and types:
+            sliding = [i for i, t in enumerate(types) if t == "sliding_attention"]
+            if sliding:
+                every = sliding[1] - sliding[0] if len(sliding) > 1 else len(types)
+                if sliding[0] != 0 or sliding != list(range(0, len(types), every)):
+                    raise ValueError(f"{where}: layer_types: sliding-window layers must be every "
+                                     "n-th layer from layer 0")
+                f["window"], f["window_every"] = int(win), every
+    elif cfg.get("sliding_window") and cfg.get("use_sliding_window", mt == "mistral"):
+        f["window"] = int(cfg["sliding_window"])
+    if cfg.get("kv_lora_rank"):
+        if not cfg.get("q_lora_rank"):
+            raise ValueError(f"{where}: latent attention without q_lora_rank (DeepSeek-V2-Lite) "
+                             "is not modelled")
+        f.update(mla=True, q_lora=int(cfg["q_lora_rank"]), kv_lora=int(cfg["kv_lora_rank"]),
+                 qk_nope=int(get("qk_nope_head_dim")), qk_rope=int(get("qk_rope_head_dim")),
+                 v_head=int(get("v_head_dim")), kv_heads=heads,
+                 head_dim=int(get("qk_nope_head_dim")) + int(get("qk_rope_head_dim")))
+    if cfg.get("num_nextn_predict_layers"):
+        f["mtp"] = int(cfg["num_nextn_predict_layers"])
+    return Transformer(**f)
 
 
 transformer.presets = _presets  # type: ignore[attr-defined]
