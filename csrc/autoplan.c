@@ -413,7 +413,8 @@ static int enum_experts(search_t *S, hpgo_parplan_t base, double *ltimes, int32_
                 continue;
             int64_t edp = rest / ep;
             for (int32_t outer = 0; outer <= 1; outer++) {
-                if (outer && (ep == 1 || edp == 1))
+                /* the placement only matters when the stage's GPUs span nodes */
+                if (outer && (ep == 1 || edp == 1 || world <= hpgo_cluster_unit(S->c, 0)))
                     break;
                 if (!free_or(o->ep_outer, outer))
                     continue;

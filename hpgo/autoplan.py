@@ -133,6 +133,13 @@ class RankedPlans:
 
     def _why_none(self) -> str:
         s = self.stats
+        if s["candidates"] == 0:
+            return ("no plan of the search space matches the fixed choices (sizes must divide "
+                    "the GPUs, a node, the heads, the global batch; ep the experts and "
+                    "tp x cp x dp / etp): loosen them")
+        if s["candidates"] == s["rejected"]:
+            return (f"the model or cluster cannot run any of the {s['candidates']} plans "
+                    "(hpgo.simulate on one of them says why)")
         return (f"{s['candidates']} plans searched, {s['pruned_memory'] + s['did_not_fit']} "
                 "do not fit in memory; try more GPUs, a smaller global batch or micro-batch, "
                 "recompute='full' or zero=3")

@@ -1,6 +1,7 @@
 """``hpgo autoplan``: the best plans for a model on a cluster, from the shell.
 
     hpgo autoplan --model llama3-70b --cluster dgx-h100 --nodes 8 --global-batch 512 --seq 8192
+    hpgo autoplan --model deepseek-v3 --cluster dgx-h100 --nodes 128 --global-batch 8192 --precision fp8
     hpgo autoplan --hf-config config.json --cluster cluster.json --global-batch 256 --json
     hpgo autoplan --profile graph.txt --profile-batch 32 --cluster dapple-v100 --global-batch 256
 """
@@ -16,10 +17,11 @@ __all__ = ["add_autoplan_subcommand", "run_autoplan"]
 
 def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "autoplan", help="the best parallel plans that fit (tp, pp, dp, schedule, recompute, ZeRO)",
-        description="Search data, tensor and pipeline parallelism, virtual stages, micro-batch, "
-                    "schedule, recomputation, sequence parallelism and ZeRO for the fastest plans "
-                    "that fit in memory, and print them ranked.")
+        "autoplan", help="the best parallel plans that fit (tp, cp, pp, dp, ep, schedule, "
+                         "recompute, ZeRO)",
+        description="Search data, tensor, context, pipeline and expert parallelism, virtual "
+                    "stages, micro-batch, schedule, recomputation, sequence parallelism and ZeRO "
+                    "for the fastest plans that fit in memory, and print them ranked.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", help="a transformer preset (gpt3-175b, llama3-70b, ...)")
     src.add_argument("--hf-config", metavar="PATH", help="a Hugging Face config.json")
@@ -34,8 +36,10 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
     p.add_argument("--objective", choices=("time", "cost"), default="time")
     p.add_argument("--precision", choices=("bf16", "fp16", "fp8", "fp32"))
     p.add_argument("--top", type=int, default=10)
-    for name in ("tp", "pp", "dp", "virtual-stages", "micro-batch", "zero"):
+    for name in ("tp", "pp", "dp", "cp", "ep", "etp", "virtual-stages", "micro-batch", "zero"):
         p.add_argument(f"--{name}", type=int, help=f"fix {name}")
+    p.add_argument("--ep-placement", choices=("inner", "outer"),
+                   help="fix where the expert-parallel group sits")
     p.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"))
     p.add_argument("--recompute", choices=("none", "selective", "full"))
     p.add_argument("--timeout", type=float, help="seconds the search may take")
@@ -63,8 +67,9 @@ def run_autoplan(args) -> int:
             cluster = cluster.with_nodes(args.nodes)
     else:
         cluster = hpgo.Cluster.preset(args.cluster, nodes=args.nodes)
-    fixed = {k: getattr(args, k) for k in ("tp", "pp", "dp", "virtual_stages", "micro_batch",
-                                           "zero", "schedule", "recompute")}
+    fixed = {k: getattr(args, k) for k in ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_stages",
+                                           "micro_batch", "zero", "schedule", "recompute",
+                                           "ep_placement")}
     if sys.stderr.isatty() and not args.json:
         print("searching ...", end="\r", file=sys.stderr, flush=True)
     r = hpgo.autoplan(model, cluster, args.global_batch, seq=args.seq, gpus=args.gpus,
