@@ -13,18 +13,22 @@ from hpgo import _core
 from hpgo.parallel import PRECISIONS
 
 CASES = [
-    # model, cluster preset, nodes, global batch
-    ("megatron-530b", "dgx-a100-80gb", 640, 2520),   # 5,120 A100 (Calculon's study: ~53 s)
-    ("llama3-405b", "dgx-h100", 2048, 2048),         # 16,384 H100
-    ("gpt3-175b", "dgx-a100-80gb", 128, 1536),       # Megatron's 1,024-GPU run
-    ("llama3-70b", "dgx-h100", 8, 512),
-    ("gpt3-175b", "dgx-a100-80gb", 8, 64),           # Korthikanti's 64-GPU run
+    # model, cluster preset, nodes, global batch, precision
+    ("megatron-530b", "dgx-a100-80gb", 640, 2520, "bf16"),   # 5,120 A100 (Calculon's study: ~53 s)
+    ("llama3-405b", "dgx-h100", 2048, 2048, "bf16"),         # 16,384 H100
+    ("gpt3-175b", "dgx-a100-80gb", 128, 1536, "bf16"),       # Megatron's 1,024-GPU run
+    ("llama3-70b", "dgx-h100", 8, 512, "bf16"),
+    ("gpt3-175b", "dgx-a100-80gb", 8, 64, "bf16"),           # Korthikanti's 64-GPU run
+    # mixture of experts: the expert layout (ep, etp, placement) searched too
+    ("deepseek-v3", "dgx-h100", 128, 8192, "fp8"),           # 1,024 H100
+    ("qwen3-235b-a22b", "dgx-h100", 32, 2048, "bf16"),
+    ("mixtral-8x7b", "dgx-h100", 8, 256, "bf16"),
 ]
 
 
-def search(model, cluster, gb, threads, exhaustive=False):
-    opts = (gb, 0, _core.OBJECTIVE_TIME, 10, int(exhaustive), threads, 16, 8, None, *[-1] * 10)
-    return _core._autoplan(model._tuple(PRECISIONS["bf16"]), cluster._tuple(), opts, None)
+def search(model, cluster, gb, threads, exhaustive=False, precision="bf16"):
+    opts = (gb, 0, _core.OBJECTIVE_TIME, 10, int(exhaustive), threads, 16, 8, None, *[-1] * 13)
+    return _core._autoplan(model._tuple(PRECISIONS[precision]), cluster._tuple(), opts, None)
 
 
 def main():
@@ -34,14 +38,14 @@ def main():
     a = ap.parse_args()
     print(f"{'case':44s} {'plans':>6s} {'mem-pruned':>10s} {'time-pruned':>11s} "
           f"{'simulated':>9s} {'median':>9s} {'plans/s':>10s}")
-    for name, preset, nodes, gb in CASES:
+    for name, preset, nodes, gb, prec in CASES:
         m = hpgo.transformer(name)
         c = hpgo.Cluster.preset(preset, nodes=nodes)
-        d = search(m, c, gb, a.threads)
+        d = search(m, c, gb, a.threads, precision=prec)
         ts = []
         for _ in range(a.repeat):
             t = time.perf_counter()
-            search(m, c, gb, a.threads)
+            search(m, c, gb, a.threads, precision=prec)
             ts.append(time.perf_counter() - t)
         med = statistics.median(ts)
         label = f"{name} on {c.gpus} x {c.gpu.name}, batch {gb}"

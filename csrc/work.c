@@ -699,7 +699,8 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     double E = s.E, X = E * s.T * s.h;
     int64_t L = x->layers;
     memset(x_out, 0, sizeof *x_out);
-    for (int64_t i = 0; i < L; i++) {
+    int uniform = x->experts == 0 && (x->window == 0 || x->window >= x->seq);
+    for (int64_t i = 0; i < (uniform ? 1 : L); i++) {
         int kd = layer_kind(x, i);
         if (!x_out->has[kd]) {
             x_out->has[kd] = 1;
@@ -773,25 +774,28 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     return HPGO_OK;
 }
 
-static void add_layer(hpgo_stage_cost_t *o, const lcost_t *l)
+/* Add n layers of one kind to a stage. */
+static void add_layers(hpgo_stage_cost_t *o, const lcost_t *l, double n)
 {
-    o->f += l->fw.t + l->tp_f + l->ep_f;
-    o->b += l->bi.t + l->tp_b + l->ep_b + l->rc_t;
-    o->w += l->bw.t;
-    o->tp_f += l->tp_f;
-    o->tp_b += l->tp_b;
-    o->ep_f += l->ep_f;
-    o->ep_b += l->ep_b;
-    o->recompute += l->rc_t;
-    o->act_layers += l->act;
-    o->act += l->act;
-    o->act_w += l->act_w;
+    if (n <= 0)
+        return;
+    o->f += n * (l->fw.t + l->tp_f + l->ep_f);
+    o->b += n * (l->bi.t + l->tp_b + l->ep_b + l->rc_t);
+    o->w += n * l->bw.t;
+    o->tp_f += n * l->tp_f;
+    o->tp_b += n * l->tp_b;
+    o->ep_f += n * l->ep_f;
+    o->ep_b += n * l->ep_b;
+    o->recompute += n * l->rc_t;
+    o->act_layers += n * l->act;
+    o->act += n * l->act;
+    o->act_w += n * l->act_w;
     if (l->full_act > o->transient)
         o->transient = l->full_act;
-    o->params += l->lp;
-    o->expert_params += l->ep_p;
-    o->model_flops += l->mfl;
-    o->hw_flops += l->fw.flops + l->bi.flops + l->bw.flops + l->rc_fl;
+    o->params += n * l->lp;
+    o->expert_params += n * l->ep_p;
+    o->model_flops += n * l->mfl;
+    o->hw_flops += n * (l->fw.flops + l->bi.flops + l->bw.flops + l->rc_fl);
 }
 
 static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
@@ -809,8 +813,14 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
         memset(o, 0, sizeof *o);
         o->first_layer = split[kk];
         o->n_layers = split[kk + 1] - split[kk];
-        for (int32_t i = split[kk]; i < split[kk + 1]; i++)
-            add_layer(o, &xp.lk[layer_kind(&w->x, i)]);
+        double count[N_KINDS] = {0, 0, 0, 0};
+        if (xp.has[0] && !xp.has[1] && !xp.has[2] && !xp.has[3])
+            count[0] = o->n_layers; /* a dense model: one kind */
+        else
+            for (int32_t i = split[kk]; i < split[kk + 1]; i++)
+                count[layer_kind(&w->x, i)]++;
+        for (int kd = 0; kd < N_KINDS; kd++)
+            add_layers(o, &xp.lk[kd], count[kd]);
         o->send_bytes = kk + 1 < K ? X / s.t : 0;
         o->regather = (kk > 0 && !s.sp) ? tp_coll(c, HPGO_COLL_ALLGATHER, &s, X) : 0;
         if (kk == 0) {
@@ -834,11 +844,7 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
             o->model_flops += 3 * 2 * s.h * s.V / s.t * s.T;
             o->hw_flops += xp.hf.flops + xp.hb.flops + xp.hw.flops;
             if (w->x.mtp > 0) {
-                int32_t nl = o->n_layers;
-                double tr = o->transient;
-                add_layer(o, &xp.mtp);
-                o->n_layers = nl;
-                o->transient = tr > xp.mtp.full_act ? tr : xp.mtp.full_act;
+                add_layers(o, &xp.mtp, 1);
             }
         }
     }
