@@ -486,7 +486,11 @@ static void layer_act(const hpgo_xformer_t *x, const xshape_t *s, int kind, doub
     double mla = s->mla ? E * (s->ql + s->kl + s->dr) + ge * (s->ql + s->kl) : 0; /* latents, all T */
     double score = s->flash ? 4 * s->a : E * s->a * s->s + (s->dropout ? (1 + E) * s->a * s->s : 0);
     double attn = E * (s->q + s->kw + s->vw) + ge * s->o;
-    double mlp_t = (s->swiglu ? 3 * E + ge : E + ge); /* per inner element: activations, fc2 input */
+    /* per inner element: the activation function's inputs, then the fc2
+     * input; a fused SwiGLU (with the fused kernels of `flash`, as
+     * Megatron's bias_swiglu) keeps only its input (gate and up) and
+     * recomputes the SiLU in the backward, the unfused one also stores it */
+    double mlp_t = s->swiglu ? (s->flash ? 2 * E : 3 * E) + ge : E + ge;
     double mlp = 0, routed = 0, router = 0;
     (void)x;
     if (kind & K_MOE) {

@@ -198,8 +198,14 @@ def test_expert_activations_follow_the_routed_tokens():
     base = hpgo.simulate(m, "dgx-h100", plan).stages[0]["activation_bytes_layers"]
     top4 = hpgo.simulate(m.with_(topk=4), "dgx-h100", plan).stages[0]["activation_bytes_layers"]
     s, h, f = m.seq, 4096, 14336
-    # two more routed copies per token: fc1 input (2h) + SwiGLU tensors (4 x 2f)
-    assert top4 - base == pytest.approx(4 * s * 2 * (2 * h + 8 * f))
+    # two more routed copies per token: the expert's input (2h bytes), its
+    # fused SwiGLU's input (gate and up, 2 x 2f) and the fc2 input (2f)
+    assert top4 - base == pytest.approx(4 * s * 2 * (2 * h + 6 * f))
+    unfused = hpgo.simulate(m.with_(flash=False, topk=4), "dgx-h100", plan).stages[0]
+    unfused_base = hpgo.simulate(m.with_(flash=False), "dgx-h100", plan).stages[0]
+    # without fused kernels the SiLU output (2f) is stored too
+    assert unfused["activation_bytes_layers"] - unfused_base["activation_bytes_layers"] == \
+        pytest.approx(4 * s * 2 * (2 * h + 8 * f))
 
 
 # ---- expert parallelism: communication ------------------------------------------
