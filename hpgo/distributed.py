@@ -217,8 +217,8 @@ def merge_ranked(results: Iterable[dict], top: int) -> dict:
     for d in results:
         for rank, entry in enumerate(d["plans"]):
             pt, _t, score, _balanced = entry
-            tp, pp, dp, cp, ep = pt[:5]
-            keyed.append(((score, -(tp * pp * dp * cp * ep), tp, cp, pp, rank), entry))
+            tp, pp, dp, cp = pt[:4]  # ep regroups these GPUs: not a factor of the count
+            keyed.append(((score, -(tp * pp * dp * cp), tp, cp, pp, rank), entry))
         for k, v in d.items():
             if k != "plans":
                 stats[k] = stats.get(k, 0) + v

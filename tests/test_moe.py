@@ -359,3 +359,25 @@ def test_exports_carry_the_expert_layout():
     assert "expert_parallel_degree = 64" in plan.torchtitan_toml(m)
     assert "ep=64 etp=1" in plan.describe()
     assert hpgo.ParallelPlan.from_dict(plan.to_dict()) == plan
+
+
+def test_distributed_autoplan_merges_moe_rankings_exactly():
+    from concurrent.futures import ThreadPoolExecutor
+
+    m = hpgo.transformer("qwen3-30b-a3b", layers=8, seq=2048)
+    c = hpgo.Cluster.preset("dgx-h100", nodes=2)
+    local = hpgo.autoplan(m, c, 64, top=8, objective="cost")
+    assert any(p.plan.ep > 1 for p in local.plans)
+    with ThreadPoolExecutor(2) as ex:
+        split = hpgo.autoplan(m, c, 64, top=8, objective="cost", executor=ex)
+    assert [p.plan for p in split.plans] == [p.plan for p in local.plans]
+
+
+def test_moe_values_pickle_and_round_trip():
+    import pickle
+
+    m = hpgo.transformer("deepseek-v3")
+    assert pickle.loads(pickle.dumps(m)) == m
+    assert hpgo.Transformer.from_dict(m.to_dict()) == m
+    p = hpgo.ParallelPlan(global_batch=8, dp=8, ep=4, etp=1, ep_placement="outer")
+    assert pickle.loads(pickle.dumps(p)) == p
