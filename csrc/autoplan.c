@@ -165,7 +165,7 @@ static void bound_job(void *ctx, int64_t j)
         }
         hpgo_mem_t mem;
         hpgo_memory_breakdown(S->c, &p, S->w->precision, params, load.expert_params, maxlayer,
-                              act + transient, S->overhead, &mem);
+                              act + transient, S->overhead + load.state_bytes, &mem);
         if (mem.total > mem.capacity * (1 + 1e-9))
             fits = 0;
         /* the device's lowest stage is d: nothing reaches it before the

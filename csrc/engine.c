@@ -32,12 +32,13 @@ double hpgo_step_optimizer_time(const hpgo_cluster_t *c, double params)
 void hpgo_step_device_load(const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc, int32_t d,
                            hpgo_device_load_t *out)
 {
-    hpgo_device_load_t l = {0, 0, 0, 0, INFINITY, 0, 0};
+    hpgo_device_load_t l = {0, 0, 0, 0, INFINITY, 0, 0, 0};
     for (int32_t ch = 0; ch < p->vstages; ch++) {
         const hpgo_stage_cost_t *st = &sc[hpgo_sched_stage(p->schedule, p->pp, p->vstages, d, ch)];
         l.work += st->f + st->b + st->w;
         l.params += st->params;
         l.expert_params += st->expert_params;
+        l.state_bytes += st->fp8_state;
         double per_layer = st->n_layers > 0 ? (st->params - st->emb_params) / st->n_layers : 0;
         if (per_layer > l.max_layer_params)
             l.max_layer_params = per_layer;
@@ -432,7 +433,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
         o->peak_in_flight = (int32_t)s->peak_count;
         o->params = params;
         hpgo_memory_breakdown(c, p, w->precision, params, load.expert_params, maxlayer,
-                              s->peak + transient, overhead, &o->mem);
+                              s->peak + transient, overhead + load.state_bytes, &o->mem);
         if (!o->mem.fits)
             r->fits = 0;
         double end = sync + t_opt + t_ag;

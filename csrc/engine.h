@@ -80,6 +80,7 @@ void hpgo_step_result_free(hpgo_step_result_t *r);
 typedef struct hpgo_device_load {
     double work, params, max_layer_params, transient, min_act, sum_act;
     double expert_params; /* part of params in routed experts */
+    double state_bytes;   /* persistent bytes besides the model states (fp8 scaling state) */
 } hpgo_device_load_t;
 
 /* Parameters of a device's optimizer shard: ZeRO >= 1 divides the dense

@@ -335,6 +335,8 @@ typedef struct lcost {
     double tp_f, tp_b, ep_f, ep_b; /* exposed communication seconds */
     double rc_t, rc_fl;           /* recomputation inside the input gradient */
     double act, act_w, full_act;  /* stored bytes, held until W, working set under full recompute */
+    double buf;                   /* transient bytes while it runs: all-to-all send / receive buffers */
+    double fp8_state;             /* fp8 scaling state of its GEMMs (persistent) */
     double lp, ep_p;              /* parameters on the rank, part in routed experts */
     double mfl;                   /* model FLOPs per micro-batch on the rank */
 } lcost_t;
@@ -614,6 +616,19 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
             eg = hpgo_cost_collective(c, HPGO_COLL_ALLGATHER, (int64_t)s->etp, 1, s->rx * h * E, HPGO_ALGO_AUTO) +
                  hpgo_cost_collective(c, HPGO_COLL_REDUCE_SCATTER, (int64_t)s->etp, 1, s->rx * h * E, HPGO_ALGO_AUTO);
         o->ep_f = o->ep_b = 2 * a2a + eg;
+        if (gs > 1) /* the permuted copies sent, and the expert outputs received back */
+            o->buf = 2 * send;
+    }
+    if (k->dtype == HPGO_DT_FP8) {
+        /* Transformer Engine's per-GEMM scaling state: an amax history, a
+         * scale and its inverse (fp32) for the input, the weight and the
+         * output gradient of every fp8 GEMM */
+        double gemms = (s->mla ? 4 : 1) + 1;
+        if (moe)
+            gemms += (s->fsh > 0 ? 2 : 0) + 2 * s->ex / s->ep;
+        else
+            gemms += 2;
+        o->fp8_state = gemms * 3 * (HPGO_FP8_AMAX_HISTORY + 2) * 4;
     }
     if (s->rc == HPGO_RC_FULL)
         o->rc_t = o->fw.t + o->tp_f + o->ep_f, o->rc_fl = o->fw.flops;
@@ -766,6 +781,7 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
         m->tp_f = n * one.tp_f, m->tp_b = n * one.tp_b, m->ep_f = n * one.ep_f, m->ep_b = n * one.ep_b;
         m->rc_t = n * one.rc_t, m->rc_fl = n * one.rc_fl;
         m->act = n * one.act, m->act_w = n * one.act_w, m->full_act = one.full_act;
+        m->buf = one.buf, m->fp8_state = n * one.fp8_state;
         m->lp = n * one.lp, m->ep_p = n * one.ep_p, m->mfl = n * one.mfl;
     }
 
@@ -794,8 +810,9 @@ static void add_layers(hpgo_stage_cost_t *o, const lcost_t *l, double n)
     o->act_layers += n * l->act;
     o->act += n * l->act;
     o->act_w += n * l->act_w;
-    if (l->full_act > o->transient)
-        o->transient = l->full_act;
+    if (l->full_act + l->buf > o->transient)
+        o->transient = l->full_act + l->buf;
+    o->fp8_state += n * l->fp8_state;
     o->params += n * l->lp;
     o->expert_params += n * l->ep_p;
     o->model_flops += n * l->mfl;

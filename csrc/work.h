@@ -23,6 +23,9 @@
 #include "parplan.h"
 
 #define HPGO_WORK_MAX_LAYERS 1000000
+/* Length of the amax history of an fp8 tensor (Transformer Engine's
+ * DelayedScaling default; Megatron-Core defaults to 1). */
+#define HPGO_FP8_AMAX_HISTORY 1024
 
 enum { HPGO_WORK_TRANSFORMER = 0, HPGO_WORK_CHAIN = 1 };
 enum { HPGO_MLP_GELU = 0, HPGO_MLP_SWIGLU = 1 };
@@ -97,6 +100,7 @@ typedef struct hpgo_stage_cost {
     double regather;         /* seconds the receiver spends re-assembling it (all-gather), 0 with SP */
     double expert_params;    /* part of params in routed experts (sharded over ep x etp, reduced over edp) */
     double ep_f, ep_b;       /* seconds of expert-parallel all-to-all (and etp gathers) inside f and b */
+    double fp8_state;        /* bytes of fp8 scaling state (persistent; 0 unless fp8) */
     double model_flops;      /* per micro-batch per GPU, model FLOPs (no recomputation) */
     double hw_flops;         /* per micro-batch per GPU, executed FLOPs */
 } hpgo_stage_cost_t;

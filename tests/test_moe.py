@@ -381,3 +381,18 @@ def test_moe_values_pickle_and_round_trip():
     assert hpgo.Transformer.from_dict(m.to_dict()) == m
     p = hpgo.ParallelPlan(global_batch=8, dp=8, ep=4, etp=1, ep_placement="outer")
     assert pickle.loads(pickle.dumps(p)) == p
+
+
+def test_all_to_all_buffers_and_fp8_scaling_state_in_memory():
+    m = hpgo.transformer("mixtral-8x7b").with_(layers=4)
+    c = hpgo.Cluster.preset("dgx-h100", nodes=1)
+    one = hpgo.simulate(m, c, hpgo.ParallelPlan(global_batch=8, dp=8, ep=1))
+    eight = hpgo.simulate(m, c, hpgo.ParallelPlan(global_batch=8, dp=8, ep=8))
+    send = m.seq * 2 * 4096 * 2  # each rank's routed token copies, bf16
+    assert eight.stages[0]["transient_bytes"] - one.stages[0]["transient_bytes"] == \
+        pytest.approx(2 * send)
+    bf = hpgo.simulate(m, c, hpgo.ParallelPlan(global_batch=8, dp=8, ep=8), precision="bf16")
+    f8 = hpgo.simulate(m, c, hpgo.ParallelPlan(global_batch=8, dp=8, ep=8), precision="fp8")
+    # per layer: the fused QKV and output GEMMs and the rank's one expert's two,
+    # each with three tensors' amax history (1024), scale and inverse in fp32
+    assert f8.memory[0].other - bf.memory[0].other == pytest.approx(4 * 4 * 3 * 1026 * 4)
