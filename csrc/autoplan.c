@@ -420,6 +420,7 @@ static int enum_experts(search_t *S, hpgo_parplan_t base, double *ltimes, int32_
                     continue;
                 hpgo_parplan_t p = base;
                 p.ep = (int32_t)ep, p.etp = etp, p.ep_outer = outer;
+                p.overlap_ep = o->overlap_ep == 1;
                 int rc = enum_tail(S, p, ltimes, tmp_split, err);
                 if (rc != HPGO_OK)
                     return rc;

@@ -47,6 +47,7 @@ typedef struct hpgo_autoplan_opts {
     /* fixed choices; -1 leaves the dimension free */
     int32_t tp, pp, dp, vstages, micro_batch, schedule, recompute, sequence_parallel, zero, cp;
     int32_t ep, etp, ep_outer; /* expert parallel size, expert tp size, ep placement */
+    int32_t overlap_ep;        /* 1: MoE all-to-alls overlapped (every plan); -1 or 0: not */
 } hpgo_autoplan_opts_t;
 
 typedef struct hpgo_autoplan_entry {

@@ -49,6 +49,10 @@ typedef struct hpgo_parplan {
      * puts edp before ep, so the ep group spans the farthest GPUs). */
     int32_t etp;
     int32_t ep_outer;
+    /* 1: a MoE layer's all-to-alls overlap the compute of another
+     * micro-batch (Megatron's --overlap-moe-expert-parallel-comm, DeepSeek's
+     * DualPipe): only what the layer's compute cannot hide is exposed */
+    int32_t overlap_ep;
 } hpgo_parplan_t;
 
 /* Checks that depend only on the plan (sizes, schedule, batch arithmetic);

@@ -219,6 +219,12 @@ class RankedPlans:
         return [dict(r, plan=rp.plan.to_dict()) for r, rp in zip(self.rows(), self.plans)]
 
 
+def _bool(name: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise TypeError(f"{name} must be a bool, not {type(v).__name__}")
+    return v
+
+
 def _fixed(name: str, v: Any, table: dict | None = None) -> int:
     if v is None:
         return -1
@@ -283,7 +289,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              schedule: str | None = None, recompute: str | None = None,
              sequence_parallel: bool | None = None, zero: int | None = None,
              cp: int | None = None, ep: int | None = None, etp: int | None = None,
-             ep_placement: str | None = None, timeout: float | None = None,
+             ep_placement: str | None = None, overlap_moe_comm: bool = False,
+             timeout: float | None = None,
              executor: Any = None) -> RankedPlans:
     """The ``top`` fastest plans (``objective="time"``) or the cheapest in
     GPU-seconds per iteration over the GPU counts ``gpus / 2^k``
@@ -298,7 +305,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     (``tp=8``, ``pp=16``, ``schedule="1f1b"``, ``zero=1``, ...) constrain the
     search.  Mixture-of-experts models add the expert layout: ``ep`` (the
     divisors of tp cp dp / etp that divide the experts), ``etp`` (1 or tp)
-    and ``ep_placement`` ("inner" or "outer"), each searched unless fixed.
+    and ``ep_placement`` ("inner" or "outer"), each searched unless fixed;
+    ``overlap_moe_comm=True`` prices every plan with the all-to-alls overlapped.
     ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
     search with KeyboardInterrupt.  Raises ValueError for impossible arguments; a search with no
     plan that fits returns an empty ranking whose ``table()`` says why.
@@ -341,7 +349,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _fixed("schedule", schedule, SCHEDULES), _fixed("recompute", recompute, RECOMPUTE_MODES),
             _fixed("sequence_parallel", sequence_parallel), _fixed("zero", zero), _fixed("cp", cp),
             _fixed("ep", ep), _fixed("etp", etp),
-            _fixed("ep_placement", ep_placement, {"inner": 0, "outer": 1}))
+            _fixed("ep_placement", ep_placement, {"inner": 0, "outer": 1}),
+            int(_bool("overlap_moe_comm", overlap_moe_comm)))
     t0 = time.perf_counter()
     if executor is not None:
         d = _distributed_search(executor, m._tuple(PRECISIONS[precision]), c, opts, timeout, top)
@@ -351,12 +360,14 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     mid = model_id(m)
     ranked = []
     for rank, (pt, _t, _score, balanced) in enumerate(d["plans"], 1):
-        (p_tp, p_pp, p_dp, p_cp, p_ep, v, mb, gb, sch, rc, sp, z, ov, split, p_etp, outer) = pt
+        (p_tp, p_pp, p_dp, p_cp, p_ep, v, mb, gb, sch, rc, sp, z, ov, split, p_etp, outer,
+         ep_ov) = pt
         plan = ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, ep=p_ep,
                             virtual_stages=v, micro_batch=mb, schedule=_SCHED_NAMES[sch],
                             recompute=_RC_NAMES[rc], sequence_parallel=bool(sp), zero=z,
                             overlap_grad_reduce=bool(ov), split=split, model=mid,
-                            etp=p_etp or None, ep_placement="outer" if outer else "inner")
+                            etp=p_etp or None, ep_placement="outer" if outer else "inner",
+                            overlap_moe_comm=bool(ep_ov))
         res = simulate(m, c, plan, precision=precision, timeline=False,
                        overhead_bytes=overhead_bytes)
         ranked.append(RankedPlan(rank, plan, res, bool(balanced)))

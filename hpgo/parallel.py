@@ -70,6 +70,9 @@ class ParallelPlan:
     which expert gradients are reduced).  ``ep_placement="inner"`` puts the
     ep group on the nearest GPUs (Megatron-Core's order); ``"outer"`` on the
     farthest, with the expert data-parallel group inside.
+    ``overlap_moe_comm`` hides a MoE layer's all-to-alls behind the compute of
+    another micro-batch (Megatron's ``--overlap-moe-expert-parallel-comm``,
+    DeepSeek's DualPipe): only what exceeds the layer's compute stays.
     """
 
     global_batch: int
@@ -89,6 +92,7 @@ class ParallelPlan:
     model: str | None = None
     etp: int | None = None
     ep_placement: str = "inner"
+    overlap_moe_comm: bool = False
 
     def __post_init__(self) -> None:
         for f in ("global_batch", "tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch"):
@@ -107,7 +111,7 @@ class ParallelPlan:
         if self.recompute not in RECOMPUTE_MODES:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}; "
                              f"got {self.recompute!r}")
-        for f in ("sequence_parallel", "overlap_grad_reduce"):
+        for f in ("sequence_parallel", "overlap_grad_reduce", "overlap_moe_comm"):
             if not isinstance(getattr(self, f), bool):
                 raise TypeError(f"{f} must be a bool")
         if self.split is not None:
@@ -135,7 +139,8 @@ class ParallelPlan:
         return (self.tp, self.pp, self.dp, self.cp, self.ep, self.virtual_stages, self.micro_batch,
                 self.global_batch, SCHEDULES[self.schedule], RECOMPUTE_MODES[self.recompute],
                 int(self.sequence_parallel), self.zero, int(self.overlap_grad_reduce),
-                self.split, self.etp or 0, int(self.ep_placement == "outer"))
+                self.split, self.etp or 0, int(self.ep_placement == "outer"),
+                int(self.overlap_moe_comm))
 
     @property
     def expert_data_parallel(self) -> int:
@@ -290,6 +295,8 @@ class ParallelPlan:
                     pattern = [int(i >= model.dense_first and (i + 1) % model.moe_every == 0)
                                for i in range(model.layers)]
                     a.append(f"--moe-layer-freq \"[{','.join(map(str, pattern))}]\"")
+                if self.overlap_moe_comm:
+                    a.append("--overlap-moe-expert-parallel-comm")
                 if model.capacity_factor:
                     a.append(f"--moe-expert-capacity-factor {model.capacity_factor:g}")
             if model.mla:
@@ -390,7 +397,8 @@ class ParallelPlan:
         if self.ep > 1 or (self.etp is not None and self.etp != self.tp):
             parts.append(f"ep={self.ep}" + (f" etp={self.etp}" if self.etp is not None and
                                             self.etp != self.tp else "") +
-                         (" ep-outer" if self.ep_placement == "outer" else ""))
+                         (" ep-outer" if self.ep_placement == "outer" else "") +
+                         (" ep-overlap" if self.overlap_moe_comm else ""))
         parts.append(f"mb={self.micro_batch}")
         if global_batch:
             parts.append(f"gb={self.global_batch}")

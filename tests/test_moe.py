@@ -396,3 +396,31 @@ def test_all_to_all_buffers_and_fp8_scaling_state_in_memory():
     # per layer: the fused QKV and output GEMMs and the rank's one expert's two,
     # each with three tensors' amax history (1024), scale and inverse in fp32
     assert f8.memory[0].other - bf.memory[0].other == pytest.approx(4 * 4 * 3 * 1026 * 4)
+
+
+def test_overlapped_all_to_alls_expose_only_what_compute_cannot_hide():
+    import dataclasses
+
+    m = hpgo.transformer("mixtral-8x7b").with_(layers=4)
+    fast = hpgo.Cluster.preset("dgx-h100", nodes=2)
+    nv = fast.levels[0]
+    slow = dataclasses.replace(fast, levels=(dataclasses.replace(
+        nv, bandwidth=nv.bandwidth / 100, collective_bandwidth=nv.collective_bandwidth / 100),
+        *fast.levels[1:]))
+    plan = hpgo.ParallelPlan(global_batch=64, pp=4, dp=4, ep=4)
+    for c in (fast, slow):
+        off = hpgo.simulate(m, c, plan).stages[1]  # one MoE layer, no embedding or head
+        on = hpgo.simulate(m, c, plan.with_(overlap_moe_comm=True)).stages[1]
+        comm = off["ep_forward"] + off["ep_backward"]
+        comp = off["forward"] - off["ep_forward"] + off["backward_input"] - off["ep_backward"] \
+            + off["backward_weight"]
+        assert on["ep_forward"] + on["ep_backward"] == pytest.approx(max(0.0, comm - comp),
+                                                                     abs=1e-12)
+    assert comm > comp  # the slow cluster leaves some exposed
+    c = fast
+    assert "ep-overlap" in plan.with_(overlap_moe_comm=True).describe()
+    assert "--overlap-moe-expert-parallel-comm" in plan.with_(overlap_moe_comm=True).megatron_args(m)
+    best = hpgo.autoplan(m, c, 64, top=2, overlap_moe_comm=True)
+    assert all(p.plan.overlap_moe_comm for p in best.plans)
+    with pytest.raises(TypeError, match="overlap_moe_comm"):
+        hpgo.autoplan(m, c, 64, overlap_moe_comm="yes")
