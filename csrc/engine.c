@@ -241,7 +241,10 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     hpgo_work_state_bytes(w->precision, &wbytes, &gbytes, &obytes);
 
     hpgo_cancel_t *cancel = opts ? opts->cancel : NULL;
-    int per_mb_rs = p->zero >= 2 && p->dp * p->cp > 1;
+    /* gradients to synchronise: dense ones over dp x cp, expert ones over
+     * the expert data-parallel group (which can exceed 1 with dp x cp = 1) */
+    int replicas = p->dp * p->cp > 1 || hpgo_parplan_edp(p) > 1;
+    int per_mb_rs = p->zero >= 2 && replicas;
     while (total > 0) {
         int64_t ran = 0;
         if (hpgo_cancelled(cancel)) {
@@ -268,7 +271,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                              : op.kind == HPGO_OP_B ? st->b
                              : op.kind == HPGO_OP_W ? st->w
                                                     : st->b + st->w;
-                if (p->zero >= 3 && p->dp * p->cp > 1 && op.kind != HPGO_OP_W) {
+                if (p->zero >= 3 && replicas && op.kind != HPGO_OP_W) {
                     double ag = grad_coll(&e, HPGO_COLL_ALLGATHER, st->params, st->expert_params, 2);
                     if (ag > dur)
                         dur = ag;
@@ -371,7 +374,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
             }
             if (s->dp_free > sync)
                 sync = s->dp_free;
-        } else if (p->dp * p->cp > 1) {
+        } else if (replicas) {
             int coll = p->zero >= 1 ? HPGO_COLL_REDUCE_SCATTER : HPGO_COLL_ALLREDUCE;
             /* chunks in the order their gradients complete */
             for (int32_t ch = 0; ch < V; ch++)
@@ -419,7 +422,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
         double shard = hpgo_step_shard_params(p, params, load.expert_params);
         double t_opt = hpgo_step_optimizer_time(c, shard);
         double t_ag = 0;
-        if (p->zero >= 1 && p->zero <= 2 && p->dp * p->cp > 1) {
+        if (p->zero >= 1 && p->zero <= 2 && replicas) {
             double ex1 = layer1 > 0 && params > 0 ? layer1 * load.expert_params / params : 0;
             t_ag = overlap ? grad_coll(&e, HPGO_COLL_ALLGATHER, layer1, ex1, 2)
                            : grad_coll(&e, HPGO_COLL_ALLGATHER, params, load.expert_params, 2);

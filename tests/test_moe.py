@@ -424,3 +424,17 @@ def test_overlapped_all_to_alls_expose_only_what_compute_cannot_hide():
     assert all(p.plan.overlap_moe_comm for p in best.plans)
     with pytest.raises(TypeError, match="overlap_moe_comm"):
         hpgo.autoplan(m, c, 64, overlap_moe_comm="yes")
+
+
+def test_expert_gradients_sync_without_data_parallelism():
+    # tp=2 with etp=1: each expert is whole on both GPUs of a tp group, so its
+    # gradients are reduced over that group even with dp = 1
+    m = hpgo.transformer("mixtral-8x7b").with_(layers=2)
+    c = hpgo.Cluster.preset("dgx-h100", nodes=1)
+    plan = hpgo.ParallelPlan(global_batch=8, tp=2, pp=1, dp=1, ep=1, etp=1,
+                             sequence_parallel=True)
+    assert plan.expert_data_parallel == 2
+    r = hpgo.simulate(m, c, plan, timeline=True)
+    syncs = [e for e in r.events if e[3] in ("all_reduce", "allreduce")]
+    assert syncs, sorted({e[3] for e in r.events})
+    assert r.iteration_time > r.compute_time
