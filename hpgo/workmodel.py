@@ -118,6 +118,9 @@ class Transformer:
             object.__setattr__(self, f, _pos_int(f, getattr(self, f)))
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
+        if self.head_dim is None and self.mla and self.qk_rope:
+            # latent attention: per-head query/key width (head_dim is not used otherwise)
+            object.__setattr__(self, "head_dim", self.qk_nope + self.qk_rope)
         if self.head_dim is None:
             if self.hidden % self.heads:
                 raise ValueError(f"hidden ({self.hidden}) is not a multiple of heads ({self.heads}): "
