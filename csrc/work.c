@@ -36,22 +36,46 @@ typedef struct acc {
 
 typedef struct kctx {
     const hpgo_gpu_t *g;
-    int dtype;   /* matrix data type */
-    double e;    /* bytes per activation element */
+    int dtype;      /* data type of the linear layers' GEMMs */
+    int attn_dtype; /* of the attention core, the router and the output layer (fp8
+                       training keeps them in bf16, as Transformer Engine and Megatron) */
+    double e;       /* bytes per activation element */
+    int quant;      /* fp8: a GEMM's left operand is quantized first (forward input,
+                       backward output gradient; the weight gradient reuses both) */
 } kctx_t;
 
 static void mm(const kctx_t *k, acc_t *a, double m, double kk, double n)
 {
     double fl = 2 * m * kk * n;
+    double ob = k->dtype == HPGO_DT_FP8 ? 1 : k->e; /* operand bytes; the output stays 16-bit */
     a->flops += fl;
-    a->t += hpgo_gpu_op_time(k->g, k->dtype, 1, fl, k->e * (m * kk + kk * n + m * n));
+    a->t += hpgo_gpu_op_time(k->g, k->dtype, 1, fl, ob * (m * kk + kk * n) + k->e * m * n);
+    if (k->quant) /* Transformer Engine: an amax pass, then a cast to both fp8 layouts */
+        a->t += hpgo_gpu_op_time(k->g, k->dtype, 0, 0, m * kk * (2 * k->e + 2));
 }
 
-/* A fused kernel on tensor cores with explicit FLOPs and bytes. */
+/* The same context with the GEMMs in 16 bits (attention core, router, head). */
+static kctx_t k16(const kctx_t *k)
+{
+    kctx_t b = *k;
+    b.dtype = k->attn_dtype;
+    b.quant = 0;
+    return b;
+}
+
+/* The same context for weight-gradient GEMMs (operands already quantized). */
+static kctx_t kwgrad(const kctx_t *k)
+{
+    kctx_t b = *k;
+    b.quant = 0;
+    return b;
+}
+
+/* A fused attention kernel on tensor cores with explicit FLOPs and bytes. */
 static void fused(const kctx_t *k, acc_t *a, double fl, double bytes)
 {
     a->flops += fl;
-    a->t += hpgo_gpu_op_time(k->g, k->dtype, 1, fl, bytes);
+    a->t += hpgo_gpu_op_time(k->g, k->attn_dtype, 1, fl, bytes);
 }
 
 static void vec(const kctx_t *k, acc_t *a, double elements, double flops_per, double bytes)
@@ -394,12 +418,12 @@ static void core_fwd(const kctx_t *k, acc_t *a, const xshape_t *s, double keys)
     double es = T * (s->a / t) * s->s; /* score elements: local queries x all keys */
     double fq = 2 * T * s->s * s->q / t, fv = 2 * T * s->s * s->o / t;
     a->flops += fq;
-    a->t += hpgo_gpu_op_time(k->g, k->dtype, 1, fq, E * (T * s->q / t + T * s->kw / t + es));
+    a->t += hpgo_gpu_op_time(k->g, k->attn_dtype, 1, fq, E * (T * s->q / t + T * s->kw / t + es));
     vec(k, a, es, 5, 2 * E * es);
     if (s->dropout)
         vec(k, a, es, 2, (2 * E + 1) * es);
     a->flops += fv;
-    a->t += hpgo_gpu_op_time(k->g, k->dtype, 1, fv, E * (es + T * s->vw / t + T * s->o / t));
+    a->t += hpgo_gpu_op_time(k->g, k->attn_dtype, 1, fv, E * (es + T * s->vw / t + T * s->o / t));
 }
 
 static void core_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double keys)
@@ -416,7 +440,7 @@ static void core_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double keys)
     for (int i = 0; i < 4; i++) { /* dQ, dK (q width), dProbs, dV (v width) */
         double fl = i < 2 ? fq : fv;
         a->flops += fl;
-        a->t += hpgo_gpu_op_time(k->g, k->dtype, 1, fl, E * (es + T * s->q / t + T * s->kw / t));
+        a->t += hpgo_gpu_op_time(k->g, k->attn_dtype, 1, fl, E * (es + T * s->q / t + T * s->kw / t));
     }
     if (s->dropout)
         vec(k, a, es, 2, (2 * E + 1) * es);
@@ -521,6 +545,7 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
     memset(o, 0, sizeof *o);
     double T = s->T, tl = s->tl, h = s->h, E = s->E, X = E * T * h;
     double keys = attn_keys(x, s, kind, 1);
+    const kctx_t kb = k16(k), kw = kwgrad(k);
     int moe = (kind & K_MOE) != 0;
     double resid_f = (3 * E + (s->dropout ? 1 : 0)) * tl * h;
     double resid_b = (2 * E + (s->dropout ? 1 : 0)) * tl * h;
@@ -541,7 +566,7 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
     vec(k, &o->bi, tl * h, 2, resid_b);
     if (moe) {
         double n_tl = tl * s->ex;
-        mm(k, &o->fw, tl, h, s->ex); /* router */
+        mm(&kb, &o->fw, tl, h, s->ex); /* router */
         vec(k, &o->fw, n_tl, 8, 2 * 4 * n_tl);
         double moved = s->rx * h;
         vec(k, &o->fw, moved, 1, 2 * E * moved); /* permute */
@@ -552,18 +577,18 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
         vec(k, &o->bi, moved, 2, 3 * E * moved);
         experts_pass(k, &o->bi, s, 1);
         vec(k, &o->bi, moved, 1, 2 * E * moved);
-        mm(k, &o->bi, tl, s->ex, h);
+        mm(&kb, &o->bi, tl, s->ex, h);
         vec(k, &o->bi, n_tl, 8, 3 * 4 * n_tl);
         if (s->fsh > 0)
             mlp_bwd(k, &o->bi, s, T, s->fsh, s->t, 0);
-        experts_pass(k, &o->bw, s, 2);
-        mm(k, &o->bw, h, tl, s->ex);
+        experts_pass(&kw, &o->bw, s, 2);
+        mm(&kb, &o->bw, h, tl, s->ex);
         if (s->fsh > 0)
-            mlp_bwd(k, &o->bw, s, T, s->fsh, s->t, 1);
+            mlp_bwd(&kw, &o->bw, s, T, s->fsh, s->t, 1);
     } else {
         mlp_fwd(k, &o->fw, s, T, s->f, s->t);
         mlp_bwd(k, &o->bi, s, T, s->f, s->t, 0);
-        mlp_bwd(k, &o->bw, s, T, s->f, s->t, 1);
+        mlp_bwd(&kw, &o->bw, s, T, s->f, s->t, 1);
     }
     vec(k, &o->fw, tl * h, 2, resid_f);
     vec(k, &o->bi, tl * h, 8, 3 * E * tl * h); /* norm 2 */
@@ -574,8 +599,8 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
         vec(k, &o->bi, T * (s->q + s->kw) / s->t, 8, 3 * E * T * (s->q + s->kw) / s->t);
     attn_proj_bwd(k, &o->bi, s, 0);
     vec(k, &o->bi, tl * h, 8, 3 * E * tl * h); /* norm 1 */
-    attn_proj_bwd(k, &o->bw, s, 1);
-    mm(k, &o->bw, s->o / s->t, T, h);
+    attn_proj_bwd(&kw, &o->bw, s, 1);
+    mm(&kw, &o->bw, s->o / s->t, T, h);
 
     /* tensor-parallel collectives: one gather/scatter (or all-reduce) pair
      * for the attention and one for a tp-split MLP (a MoE layer's routed
@@ -678,7 +703,9 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     const hpgo_xformer_t *x = &w->x;
     xshape_t s;
     shape(x, p, w->precision, &s);
-    kctx_t k = {&c->gpu, (int)dtype_of(w->precision), s.E};
+    int dt = (int)dtype_of(w->precision);
+    kctx_t k = {&c->gpu, dt, dt == HPGO_DT_FP8 ? HPGO_DT_BF16 : dt, s.E, dt == HPGO_DT_FP8};
+    const kctx_t kb = k16(&k);
     if (c->gpu.peak[k.dtype] <= 0)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "the %s GPU has no %s rate",
                             c->gpu.name, w->precision == HPGO_PREC_FP8 ? "fp8" : "fp32");
@@ -746,11 +773,11 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
                               : 0;
     double emb_tp_b = s.sp ? tp_coll(c, HPGO_COLL_ALLGATHER, &s, X) : 0;
     vec(&k, &hf, s.tl * s.h, 5, 2 * E * s.tl * s.h);
-    mm(&k, &hf, s.T, s.h, s.V / s.t);
+    mm(&kb, &hf, s.T, s.h, s.V / s.t);
     vec(&k, &hf, s.T * s.V / s.t, 5, 3 * 4 * s.T * s.V / s.t); /* fp32 cross-entropy */
-    mm(&k, &hb, s.T, s.V / s.t, s.h);
+    mm(&kb, &hb, s.T, s.V / s.t, s.h);
     vec(&k, &hb, s.tl * s.h, 8, 3 * E * s.tl * s.h);
-    mm(&k, &hw, s.h, s.T, s.V / s.t);
+    mm(&kb, &hw, s.h, s.T, s.V / s.t);
     double head_tp_f = s.sp ? tp_coll(c, HPGO_COLL_ALLGATHER, &s, X) : 0;
     head_tp_f += 3 * tp_coll(c, HPGO_COLL_ALLREDUCE, &s, 4 * s.T); /* max, sum, target logit */
     double head_tp_b = s.sp ? tp_coll(c, HPGO_COLL_REDUCE_SCATTER, &s, X)
@@ -767,12 +794,12 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
          * h), one layer like the model's last, and the shared head again */
         lcost_t one;
         layer_cost(x, c, p, &k, &s, layer_kind(x, L - 1), &one);
-        mm(&k, &one.fw, s.T, 2 * s.h, s.h / s.t);
+        mm(&kb, &one.fw, s.T, 2 * s.h, s.h / s.t);
         vec(&k, &one.fw, 2 * s.tl * s.h, 5, 4 * E * s.tl * s.h);
         one.fw.t += ef.t + hf.t, one.fw.flops += hf.flops;
-        mm(&k, &one.bi, s.T, s.h / s.t, 2 * s.h);
+        mm(&kb, &one.bi, s.T, s.h / s.t, 2 * s.h);
         one.bi.t += eb.t + hb.t, one.bi.flops += hb.flops;
-        mm(&k, &one.bw, 2 * s.h, s.T, s.h / s.t);
+        mm(&kb, &one.bw, 2 * s.h, s.T, s.h / s.t);
         one.bw.t += hw.t, one.bw.flops += hw.flops;
         one.tp_f += head_tp_f + emb_tp_f;
         one.tp_b += head_tp_b + emb_tp_b;
