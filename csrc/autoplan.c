@@ -60,6 +60,7 @@ typedef struct search {
     int64_t n_splits, cap_splits;
     const int64_t *batch; /* phase 3: candidate indices of the batch */
     double overhead;
+    hpgo_work_cache_t cache; /* phase 1 (one thread) */
 } search_t;
 
 static int grow(void **p, int64_t *cap, int64_t need, size_t elem)
@@ -106,12 +107,9 @@ static int64_t inflight_lb(const hpgo_parplan_t *p, int64_t m, int32_t d)
     }
 }
 
-static void bound_job(void *ctx, int64_t j)
+static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
 {
-    search_t *S = ctx;
     cand_t *cd = &S->cands[j];
-    if (hpgo_cancelled(S->o->cancel))
-        return;
     hpgo_parplan_t p = with_split(S, cd);
     int32_t K = p.pp * p.vstages;
     hpgo_stage_cost_t *sc = malloc(sizeof *sc * (size_t)K);
@@ -119,7 +117,7 @@ static void bound_job(void *ctx, int64_t j)
         cd->state = ST_NOMEM;
         return;
     }
-    if (hpgo_work_stage_costs(S->w, S->c, &p, sc, NULL) != HPGO_OK) {
+    if (hpgo_work_stage_costs_cached(S->w, S->c, &p, sc, cache, NULL) != HPGO_OK) {
         cd->state = ST_REJECTED;
         free(sc);
         return;
@@ -192,6 +190,20 @@ static void bound_job(void *ctx, int64_t j)
                                                     : lb;
     if (!fits && !S->o->exhaustive)
         cd->state = ST_MEMORY;
+}
+
+/* Candidates are bounded in blocks of consecutive ones, which share the
+ * prices of their layers (enumeration order): one cache per block. */
+#define BOUND_BLOCK 64
+
+static void bound_job(void *ctx, int64_t b)
+{
+    search_t *S = ctx;
+    hpgo_work_cache_t cache = {NULL, {0}, 0};
+    int64_t end = (b + 1) * BOUND_BLOCK < S->n ? (b + 1) * BOUND_BLOCK : S->n;
+    for (int64_t j = b * BOUND_BLOCK; j < end && !hpgo_cancelled(S->o->cancel); j++)
+        bound_one(S, j, &cache);
+    hpgo_work_cache_free(&cache);
 }
 
 /* ---- phase 3: simulations -------------------------------------------------- */
@@ -341,7 +353,7 @@ static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *
     for (int32_t rc = HPGO_RC_NONE; rc <= HPGO_RC_FULL; rc++) {
         if (!free_or(o->recompute, rc))
             continue;
-        if (rc == HPGO_RC_SELECTIVE && (!xf || S->w->x.flash))
+        if (rc == HPGO_RC_SELECTIVE && !xf)
             continue;
         for (int32_t sp = 0; sp <= 1; sp++) {
             if (sp && (!xf || base.tp == 1))
@@ -358,7 +370,8 @@ static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *
             int64_t off = -1;
             double e0, e1;
             if (K > 1 &&
-                hpgo_work_layer_times(S->w, S->c, &p, ltimes, &e0, &e1, NULL) == HPGO_OK &&
+                hpgo_work_layer_times(S->w, S->c, &p, ltimes, &e0, &e1, &S->cache, NULL) ==
+                    HPGO_OK &&
                 balanced_split(ltimes, L, K, e0, e1, tmp_split) == 0) {
                 hpgo_work_even_split(L, K, tmp_split + K + 1);
                 if (memcmp(tmp_split, tmp_split + K + 1, sizeof(int32_t) * (size_t)(K + 1))) {
@@ -601,7 +614,8 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
     }
     r->candidates = S.n;
     int32_t threads = o->threads > 0 ? o->threads : hpgo_default_threads();
-    if ((rc = hpgo_pool_map(threads, S.n, bound_job, &S, err)) != HPGO_OK)
+    if ((rc = hpgo_pool_map(threads, (S.n + BOUND_BLOCK - 1) / BOUND_BLOCK, bound_job, &S, err)) !=
+        HPGO_OK)
         goto fail;
     if (hpgo_cancelled(o->cancel)) {
         rc = hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the search was cancelled");
@@ -709,6 +723,7 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
 fail:
     free(S.cands);
     free(S.splits);
+    hpgo_work_cache_free(&S.cache);
     free(live);
     free(batch);
     free(top);

@@ -24,6 +24,7 @@
 #include "work.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cost.h"
@@ -507,22 +508,28 @@ static void layer_act(const hpgo_xformer_t *x, const xshape_t *s, int kind, doub
     double T = s->T, t = s->t, h = s->h, E = s->E, ge = s->ge;
     double rep_sp = s->sp ? t : 1;
     double masks = s->dropout ? 2 * h : 0;
+    /* selective recomputation with fused kernels (Megatron-Core's
+     * recompute_modules layernorm, moe_act, mla_up_proj): the norms'
+     * outputs, the routed experts' fc2 inputs and the latent attention's
+     * up-projected q, k, v are recomputed instead of stored */
+    int mod = s->rc == HPGO_RC_SELECTIVE && s->flash;
     /* norm inputs (E each), attention and MLP GEMM inputs (ge each) */
-    double rep = (2 * E * h + 2 * ge * h + masks) / rep_sp;
-    double mla = s->mla ? E * (s->ql + s->kl + s->dr) + ge * (s->ql + s->kl) : 0; /* latents, all T */
+    double rep = (2 * E * h + (mod ? 0 : 2 * ge * h) + masks) / rep_sp;
+    double mla = s->mla ? E * (s->ql + s->kl + s->dr) + (mod ? 0 : ge * (s->ql + s->kl)) : 0; /* latents, all T */
     double score = s->flash ? 4 * s->a : E * s->a * s->s + (s->dropout ? (1 + E) * s->a * s->s : 0);
-    double attn = E * (s->q + s->kw + s->vw) + ge * s->o;
+    double attn = (mod && s->mla ? 0 : E * (s->q + s->kw + s->vw)) + ge * s->o;
     /* per inner element: the activation function's inputs, then the fc2
      * input; a fused SwiGLU (with the fused kernels of `flash`, as
      * Megatron's bias_swiglu) keeps only its input (gate and up) and
      * recomputes the SiLU in the backward, the unfused one also stores it */
-    double mlp_t = s->swiglu ? (s->flash ? 2 * E : 3 * E) + ge : E + ge;
+    double act_in = s->swiglu ? (s->flash ? 2 * E : 3 * E) : E;
+    double mlp_t = act_in + ge;
     double mlp = 0, routed = 0, router = 0;
     (void)x;
     if (kind & K_MOE) {
         mlp = mlp_t * s->fsh;
         router = 4 * s->ex / t; /* per token of T: tl tokens, fp32 */
-        routed = s->rx * (ge * h + mlp_t * s->fe / s->etp);
+        routed = s->rx * (ge * h + (mod ? act_in : mlp_t) * s->fe / s->etp);
     } else {
         mlp = mlp_t * s->f;
     }
@@ -662,10 +669,24 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
             gemms += 2;
         o->fp8_state = gemms * 3 * (HPGO_FP8_AMAX_HISTORY + 2) * 4;
     }
-    if (s->rc == HPGO_RC_FULL)
+    if (s->rc == HPGO_RC_FULL) {
         o->rc_t = o->fw.t + o->tp_f + o->ep_f, o->rc_fl = o->fw.flops;
-    else if (s->rc == HPGO_RC_SELECTIVE && !s->flash)
+    } else if (s->rc == HPGO_RC_SELECTIVE && !s->flash) {
         o->rc_t = core.t, o->rc_fl = core.flops;
+    } else if (s->rc == HPGO_RC_SELECTIVE) {
+        /* the modules of layer_act: two norms, the routed experts'
+         * activation, the latent attention's norms and up-projections */
+        acc_t r = {0, 0};
+        vec(k, &r, 2 * tl * h, 5, 4 * E * tl * h);
+        if (moe)
+            vec(k, &r, s->rx * s->fe / s->etp, 8, (s->swiglu ? 3 : 2) * E * s->rx * s->fe / s->etp);
+        if (s->mla) {
+            vec(k, &r, T * (s->ql + s->kl), 5, 2 * E * T * (s->ql + s->kl));
+            mm(k, &r, T, s->ql, s->q / s->t);
+            mm(k, &r, T, s->kl, s->a * (s->qkd - s->dr + s->vdh) / s->t);
+        }
+        o->rc_t = r.t, o->rc_fl = r.flops;
+    }
     layer_act(x, s, kind, &o->act, &o->act_w);
     if (s->rc == HPGO_RC_FULL) {
         xshape_t s2 = *s;
@@ -853,15 +874,64 @@ static void add_layers(hpgo_stage_cost_t *o, const lcost_t *l, double n)
     o->hw_flops += n * (l->fw.flops + l->bi.flops + l->bw.flops + l->rc_fl);
 }
 
-static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
-                         const int32_t *split, hpgo_stage_cost_t *out, hpgo_err_t *err)
+/* Whether two plans price a transformer's layers and edges alike (the
+ * fields xformer_pieces reads). */
+static int same_pieces(const hpgo_parplan_t *a, const hpgo_parplan_t *b)
 {
-    xpieces_t xp;
-    int rc = xformer_pieces(w, c, p, &xp, err);
+    return a->tp == b->tp && a->cp == b->cp && a->dp == b->dp && a->ep == b->ep &&
+           a->etp == b->etp && a->ep_outer == b->ep_outer && a->overlap_ep == b->overlap_ep &&
+           a->micro_batch == b->micro_batch && a->sequence_parallel == b->sequence_parallel &&
+           a->recompute == b->recompute && (a->pp * a->vstages > 1) == (b->pp * b->vstages > 1);
+}
+
+/* The pieces of the plan: the cache's when it holds them, else priced (and
+ * kept in the cache when there is one). */
+static int cached_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
+                         hpgo_work_cache_t *cache, xpieces_t *local, const xpieces_t **out,
+                         hpgo_err_t *err)
+{
+    if (cache && cache->valid && same_pieces(&cache->key, p)) {
+        *out = cache->pieces;
+        return HPGO_OK;
+    }
+    xpieces_t *xp = local;
+    if (cache) {
+        if (!cache->pieces && !(cache->pieces = malloc(sizeof(xpieces_t))))
+            return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+        xp = cache->pieces;
+        cache->valid = 0;
+    }
+    int rc = xformer_pieces(w, c, p, xp, err);
     if (rc != HPGO_OK)
         return rc;
-    const xshape_t s = xp.s;
-    const double X = xp.X;
+    if (cache) {
+        cache->key = *p;
+        cache->valid = 1;
+    }
+    *out = xp;
+    return HPGO_OK;
+}
+
+void hpgo_work_cache_free(hpgo_work_cache_t *cache)
+{
+    if (!cache)
+        return;
+    free(cache->pieces);
+    cache->pieces = NULL;
+    cache->valid = 0;
+}
+
+static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
+                         const int32_t *split, hpgo_stage_cost_t *out, hpgo_work_cache_t *cache,
+                         hpgo_err_t *err)
+{
+    xpieces_t local;
+    const xpieces_t *xp;
+    int rc = cached_pieces(w, c, p, cache, &local, &xp, err);
+    if (rc != HPGO_OK)
+        return rc;
+    const xshape_t s = xp->s;
+    const double X = xp->X;
     int K = p->pp * p->vstages;
     for (int kk = 0; kk < K; kk++) {
         hpgo_stage_cost_t *o = &out[kk];
@@ -869,38 +939,37 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
         o->first_layer = split[kk];
         o->n_layers = split[kk + 1] - split[kk];
         double count[N_KINDS] = {0, 0, 0, 0};
-        if (xp.has[0] && !xp.has[1] && !xp.has[2] && !xp.has[3])
+        if (xp->has[0] && !xp->has[1] && !xp->has[2] && !xp->has[3])
             count[0] = o->n_layers; /* a dense model: one kind */
         else
             for (int32_t i = split[kk]; i < split[kk + 1]; i++)
                 count[layer_kind(&w->x, i)]++;
         for (int kd = 0; kd < N_KINDS; kd++)
-            add_layers(o, &xp.lk[kd], count[kd]);
+            add_layers(o, &xp->lk[kd], count[kd]);
         o->send_bytes = kk + 1 < K ? X / s.t : 0;
         o->regather = (kk > 0 && !s.sp) ? tp_coll(c, HPGO_COLL_ALLGATHER, &s, X) : 0;
         if (kk == 0) {
-            o->f += xp.ef.t + xp.emb_tp_f;
-            o->b += xp.eb.t + xp.emb_tp_b;
-            o->tp_f += xp.emb_tp_f;
-            o->tp_b += xp.emb_tp_b;
+            o->f += xp->ef.t + xp->emb_tp_f;
+            o->b += xp->eb.t + xp->emb_tp_b;
+            o->tp_f += xp->emb_tp_f;
+            o->tp_b += xp->emb_tp_b;
             o->act += (8 * s.T + (s.dropout ? s.T * s.h : 0)) / (s.sp ? s.t : 1);
-            o->params += xp.emb_p;
-            o->emb_params += xp.emb_p;
+            o->params += xp->emb_p;
+            o->emb_params += xp->emb_p;
         }
         if (kk == K - 1) {
-            o->f += xp.hf.t + xp.head_tp_f;
-            o->b += xp.hb.t + xp.head_tp_b;
-            o->w += xp.hw.t;
-            o->tp_f += xp.head_tp_f;
-            o->tp_b += xp.head_tp_b;
-            o->params += xp.head_p;
-            o->emb_params += xp.head_p;
+            o->f += xp->hf.t + xp->head_tp_f;
+            o->b += xp->hb.t + xp->head_tp_b;
+            o->w += xp->hw.t;
+            o->tp_f += xp->head_tp_f;
+            o->tp_b += xp->head_tp_b;
+            o->params += xp->head_p;
+            o->emb_params += xp->head_p;
             o->transient += 4 * s.T * s.h * (1 + s.V / s.h) / s.t; /* final norm + fp32 logits */
             o->model_flops += 3 * 2 * s.h * s.V / s.t * s.T;
-            o->hw_flops += xp.hf.flops + xp.hb.flops + xp.hw.flops;
-            if (w->x.mtp > 0) {
-                add_layers(o, &xp.mtp, 1);
-            }
+            o->hw_flops += xp->hf.flops + xp->hb.flops + xp->hw.flops;
+            if (w->x.mtp > 0)
+                add_layers(o, &xp->mtp, 1);
         }
     }
     return HPGO_OK;
@@ -959,6 +1028,13 @@ static int chain_costs(const hpgo_work_t *w, const hpgo_parplan_t *p, const int3
 
 int hpgo_work_stage_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
                           hpgo_stage_cost_t *out, hpgo_err_t *err)
+{
+    return hpgo_work_stage_costs_cached(w, c, p, out, NULL, err);
+}
+
+int hpgo_work_stage_costs_cached(const hpgo_work_t *w, const hpgo_cluster_t *c,
+                                 const hpgo_parplan_t *p, hpgo_stage_cost_t *out,
+                                 hpgo_work_cache_t *cache, hpgo_err_t *err)
 {
     int rc = hpgo_work_check(w, err);
     if (rc == HPGO_OK)
@@ -1033,7 +1109,7 @@ int hpgo_work_stage_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
                             "multiple of pp=%d (as Megatron)",
                             (long long)m, (int)p->pp);
     if (w->kind == HPGO_WORK_TRANSFORMER)
-        return xformer_costs(w, c, p, split, out, err);
+        return xformer_costs(w, c, p, split, out, cache, err);
     return chain_costs(w, p, split, out, err);
 }
 
@@ -1058,14 +1134,17 @@ void hpgo_work_even_split(int64_t layers, int32_t K, int32_t *split)
 }
 
 int hpgo_work_layer_times(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
-                          double *out, double *first, double *last, hpgo_err_t *err)
+                          double *out, double *first, double *last, hpgo_work_cache_t *cache,
+                          hpgo_err_t *err)
 {
     *first = *last = 0;
     if (w->kind == HPGO_WORK_TRANSFORMER) {
-        xpieces_t xp;
-        int rc = xformer_pieces(w, c, p, &xp, err);
+        xpieces_t local;
+        const xpieces_t *xpp;
+        int rc = cached_pieces(w, c, p, cache, &local, &xpp, err);
         if (rc != HPGO_OK)
             return rc;
+        const xpieces_t xp = *xpp;
         double t[N_KINDS];
         for (int kd = 0; kd < N_KINDS; kd++) {
             const lcost_t *l = &xp.lk[kd];

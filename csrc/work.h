@@ -105,6 +105,22 @@ typedef struct hpgo_stage_cost {
     double hw_flops;         /* per micro-batch per GPU, executed FLOPs */
 } hpgo_stage_cost_t;
 
+/* A cache of the priced layers of one model on one cluster, for callers
+ * that price many plans of the same pair (autoplan): plans that differ
+ * only in pp (beyond 1), vstages, schedule, ZeRO, split or global batch
+ * reuse the layers' prices.  Zero-initialise it; use it with one (model,
+ * cluster) pair only and from one thread; free with hpgo_work_cache_free.
+ * hpgo_work_stage_costs_cached with a NULL cache is hpgo_work_stage_costs. */
+typedef struct hpgo_work_cache {
+    void *pieces;        /* owned */
+    hpgo_parplan_t key;  /* the plan they were priced for */
+    int valid;
+} hpgo_work_cache_t;
+int hpgo_work_stage_costs_cached(const hpgo_work_t *w, const hpgo_cluster_t *c,
+                                 const hpgo_parplan_t *p, hpgo_stage_cost_t *out,
+                                 hpgo_work_cache_t *cache, hpgo_err_t *err);
+void hpgo_work_cache_free(hpgo_work_cache_t *cache);
+
 /* HPGO_E_INVALID naming the first bad field of the model. */
 int hpgo_work_check(const hpgo_work_t *w, hpgo_err_t *err);
 
@@ -126,9 +142,11 @@ void hpgo_work_even_split(int64_t layers, int32_t K, int32_t *split);
  * recomputation and micro-batch (out: hpgo_work_layers(w) entries), and
  * the extra seconds of the first and the last model stage (embedding; final
  * norm, logits and loss).  The plan must have passed
- * hpgo_work_stage_costs's checks.  Used to balance layer splits. */
+ * hpgo_work_stage_costs's checks.  Used to balance layer splits.  cache:
+ * NULL, or as for hpgo_work_stage_costs_cached. */
 int hpgo_work_layer_times(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
-                          double *out, double *first, double *last, hpgo_err_t *err);
+                          double *out, double *first, double *last, hpgo_work_cache_t *cache,
+                          hpgo_err_t *err);
 
 /* Model FLOPs of one iteration of the whole global batch (3 x forward, the
  * convention of Korthikanti et al. and Megatron; the attention core halved

@@ -253,7 +253,14 @@ class ParallelPlan:
         if self.sequence_parallel:
             a.append("--sequence-parallel")
         if self.recompute == "selective":
-            a.append("--recompute-activations")
+            if isinstance(model, Transformer) and model.flash:
+                # with fused attention hpgo's selective recomputation is
+                # Megatron-Core's module list (docs/moe.md)
+                mods = ["layernorm"] + (["moe_act"] if model.experts else []) + \
+                    (["mla_up_proj"] if model.mla else [])
+                a.append("--recompute-granularity selective --recompute-modules " + " ".join(mods))
+            else:
+                a.append("--recompute-activations")
         elif self.recompute == "full":
             a.append("--recompute-granularity full --recompute-method uniform "
                      "--recompute-num-layers 1")

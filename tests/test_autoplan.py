@@ -193,7 +193,8 @@ def test_exports():
     args = p.megatron_args(m)
     for flag in ("--tensor-model-parallel-size 8", "--pipeline-model-parallel-size 4",
                  "--num-layers-per-virtual-pipeline-stage 4", "--sequence-parallel",
-                 "--use-distributed-optimizer", "--recompute-activations",
+                 "--use-distributed-optimizer",
+                 "--recompute-granularity selective --recompute-modules layernorm",
                  "--num-query-groups 8", "--swiglu", "--global-batch-size 256"):
         assert flag in args
     ds = p.deepspeed_config()

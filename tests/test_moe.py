@@ -438,3 +438,25 @@ def test_expert_gradients_sync_without_data_parallelism():
     syncs = [e for e in r.events if e[3] in ("all_reduce", "allreduce")]
     assert syncs, sorted({e[3] for e in r.events})
     assert r.iteration_time > r.compute_time
+
+
+def test_selective_recomputation_with_fused_attention_is_megatrons_module_list():
+    m = hpgo.transformer("deepseek-v3").with_(layers=8, dense_first=1, mtp=0)
+    c = hpgo.Cluster.preset("dgx-h100", nodes=1)
+    plan = hpgo.ParallelPlan(global_batch=8, tp=1, pp=1, dp=8, ep=8, micro_batch=1)
+    none = hpgo.simulate(m, c, plan).stages[0]
+    sel = hpgo.simulate(m, c, plan.with_(recompute="selective")).stages[0]
+    s, a = m.seq, 128
+    # per layer: q, k, v of every head (192 + 192 + 128 wide, bf16), the two
+    # normed latents and the two norm outputs (bf16 GEMM inputs) are not stored;
+    # in MoE layers neither the experts' fc2 inputs (8 routed slots x 2048)
+    per_layer = s * (2 * a * (192 + 192 + 128) + 2 * (1536 + 512) + 2 * 2 * 7168)
+    routed = s * 8 * 2 * 2048
+    assert none["activation_bytes_layers"] - sel["activation_bytes_layers"] == \
+        pytest.approx(8 * per_layer + 7 * routed)
+    assert 0 < sel["recompute"] < 0.2 * sel["forward"]
+    assert "--recompute-modules layernorm moe_act mla_up_proj" in \
+        plan.with_(recompute="selective").megatron_args(m.with_(layers=8, dense_first=0))
+    # a model without fused kernels keeps Korthikanti's attention-core recomputation
+    g = hpgo.ParallelPlan(global_batch=8, dp=8, recompute="selective")
+    assert "--recompute-activations" in g.megatron_args(hpgo.transformer("gpt3-175b"))

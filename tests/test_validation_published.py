@@ -47,4 +47,4 @@ def test_plans_of_published_runs():
     assert p.expert_data_parallel == 2
     assert p.schedule == "interleaved-1f1b" and p.sequence_parallel and p.zero == 1
     text = repr(CHECKS[("25.09", "deepseek-v3")])
-    assert "does not fit" in text and "recompute=full" in text
+    assert "does not fit" in text and "recompute=selective" in text
