@@ -6,7 +6,8 @@
  * message set), engine invariants on random pipelines for every schedule
  * (all ops run, busy time = the work, in-flight bounds of each schedule,
  * the iteration no shorter than any device's work, each timeline stream's
- * events disjoint), and identical results from several threads at once.
+ * events disjoint), identical results from several threads at once, and
+ * cached stage costs of a mixture-of-experts model equal to uncached ones.
  * Built by tests/test_sanitizers.py against the core sources and run under
  * ASan + UBSan, ThreadSanitizer and valgrind.
  *
@@ -305,6 +306,48 @@ static void test_gpt3(void)
     hpgo_step_result_free(r);
 }
 
+/* A mixture-of-experts model (DeepSeek-V3's shape, fewer layers): the
+ * cached stage costs equal the uncached ones for a sequence of plans that
+ * share, then change, what the cache keys on. */
+static void test_moe_cache(void)
+{
+    hpgo_cluster_t c;
+    hpgo_err_t e;
+    CHECK(hpgo_cluster_preset("dgx-h100", 8, &c, &e) == HPGO_OK);
+    hpgo_work_t w;
+    memset(&w, 0, sizeof w);
+    w.kind = HPGO_WORK_TRANSFORMER;
+    w.precision = HPGO_PREC_FP8;
+    hpgo_xformer_t *x = &w.x;
+    x->hidden = 7168, x->ffn = 18432, x->heads = 128, x->kv_heads = 128, x->head_dim = 192;
+    x->layers = 12, x->vocab = 129280, x->seq = 4096, x->mlp = HPGO_MLP_SWIGLU;
+    x->flash = 1, x->causal_flops = 1;
+    x->experts = 256, x->topk = 8, x->expert_ffn = 2048, x->shared_experts = 1;
+    x->shared_ffn = 2048, x->dense_first = 3, x->router_bias = 1, x->mla = 1;
+    x->q_lora = 1536, x->kv_lora = 512, x->qk_nope = 128, x->qk_rope = 64, x->v_head = 128;
+    x->mtp = 1;
+    hpgo_work_cache_t cache = {NULL, {0}, 0};
+    hpgo_stage_cost_t a[8], b[8];
+    static const int32_t pps[] = {1, 2, 4, 4, 2};
+    static const int32_t eps[] = {8, 8, 8, 16, 16};
+    static const int32_t rcs[] = {HPGO_RC_NONE, HPGO_RC_NONE, HPGO_RC_SELECTIVE,
+                                  HPGO_RC_SELECTIVE, HPGO_RC_FULL};
+    for (int i = 0; i < 5; i++) {
+        hpgo_parplan_t p = plan(1, pps[i], 64 / pps[i], 1, 1, 256, HPGO_PS_1F1B);
+        p.ep = eps[i];
+        p.etp = 1;
+        p.recompute = rcs[i];
+        memset(a, 0, sizeof a);
+        memset(b, 0, sizeof b);
+        CHECK(hpgo_work_stage_costs_cached(&w, &c, &p, a, &cache, &e) == HPGO_OK);
+        CHECK(hpgo_work_stage_costs(&w, &c, &p, b, &e) == HPGO_OK);
+        CHECK(memcmp(a, b, sizeof(hpgo_stage_cost_t) * (size_t)p.pp) == 0);
+        CHECK(a[p.pp - 1].ep_f > 0 && a[p.pp - 1].expert_params > 0 && a[0].fp8_state > 0);
+    }
+    hpgo_work_cache_free(&cache);
+    hpgo_work_cache_free(&cache); /* idempotent */
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
@@ -312,6 +355,7 @@ int main(int argc, char **argv)
             quick = 1;
     test_contract();
     test_gpt3();
+    test_moe_cache();
     test_engine();
     if (failures) {
         fprintf(stderr, "%d of %ld checks failed\n", failures, checks);
