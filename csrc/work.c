@@ -18,9 +18,18 @@
  * (generalised to GQA, SwiGLU, fused attention, no dropout), which equals
  * Korthikanti's sbh(34 + 5as/h) and Table 2 for GPT layers.
  *
+ * Layers come in up to four kinds (dense or mixture-of-experts MLP, full
+ * or sliding-window attention), each priced once.  A MoE layer replaces
+ * the MLP by a router, the rank's routed experts as grouped GEMMs, shared
+ * experts as a tp-split MLP, and the token dispatch / combine all-to-alls
+ * over the expert-parallel group (with etp gathers); latent attention
+ * (MLA) replaces the QKV GEMM by down- and up-projections.  fp8 runs the
+ * linear GEMMs at the fp8 rate after Transformer Engine's quantization
+ * passes and keeps the attention core, router and head in 16 bits.
+ *
  * A chain (profile) layer has measured forward and backward times; its
  * backward splits evenly into B and W, its stored bytes are its profile's.
- * Complexity O(stages + layers); no allocation. */
+ * Complexity O(stages + layers); allocation only for a caller's cache. */
 #include "work.h"
 
 #include <math.h>

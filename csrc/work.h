@@ -4,9 +4,10 @@
  *
  * Two kinds of models:
  * - a transformer description (hidden, ffn, heads, kv heads, layers, seq,
- *   vocab, MLP kind, ...): every kernel of a Megatron-style layer is listed
- *   with its FLOPs and HBM bytes (spec/training-model.md sections 2, 3.3,
- *   6.1) and timed on the cluster's GPU; tensor-parallel collectives come
+ *   vocab, MLP kind, mixture-of-experts and attention variants, ...): every
+ *   kernel of a Megatron-style layer is listed with its FLOPs and HBM bytes
+ *   (spec/training-model.md sections 2, 3.3, 4.8, 6.1) and timed on the
+ *   cluster's GPU; tensor-, context- and expert-parallel collectives come
  *   from cost.h;
  * - a layer chain with measured per-layer times (a PipeDream profile):
  *   times scale linearly with the micro-batch; tensor parallelism 1.
