@@ -511,8 +511,7 @@ static double dtype_of(int32_t precision)
  * generalised; MoE: router probabilities in fp32, the routed token copies
  * and each expert's MLP tensors, shared experts as a dense MLP): total and
  * the part the weight gradient still needs. */
-static void layer_act(const hpgo_xformer_t *x, const xshape_t *s, int kind, double *total,
-                      double *held_w)
+static void layer_act(const xshape_t *s, int kind, double *total, double *held_w)
 {
     double T = s->T, t = s->t, h = s->h, E = s->E, ge = s->ge;
     double rep_sp = s->sp ? t : 1;
@@ -534,7 +533,6 @@ static void layer_act(const hpgo_xformer_t *x, const xshape_t *s, int kind, doub
     double act_in = s->swiglu ? (s->flash ? 2 * E : 3 * E) : E;
     double mlp_t = act_in + ge;
     double mlp = 0, routed = 0, router = 0;
-    (void)x;
     if (kind & K_MOE) {
         mlp = mlp_t * s->fsh;
         router = 4 * s->ex / t; /* per token of T: tl tokens, fp32 */
@@ -696,12 +694,12 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
         }
         o->rc_t = r.t, o->rc_fl = r.flops;
     }
-    layer_act(x, s, kind, &o->act, &o->act_w);
+    layer_act(s, kind, &o->act, &o->act_w);
     if (s->rc == HPGO_RC_FULL) {
         xshape_t s2 = *s;
         double w2;
         s2.rc = HPGO_RC_NONE;
-        layer_act(x, &s2, kind, &o->full_act, &w2);
+        layer_act(&s2, kind, &o->full_act, &w2);
     }
     o->lp = attn_params(x, s);
     if (moe) {
@@ -724,7 +722,7 @@ typedef struct xpieces {
     int has[N_KINDS];
     acc_t ef, eb, hf, hb, hw;       /* embedding forward / backward, head forward / B / W */
     double emb_tp_f, emb_tp_b, head_tp_f, head_tp_b, emb_p, head_p;
-    lcost_t mtp;                    /* all multi-token-prediction modules, summed */
+    lcost_t mtp;                    /* one multi-token-prediction module (x->mtp of them) */
 } xpieces_t;
 
 static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
@@ -837,16 +835,7 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
         one.act_w += s.T * s.ge * 2 * s.h;
         one.lp += 2 * s.h * s.h / s.t + 3 * s.h + (K > 1 ? s.V * s.h / s.t : 0); /* + embedding copy */
         one.mfl += 3 * (2 * 2 * s.h * s.h + 2 * s.h * s.V) * s.T / s.t;
-        double n = (double)x->mtp;
-        lcost_t *m = &x_out->mtp;
-        m->fw.t = n * one.fw.t, m->fw.flops = n * one.fw.flops;
-        m->bi.t = n * one.bi.t, m->bi.flops = n * one.bi.flops;
-        m->bw.t = n * one.bw.t, m->bw.flops = n * one.bw.flops;
-        m->tp_f = n * one.tp_f, m->tp_b = n * one.tp_b, m->ep_f = n * one.ep_f, m->ep_b = n * one.ep_b;
-        m->rc_t = n * one.rc_t, m->rc_fl = n * one.rc_fl;
-        m->act = n * one.act, m->act_w = n * one.act_w, m->full_act = one.full_act;
-        m->buf = one.buf, m->fp8_state = n * one.fp8_state;
-        m->lp = n * one.lp, m->ep_p = n * one.ep_p, m->mfl = n * one.mfl;
+        x_out->mtp = one;
     }
 
     x_out->s = s;
@@ -856,6 +845,13 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     x_out->head_tp_f = head_tp_f, x_out->head_tp_b = head_tp_b;
     x_out->emb_p = emb_p, x_out->head_p = head_p;
     return HPGO_OK;
+}
+
+/* Seconds of one layer's passes for one micro-batch (forward, input and
+ * weight gradients, with communication and recomputation). */
+static double lcost_seconds(const lcost_t *l)
+{
+    return l->fw.t + l->tp_f + l->ep_f + l->bi.t + l->tp_b + l->ep_b + l->rc_t + l->bw.t;
 }
 
 /* Add n layers of one kind to a stage. */
@@ -977,8 +973,7 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
             o->transient += 4 * s.T * s.h * (1 + s.V / s.h) / s.t; /* final norm + fp32 logits */
             o->model_flops += 3 * 2 * s.h * s.V / s.t * s.T;
             o->hw_flops += xp->hf.flops + xp->hb.flops + xp->hw.flops;
-            if (w->x.mtp > 0)
-                add_layers(o, &xp->mtp, 1);
+            add_layers(o, &xp->mtp, (double)w->x.mtp);
         }
     }
     return HPGO_OK;
@@ -1149,22 +1144,18 @@ int hpgo_work_layer_times(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     *first = *last = 0;
     if (w->kind == HPGO_WORK_TRANSFORMER) {
         xpieces_t local;
-        const xpieces_t *xpp;
-        int rc = cached_pieces(w, c, p, cache, &local, &xpp, err);
+        const xpieces_t *xp;
+        int rc = cached_pieces(w, c, p, cache, &local, &xp, err);
         if (rc != HPGO_OK)
             return rc;
-        const xpieces_t xp = *xpp;
         double t[N_KINDS];
-        for (int kd = 0; kd < N_KINDS; kd++) {
-            const lcost_t *l = &xp.lk[kd];
-            t[kd] = l->fw.t + l->tp_f + l->ep_f + l->bi.t + l->tp_b + l->ep_b + l->rc_t + l->bw.t;
-        }
+        for (int kd = 0; kd < N_KINDS; kd++)
+            t[kd] = lcost_seconds(&xp->lk[kd]);
         for (int64_t i = 0; i < w->x.layers; i++)
             out[i] = t[layer_kind(&w->x, i)];
-        const lcost_t *m = &xp.mtp;
-        *first = xp.ef.t + xp.emb_tp_f + xp.eb.t + xp.emb_tp_b;
-        *last = xp.hf.t + xp.head_tp_f + xp.hb.t + xp.head_tp_b + xp.hw.t + m->fw.t + m->tp_f +
-                m->ep_f + m->bi.t + m->tp_b + m->ep_b + m->rc_t + m->bw.t;
+        *first = xp->ef.t + xp->emb_tp_f + xp->eb.t + xp->emb_tp_b;
+        *last = xp->hf.t + xp->head_tp_f + xp->hb.t + xp->head_tp_b + xp->hw.t +
+                (double)w->x.mtp * lcost_seconds(&xp->mtp);
         return HPGO_OK;
     }
     const hpgo_chain_t *ch = &w->chain;
