@@ -186,9 +186,11 @@ int hpgo_cluster_check(const hpgo_cluster_t *c, hpgo_err_t *err)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "gpu memory (hbm_bytes) must be > 0");
     if (!(g->hbm_bandwidth > 0) || !isfinite(g->hbm_bandwidth))
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "gpu hbm_bandwidth must be > 0");
-    static const char *const cv[] = {"matrix", "vector", "memory"};
+    static const char *const cv[] = {"matrix", "vector", "memory", "fp8 matrix", "attention"};
     for (int w = 0; w < HPGO_EFF__COUNT; w++) {
         int32_t n = g->n_steps[w];
+        if (n == 0 && w >= HPGO_EFF__REQUIRED)
+            continue; /* optional curve left out */
         if (n < 1 || n > HPGO_EFF_MAX_STEPS)
             return hpgo_err_set(err, HPGO_E_INVALID, 0,
                                 "gpu %s efficiency needs 1 to %d steps", cv[w], HPGO_EFF_MAX_STEPS);
@@ -252,12 +254,15 @@ double hpgo_gpu_efficiency(const hpgo_gpu_t *g, int which, double size)
     return s[g->n_steps[which] - 1].efficiency;
 }
 
-double hpgo_gpu_op_time(const hpgo_gpu_t *g, int dtype, int is_matrix, double flops, double bytes)
+double hpgo_gpu_op_time(const hpgo_gpu_t *g, int dtype, int op, double flops, double bytes)
 {
     double t = 0;
     if (flops > 0) {
-        double peak = is_matrix ? g->peak[dtype] : g->vector_flops;
-        int curve = is_matrix ? HPGO_EFF_MATRIX : HPGO_EFF_VECTOR;
+        double peak = op == HPGO_OP_VECTOR ? g->vector_flops : g->peak[dtype];
+        int curve = op == HPGO_OP_VECTOR                                 ? HPGO_EFF_VECTOR
+                    : op == HPGO_OP_ATTENTION && g->n_steps[HPGO_EFF_ATTENTION] > 0 ? HPGO_EFF_ATTENTION
+                    : dtype == HPGO_DT_FP8 && g->n_steps[HPGO_EFF_FP8] > 0        ? HPGO_EFF_FP8
+                                                                          : HPGO_EFF_MATRIX;
         t += flops / (peak * hpgo_gpu_efficiency(g, curve, flops));
     }
     if (bytes > 0)

@@ -29,8 +29,22 @@
 /* Data types of the matrix peaks. */
 enum { HPGO_DT_FP32 = 0, HPGO_DT_TF32, HPGO_DT_BF16, HPGO_DT_FP8, HPGO_DT__COUNT };
 
-/* Efficiency curves of a GPU. */
-enum { HPGO_EFF_MATRIX = 0, HPGO_EFF_VECTOR, HPGO_EFF_MEMORY, HPGO_EFF__COUNT };
+/* Efficiency curves of a GPU.  The last two are optional (0 steps: the
+ * matrix curve applies): fp8 GEMMs, and fused attention kernels (whose
+ * softmax between the two GEMMs keeps them below a plain GEMM's rate);
+ * measured curves (hpgo.calibrate) fill them. */
+enum {
+    HPGO_EFF_MATRIX = 0,
+    HPGO_EFF_VECTOR,
+    HPGO_EFF_MEMORY,
+    HPGO_EFF_FP8,
+    HPGO_EFF_ATTENTION,
+    HPGO_EFF__COUNT
+};
+#define HPGO_EFF__REQUIRED 3
+
+/* What a kernel is, for hpgo_gpu_op_time. */
+enum { HPGO_OP_VECTOR = 0, HPGO_OP_MATRIX = 1, HPGO_OP_ATTENTION = 2 };
 
 /* One step of an efficiency table: operations of size >= threshold (FLOP
  * for matrix and vector, bytes for memory) reach `efficiency` of peak.
@@ -83,9 +97,9 @@ int64_t hpgo_cluster_unit(const hpgo_cluster_t *c, int32_t level);
 
 /* Efficiency of curve `which` for an operation of `size`. */
 double hpgo_gpu_efficiency(const hpgo_gpu_t *g, int which, double size);
-/* Seconds of one kernel: matrix (is_matrix) or vector FLOPs at the curve's
- * efficiency plus its HBM traffic at the memory curve (no overlap, as
- * Calculon's presets do). */
-double hpgo_gpu_op_time(const hpgo_gpu_t *g, int dtype, int is_matrix, double flops, double bytes);
+/* Seconds of one kernel: matrix, fused-attention or vector FLOPs (`op`, an
+ * HPGO_OP_ value) at their curve's efficiency plus its HBM traffic at the
+ * memory curve (no overlap, as Calculon's presets do). */
+double hpgo_gpu_op_time(const hpgo_gpu_t *g, int dtype, int op, double flops, double bytes);
 
 #endif

@@ -28,6 +28,8 @@ __all__ = ["GPU", "Level", "Cluster"]
 
 _COLL = {"all_reduce": _core.COLL_ALLREDUCE, "reduce_scatter": _core.COLL_REDUCE_SCATTER,
          "all_gather": _core.COLL_ALLGATHER, "all_to_all": _core.COLL_ALLTOALL}
+_DT = {"fp32": 0, "tf32": 1, "bf16": 2, "fp8": 3}          # csrc/cluster.h HPGO_DT_
+_KIND = {"vector": 0, "matrix": 1, "attention": 2}         # HPGO_OP_
 _ALGO = {"auto": _core.ALGO_AUTO, "ring": _core.ALGO_RING,
          "hierarchical": _core.ALGO_HIERARCHICAL}
 
@@ -44,7 +46,10 @@ def _steps(name: str, v: Any) -> tuple[tuple[float, float], ...]:
 class GPU:
     """One GPU type: dense peaks (FLOP/s), HBM, and efficiency step tables
     (the achieved fraction of peak for an op of at least `threshold` FLOP,
-    or bytes for memory).  A peak of 0 means the data type is not supported."""
+    or bytes for memory).  A peak of 0 means the data type is not supported.
+    ``fp8_matrix_efficiency`` (fp8 GEMMs) and ``attention_efficiency`` (fused
+    attention kernels) are optional: empty, the matrix curve applies; a
+    measured GPU (:mod:`hpgo.calibrate`) has both."""
 
     name: str
     fp32_flops: float
@@ -57,9 +62,12 @@ class GPU:
     matrix_efficiency: tuple[tuple[float, float], ...]
     vector_efficiency: tuple[tuple[float, float], ...]
     memory_efficiency: tuple[tuple[float, float], ...]
+    fp8_matrix_efficiency: tuple[tuple[float, float], ...] = ()
+    attention_efficiency: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
-        for f in ("matrix_efficiency", "vector_efficiency", "memory_efficiency"):
+        for f in ("matrix_efficiency", "vector_efficiency", "memory_efficiency",
+                  "fp8_matrix_efficiency", "attention_efficiency"):
             object.__setattr__(self, f, _steps(f, getattr(self, f)))
 
     def peak(self, dtype: str = "bf16") -> float:
@@ -128,8 +136,8 @@ class Cluster:
 
     @classmethod
     def _from_tuple(cls, t: tuple) -> "Cluster":
-        name, gname, peaks, vec, hbm, hbw, ms, vs, mems, levels = t
-        gpu = GPU(gname, *peaks, vec, hbm, hbw, ms, vs, mems)
+        name, gname, peaks, vec, hbm, hbw, ms, vs, mems, levels, f8, att = t
+        gpu = GPU(gname, *peaks, vec, hbm, hbw, ms, vs, mems, f8, att)
         lv = tuple(Level(size=s, bandwidth=b, collective_bandwidth=cb, latency=lat, efficiency=e)
                    for s, b, cb, lat, e in levels)
         return cls(name, gpu, lv)
@@ -141,7 +149,8 @@ class Cluster:
                 g.memory_bytes, g.memory_bandwidth, g.matrix_efficiency, g.vector_efficiency,
                 g.memory_efficiency,
                 tuple((lv.size, lv.bandwidth, lv.collective_bandwidth, lv.latency, lv.efficiency)
-                      for lv in self.levels))
+                      for lv in self.levels),
+                g.fp8_matrix_efficiency, g.attention_efficiency)
 
     # -- shape ----------------------------------------------------------------
     @property
@@ -186,6 +195,19 @@ class Cluster:
         """Seconds of a point-to-point transfer between two GPUs whose lowest
         common unit is ``level`` (0: same node)."""
         return _core._step_p2p_time(self._tuple(), level, nbytes)
+
+    def kernel_time(self, flops: float, nbytes: float = 0.0, *, dtype: str = "bf16",
+                    kind: str = "matrix") -> float:
+        """Seconds of one kernel of ``flops`` FLOPs and ``nbytes`` bytes of HBM
+        traffic on this cluster's GPU, as the training-step model prices it;
+        ``kind`` ``"matrix"`` (a GEMM), ``"attention"`` (a fused attention
+        kernel) or ``"vector"`` (element-wise)."""
+        if kind not in _KIND:
+            raise ValueError(f"kind must be one of {sorted(_KIND)}, got {kind!r}")
+        key = {"fp16": "bf16"}.get(dtype, dtype)
+        if key not in _DT:
+            raise ValueError(f"dtype must be one of {sorted(_DT)}, got {dtype!r}")
+        return _core._step_kernel_time(self._tuple(), _DT[key], _KIND[kind], flops, nbytes)
 
     # -- JSON -----------------------------------------------------------------
     def to_dict(self) -> dict:

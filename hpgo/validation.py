@@ -98,17 +98,26 @@ class Check:
         return s
 
 
-def check(runs: tuple[PublishedRun, ...] = MEGATRON_BRIDGE_H100) -> list[Check]:
+def check(runs: tuple[PublishedRun, ...] = MEGATRON_BRIDGE_H100, *,
+          gpu: Any = None) -> list[Check]:
     """Simulate each published configuration on ``dgx-h100`` nodes, as
-    published (no recomputation) and with the least recomputation that fits."""
-    from .cluster import Cluster
+    published (no recomputation) and with the least recomputation that fits;
+    ``gpu`` replaces the preset's GPU (e.g. one calibrated to measured
+    kernels, :func:`hpgo.calibrate.fit`)."""
+    import dataclasses
+
+    from .cluster import GPU, Cluster
     from .parallel import simulate
     from .workmodel import transformer
 
+    if gpu is not None and not isinstance(gpu, GPU):
+        raise TypeError("gpu must be an hpgo.GPU")
     out = []
     for run in runs:
         m = transformer(run.model, seq=run.seq)
         c = Cluster.preset("dgx-h100", nodes=max(1, run.gpus // 8))
+        if gpu is not None:
+            c = dataclasses.replace(c, gpu=gpu)
         pub = run.tokens_per_gpu
         res = {}
         for rc in ("none", "selective", "full"):

@@ -12,6 +12,7 @@
 #include "glue.h"
 
 #include <math.h>
+#include <math.h>
 #include <string.h>
 
 #include "../autoplan.h"
@@ -65,13 +66,14 @@ static int get_str(PyObject *tup, Py_ssize_t i, Py_ssize_t n, const char *what, 
     return 0;
 }
 
-/* steps: tuple of (threshold, efficiency) pairs */
+/* steps: tuple of (threshold, efficiency) pairs; an optional curve may be empty */
 static int get_steps(PyObject *o, const char *what, hpgo_gpu_t *g, int which)
 {
-    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) < 1 ||
+    Py_ssize_t least = which >= HPGO_EFF__REQUIRED ? 0 : 1;
+    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) < least ||
         PyTuple_GET_SIZE(o) > HPGO_EFF_MAX_STEPS) {
-        PyErr_Format(PyExc_ValueError, "%s must be a tuple of 1 to %d (threshold, efficiency) pairs",
-                     what, HPGO_EFF_MAX_STEPS);
+        PyErr_Format(PyExc_ValueError, "%s must be a tuple of %d to %d (threshold, efficiency) pairs",
+                     what, (int)least, HPGO_EFF_MAX_STEPS);
         return -1;
     }
     g->n_steps[which] = (int32_t)PyTuple_GET_SIZE(o);
@@ -86,10 +88,11 @@ static int get_steps(PyObject *o, const char *what, hpgo_gpu_t *g, int which)
 
 /* cluster: (name, gpu_name, (fp32, tf32, bf16, fp8), vector_flops, hbm_bytes,
  *           hbm_bandwidth, matrix_steps, vector_steps, memory_steps,
- *           ((size, bandwidth, coll_bandwidth, latency, efficiency), ...)) */
+ *           ((size, bandwidth, coll_bandwidth, latency, efficiency), ...),
+ *           fp8_steps, attention_steps)   (the last two may be empty) */
 static int to_cluster(PyObject *t, hpgo_cluster_t *c)
 {
-    const Py_ssize_t N = 10;
+    const Py_ssize_t N = 12;
     memset(c, 0, sizeof *c);
     if (get_str(t, 0, N, "cluster", c->name, sizeof c->name) < 0 ||
         get_str(t, 1, N, "cluster", c->gpu.name, sizeof c->gpu.name) < 0)
@@ -104,7 +107,10 @@ static int to_cluster(PyObject *t, hpgo_cluster_t *c)
         return -1;
     if (get_steps(PyTuple_GET_ITEM(t, 6), "gpu matrix_efficiency", &c->gpu, HPGO_EFF_MATRIX) < 0 ||
         get_steps(PyTuple_GET_ITEM(t, 7), "gpu vector_efficiency", &c->gpu, HPGO_EFF_VECTOR) < 0 ||
-        get_steps(PyTuple_GET_ITEM(t, 8), "gpu memory_efficiency", &c->gpu, HPGO_EFF_MEMORY) < 0)
+        get_steps(PyTuple_GET_ITEM(t, 8), "gpu memory_efficiency", &c->gpu, HPGO_EFF_MEMORY) < 0 ||
+        get_steps(PyTuple_GET_ITEM(t, 10), "gpu fp8_matrix_efficiency", &c->gpu, HPGO_EFF_FP8) < 0 ||
+        get_steps(PyTuple_GET_ITEM(t, 11), "gpu attention_efficiency", &c->gpu,
+                  HPGO_EFF_ATTENTION) < 0)
         return -1;
     PyObject *lv = PyTuple_GET_ITEM(t, 9);
     if (!PyTuple_Check(lv) || PyTuple_GET_SIZE(lv) < 1 ||
@@ -159,10 +165,11 @@ static PyObject *from_cluster(const hpgo_cluster_t *c)
         PyTuple_SET_ITEM(lv, l, x);
     }
     const hpgo_gpu_t *g = &c->gpu;
-    return Py_BuildValue("(ss(dddd)dddNNNN)", c->name, g->name, g->peak[0], g->peak[1],
+    return Py_BuildValue("(ss(dddd)dddNNNNNN)", c->name, g->name, g->peak[0], g->peak[1],
                          g->peak[2], g->peak[3], g->vector_flops, g->hbm_bytes, g->hbm_bandwidth,
                          steps_tuple(g, HPGO_EFF_MATRIX), steps_tuple(g, HPGO_EFF_VECTOR),
-                         steps_tuple(g, HPGO_EFF_MEMORY), lv);
+                         steps_tuple(g, HPGO_EFF_MEMORY), lv, steps_tuple(g, HPGO_EFF_FP8),
+                         steps_tuple(g, HPGO_EFF_ATTENTION));
 }
 
 /* model: ("transformer", precision, hidden, ffn, heads, kv_heads, head_dim,
@@ -428,6 +435,39 @@ static PyObject *p2p_time(PyObject *module, PyObject *args)
         return NULL;
     }
     return PyFloat_FromDouble(hpgo_cost_p2p(&c, level, bytes));
+}
+
+PyDoc_STRVAR(kernel_time_doc,
+             "_step_kernel_time(cluster, dtype, op, flops, bytes) -> seconds of one kernel");
+
+static PyObject *kernel_time(PyObject *module, PyObject *args)
+{
+    PyObject *ct, *flops_o, *bytes_o;
+    int dtype, op;
+    if (!PyArg_ParseTuple(args, "OiiOO:_step_kernel_time", &ct, &dtype, &op, &flops_o, &bytes_o))
+        return NULL;
+    hpgo_cluster_t c;
+    hpgo_err_t err;
+    double flops, bytes;
+    if (to_cluster(ct, &c) < 0 || glue_f64(flops_o, "flops", &flops) < 0 ||
+        glue_f64(bytes_o, "bytes", &bytes) < 0)
+        return NULL;
+    int rc = hpgo_cluster_check(&c, &err);
+    if (rc != HPGO_OK)
+        return glue_raise(module, rc, &err);
+    if (dtype < 0 || dtype >= HPGO_DT__COUNT || op < HPGO_OP_VECTOR || op > HPGO_OP_ATTENTION) {
+        PyErr_SetString(PyExc_ValueError, "unknown data type or kernel kind");
+        return NULL;
+    }
+    if (!(flops >= 0) || !(bytes >= 0) || !isfinite(flops) || !isfinite(bytes)) {
+        PyErr_SetString(PyExc_ValueError, "flops and bytes must be finite and >= 0");
+        return NULL;
+    }
+    if (flops > 0 && op != HPGO_OP_VECTOR && !(c.gpu.peak[dtype] > 0)) {
+        PyErr_Format(PyExc_ValueError, "gpu %s has no matrix rate for this data type", c.gpu.name);
+        return NULL;
+    }
+    return PyFloat_FromDouble(hpgo_gpu_op_time(&c.gpu, dtype, op, flops, bytes));
 }
 
 PyDoc_STRVAR(model_params_doc,
@@ -718,6 +758,7 @@ static PyMethodDef step_methods[] = {
     {"_step_cluster_check", cluster_check, METH_O, cluster_check_doc},
     {"_step_collective_time", collective_time, METH_VARARGS, collective_doc},
     {"_step_p2p_time", p2p_time, METH_VARARGS, p2p_doc},
+    {"_step_kernel_time", kernel_time, METH_VARARGS, kernel_time_doc},
     {"_step_model_params", model_params, METH_O, model_params_doc},
     {"_step_simulate", step_simulate, METH_VARARGS, simulate_doc},
     {NULL, NULL, 0, NULL},
