@@ -27,7 +27,9 @@ inputs rotated so that small ones do not sit in L2):
   the tokens per expert as Megatron's all-to-all dispatcher does, permute,
   grouped GEMMs, SwiGLU, unpermute) forward and backward in eager PyTorch:
   its wall time against the sum of its kernels' times (torch.profiler)
-  shows how much host time a synchronising MoE block exposes.
+  shows how much host time a synchronising MoE block exposes;
+- ``layer``: whole Llama-style layers forward and backward in eager PyTorch
+  (no RoPE), to set against the model's layer time.
 
 The run takes about three minutes on an H100.
 """
@@ -306,6 +308,52 @@ def moe_block(g: int, m: int, h: int, f: int, topk: int):
     return run, grouped
 
 
+# (name, hidden, heads, kv heads, ffn, sequence): Llama-style layers
+LAYERS = (("llama3-8b", 4096, 32, 8, 14336, 4096), ("llama3-8b", 4096, 32, 8, 14336, 8192))
+
+
+def dense_layer(h: int, a: int, kv: int, f: int, s: int):
+    """A closure running one pre-norm Llama layer (RMSNorm, QKV, causal
+    attention, output projection, RMSNorm, SwiGLU MLP, residuals; no RoPE)
+    forward and backward on one micro-batch of ``s`` tokens."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    dev, bf = "cuda", torch.bfloat16
+    d = h // a
+    x = torch.randn(s, h, device=dev, dtype=bf, requires_grad=True)
+    w = {n: (torch.randn(*shape, device=dev, dtype=bf) / math.sqrt(shape[1])).requires_grad_()
+         for n, shape in (("qkv", ((a + 2 * kv) * d, h)), ("o", (h, a * d)),
+                          ("fc1", (2 * f, h)), ("fc2", (h, f)))}
+    n1, n2 = (torch.ones(h, device=dev, dtype=bf, requires_grad=True) for _ in range(2))
+    go = torch.randn(s, h, device=dev, dtype=bf)
+
+    def run():
+        y = F.rms_norm(x, (h,), n1)
+        q, k, v = (y @ w["qkv"].t()).split((a * d, kv * d, kv * d), dim=-1)
+        q = q.view(s, a, d).transpose(0, 1).unsqueeze(0)
+        k = k.view(s, kv, d).transpose(0, 1).repeat_interleave(a // kv, 0).unsqueeze(0)
+        v = v.view(s, kv, d).transpose(0, 1).repeat_interleave(a // kv, 0).unsqueeze(0)
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]):
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x1 = x + o.squeeze(0).transpose(0, 1).reshape(s, a * d) @ w["o"].t()
+        g, u = (F.rms_norm(x1, (h,), n2) @ w["fc1"].t()).chunk(2, dim=-1)
+        out = x1 + (F.silu(g) * u) @ w["fc2"].t()
+        out.backward(go)
+    return run
+
+
+def measure_layers(out: list) -> None:
+    for name, h, a, kv, f, s in LAYERS:
+        try:
+            run = dense_layer(h, a, kv, f, s)
+            wall = timeit(run, reps=10)
+        except Exception as e:  # noqa: BLE001 - an API this PyTorch lacks
+            print(f"layer {name}: {e}", file=sys.stderr)
+            continue
+        out.append({"op": "layer", "dtype": "bf16", "name": name, "shape": [h, a, kv, f, s],
+                    "flops": 0.0, "bytes": 0.0, "seconds": wall})
+        torch.cuda.empty_cache()
+
+
 def measure_moe_layer(out: list) -> None:
     from torch.profiler import ProfilerActivity, profile
     for name, g, m, h, f in MOE_SLICES[:4]:
@@ -348,7 +396,8 @@ def main(argv=None) -> int:
              ("grouped", lambda: measure_grouped(samples, dtypes)),
              ("attention", lambda: measure_attention(samples)),
              ("misc", lambda: measure_misc(samples, fp8)),
-             ("moe_layer", lambda: measure_moe_layer(samples))]
+             ("moe_layer", lambda: measure_moe_layer(samples)),
+             ("layer", lambda: measure_layers(samples))]
     if a.quick:
         global MOE_SLICES, ATTENTION
         MOE_SLICES, ATTENTION = MOE_SLICES[:1], ATTENTION[4:5]

@@ -224,7 +224,7 @@ def compare(profile: KernelProfile, gpu: GPU | Cluster | str = "dgx-h100") -> li
         **{f.name: getattr(gpu, f.name) for f in dataclasses.fields(GPU)})
     groups: dict[tuple[str, str], list[float]] = {}
     for k in profile.kernels:
-        if k.op == "moe_layer":
+        if k.op in ("moe_layer", "layer"):   # whole blocks: see the docs' layer check
             continue
         kind = _KIND.get(k.op, "vector")
         if k.op == "attention_fwd" or k.op == "attention_bwd":
@@ -233,6 +233,8 @@ def compare(profile: KernelProfile, gpu: GPU | Cluster | str = "dgx-h100") -> li
         dt = {"fp16": "bf16"}.get(k.dtype, k.dtype)
         flops = k.flops if kind != "vector" else 0.0   # memory-bound kernels: priced as traffic
         t = c.kernel_time(flops, k.bytes, dtype=dt if kind == "matrix" else "bf16", kind=kind)
+        if t <= 0:
+            continue
         groups.setdefault((k.op, k.dtype), []).append(k.seconds / t)
     return [Comparison(op, dt, len(v), statistics.median(v), _pct(v, 0.1), _pct(v, 0.9),
                        op in _OPS_FITTED)

@@ -111,13 +111,13 @@ def synthetic(cluster=TRUE):
                     b = isz * (m * k + k * n) + 2 * m * n
                     s.append({"op": "gemm", "dtype": dt, "flops": fl, "bytes": b,
                               "seconds": cluster.kernel_time(fl, b, dtype=dt)})
-    for seq in (1024, 2048, 4096, 8192, 16384):
+    for seq in (256, 1024, 2048, 4096, 8192, 16384):
         for heads in (8, 32):
             fl = 2.0 * heads * seq * seq * 128
             for op, f in (("attention_fwd", 1.0), ("attention_bwd", 2.5)):
-                s.append({"op": op, "dtype": "bf16", "name": f"x cudnn", "flops": f * fl,
+                s.append({"op": op, "dtype": "bf16", "name": "x cudnn", "flops": f * fl,
                           "bytes": 1e7, "seconds": cluster.kernel_time(f * fl, 1e7, kind="attention")})
-                s.append({"op": op, "dtype": "bf16", "name": f"x flash", "flops": f * fl,
+                s.append({"op": op, "dtype": "bf16", "name": "x flash", "flops": f * fl,
                           "bytes": 1e7, "seconds": 3 * cluster.kernel_time(f * fl, 1e7, kind="attention")})
     return {"format": calibrate.FORMAT, "device": "synthetic", "samples": s}
 
@@ -231,3 +231,24 @@ def test_calibrated_h100_keeps_dense_runs_within_15_percent(h100):
         assert abs(r.error) < 0.15, r
     with pytest.raises(TypeError):
         validation.check(gpu="h100")
+
+
+def test_calibrated_model_predicts_a_measured_llama_layer(h100):
+    """benchmarks/gpu_kernels.py also timed whole Llama-3-8B layers (eager
+    PyTorch, bf16, forward + backward): the model's layer time on the
+    calibrated GPU is within 15 % of them, and closer than the preset's."""
+    prof, gpu = h100
+    layers = [s for s in json.loads(H100_KERNELS.read_text())["samples"] if s["op"] == "layer"]
+    assert layers
+    for s in layers:
+        seq = s["shape"][4]
+        m = hpgo.transformer("llama3-8b", seq=seq)
+        p = hpgo.ParallelPlan(global_batch=8, micro_batch=1, pp=8, dp=1)
+        err = {}
+        for label, c in (("preset", hpgo.Cluster.preset("dgx-h100", nodes=1)),
+                         ("calibrated", calibrate.cluster(prof, "dgx-h100", nodes=1))):
+            st = hpgo.simulate(m, c, p, precision="bf16", timeline=False).stages[3]
+            t = (st["forward"] + st["backward_input"] + st["backward_weight"]) / st["layers"]
+            err[label] = t / s["seconds"] - 1
+        assert abs(err["calibrated"]) < 0.15, (seq, err)
+        assert abs(err["calibrated"]) < abs(err["preset"]), (seq, err)
