@@ -12,7 +12,7 @@ Environment switches (read at build time):
 * ``HPGO_WERROR=1``: turn warnings into errors (CI does this).
 
 The wheel also ships the profiles named in ``hpgo/examples/__init__.py``
-(``SHIPPED``), copied from ``profiles/`` into ``hpgo/examples/`` at build
+(``SHIPPED``, and the GPU kernel profiles of ``KERNELS``), copied from ``profiles/`` into ``hpgo/examples/`` at build
 time so that the repository keeps one copy of each.
 """
 import ast
@@ -49,14 +49,18 @@ def _flags():
     return cflags, ldflags
 
 
-def _shipped_profiles():
+def _shipped(name):
     with open(os.path.join(HERE, "hpgo", "examples", "__init__.py"), encoding="utf-8") as f:
         tree = ast.parse(f.read())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
-                getattr(t, "id", None) == "SHIPPED" for t in node.targets):
+                getattr(t, "id", None) == name for t in node.targets):
             return ast.literal_eval(node.value)
-    raise RuntimeError("hpgo/examples/__init__.py has no SHIPPED tuple")
+    raise RuntimeError(f"hpgo/examples/__init__.py has no {name} tuple")
+
+
+def _shipped_profiles():
+    return _shipped("SHIPPED")
 
 
 class BuildPyWithProfiles(build_py):
@@ -72,6 +76,9 @@ class BuildPyWithProfiles(build_py):
             os.makedirs(dst, exist_ok=True)
             for fn in ("graph.txt", "profile.json"):
                 shutil.copyfile(os.path.join(src, fn), os.path.join(dst, fn))
+        for fn in _shipped("KERNELS"):
+            shutil.copyfile(os.path.join(HERE, "profiles", fn),
+                            os.path.join(self.build_lib, "hpgo", "examples", fn))
 
 
 cflags, ldflags = _flags()

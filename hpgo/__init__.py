@@ -68,7 +68,7 @@ from .workmodel import ProfiledModel, Transformer, model_id, profile_model, tran
 from .parallel import MemoryBreakdown, ParallelPlan, StepResult, simulate
 from .autoplan import RankedPlan, RankedPlans, autoplan
 from .hetero import compare as hap_compare, plan as hap_plan
-from . import dynpipe, examples, hetero, validation
+from . import calibrate, dynpipe, examples, hetero, validation
 from . import layerwise as Layerwise
 from . import utils as Utils
 

@@ -252,3 +252,15 @@ def test_calibrated_model_predicts_a_measured_llama_layer(h100):
             err[label] = t / s["seconds"] - 1
         assert abs(err["calibrated"]) < 0.15, (seq, err)
         assert abs(err["calibrated"]) < abs(err["preset"]), (seq, err)
+
+
+def test_the_measured_h100_is_one_call_away():
+    if not H100_KERNELS.exists():
+        pytest.skip("profiles/h100-sxm5-kernels.json is not in this checkout")
+    p = hpgo.examples.kernels("h100-sxm5")
+    assert p.name == "h100-sxm5-kernels.json" and p.is_file()
+    assert hpgo.examples.kernels() == p
+    with pytest.raises(ValueError, match="available: h100-sxm5"):
+        hpgo.examples.kernels("b200")
+    with pytest.raises(TypeError):
+        hpgo.examples.kernels(3)

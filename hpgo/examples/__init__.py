@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import List, Optional
 
-__all__ = ["SHIPPED", "names", "folder", "path", "batch_size", "metadata"]
+__all__ = ["SHIPPED", "KERNELS", "names", "folder", "path", "batch_size", "metadata", "kernels"]
 
 #: Folders of ``profiles/`` the wheel ships (setup.py copies them into
 #: hpgo/examples/ at build time; keep it small: about 300 kB in all).
@@ -36,6 +36,9 @@ SHIPPED = (
     "amoebanet-36-v100",
     "gpt2-xl-h100",
 )
+
+#: GPU kernel profiles of ``profiles/`` the wheel ships (benchmarks/gpu_kernels.py).
+KERNELS = ("h100-sxm5-kernels.json",)
 
 _HERE = Path(__file__).resolve().parent
 _CHECKOUT = _HERE.parents[1] / "profiles"
@@ -106,3 +109,17 @@ def batch_size(name: str) -> Optional[int]:
     """The batch size the profile was made with (its ``pbs``), or None."""
     bs = metadata(name).get("batch_size")
     return bs if isinstance(bs, int) and not isinstance(bs, bool) else None
+
+
+def kernels(name: str = "h100-sxm5") -> Path:
+    """Path of the GPU kernel profile ``name`` (``profiles/NAME-kernels.json``,
+    measured by ``benchmarks/gpu_kernels.py``), for :mod:`hpgo.calibrate`."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, not {type(name).__name__}")
+    for root in _roots():
+        p = root / f"{name}-kernels.json"
+        if p.is_file():
+            return p
+    have = sorted({q.name[: -len("-kernels.json")] for root in _roots()
+                   for q in root.glob("*-kernels.json")})
+    raise ValueError(f"no kernel profile {name!r}; available: {', '.join(have) or 'none'}")
