@@ -259,10 +259,13 @@ double hpgo_gpu_op_time(const hpgo_gpu_t *g, int dtype, int op, double flops, do
     double t = 0;
     if (flops > 0) {
         double peak = op == HPGO_OP_VECTOR ? g->vector_flops : g->peak[dtype];
-        int curve = op == HPGO_OP_VECTOR                                 ? HPGO_EFF_VECTOR
-                    : op == HPGO_OP_ATTENTION && g->n_steps[HPGO_EFF_ATTENTION] > 0 ? HPGO_EFF_ATTENTION
-                    : dtype == HPGO_DT_FP8 && g->n_steps[HPGO_EFF_FP8] > 0        ? HPGO_EFF_FP8
-                                                                          : HPGO_EFF_MATRIX;
+        int curve = HPGO_EFF_MATRIX;
+        if (op == HPGO_OP_VECTOR)
+            curve = HPGO_EFF_VECTOR;
+        else if (op == HPGO_OP_ATTENTION && g->n_steps[HPGO_EFF_ATTENTION] > 0)
+            curve = HPGO_EFF_ATTENTION;
+        else if (dtype == HPGO_DT_FP8 && g->n_steps[HPGO_EFF_FP8] > 0)
+            curve = HPGO_EFF_FP8;
         t += flops / (peak * hpgo_gpu_efficiency(g, curve, flops));
     }
     if (bytes > 0)

@@ -59,7 +59,8 @@ static void mm(const kctx_t *k, acc_t *a, double m, double kk, double n)
     double fl = 2 * m * kk * n;
     double ob = k->dtype == HPGO_DT_FP8 ? 1 : k->e; /* operand bytes; the output stays 16-bit */
     a->flops += fl;
-    a->t += hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_MATRIX, fl, ob * (m * kk + kk * n) + k->e * m * n);
+    a->t += hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_MATRIX, fl,
+                             ob * (m * kk + kk * n) + k->e * m * n);
     if (k->quant) /* Transformer Engine: an amax pass, then a cast to both fp8 layouts */
         a->t += hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_VECTOR, 0, m * kk * (2 * k->e + 2));
 }
@@ -428,12 +429,14 @@ static void core_fwd(const kctx_t *k, acc_t *a, const xshape_t *s, double keys)
     double es = T * (s->a / t) * s->s; /* score elements: local queries x all keys */
     double fq = 2 * T * s->s * s->q / t, fv = 2 * T * s->s * s->o / t;
     a->flops += fq;
-    a->t += hpgo_gpu_op_time(k->g, k->attn_dtype, HPGO_OP_MATRIX, fq, E * (T * s->q / t + T * s->kw / t + es));
+    a->t += hpgo_gpu_op_time(k->g, k->attn_dtype, HPGO_OP_MATRIX, fq,
+                             E * (T * s->q / t + T * s->kw / t + es));
     vec(k, a, es, 5, 2 * E * es);
     if (s->dropout)
         vec(k, a, es, 2, (2 * E + 1) * es);
     a->flops += fv;
-    a->t += hpgo_gpu_op_time(k->g, k->attn_dtype, HPGO_OP_MATRIX, fv, E * (es + T * s->vw / t + T * s->o / t));
+    a->t += hpgo_gpu_op_time(k->g, k->attn_dtype, HPGO_OP_MATRIX, fv,
+                             E * (es + T * s->vw / t + T * s->o / t));
 }
 
 static void core_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double keys)
@@ -450,7 +453,8 @@ static void core_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double keys)
     for (int i = 0; i < 4; i++) { /* dQ, dK (q width), dProbs, dV (v width) */
         double fl = i < 2 ? fq : fv;
         a->flops += fl;
-        a->t += hpgo_gpu_op_time(k->g, k->attn_dtype, HPGO_OP_MATRIX, fl, E * (es + T * s->q / t + T * s->kw / t));
+        a->t += hpgo_gpu_op_time(k->g, k->attn_dtype, HPGO_OP_MATRIX, fl,
+                                 E * (es + T * s->q / t + T * s->kw / t));
     }
     if (s->dropout)
         vec(k, a, es, 2, (2 * E + 1) * es);

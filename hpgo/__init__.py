@@ -68,7 +68,7 @@ from .workmodel import ProfiledModel, Transformer, model_id, profile_model, tran
 from .parallel import MemoryBreakdown, ParallelPlan, StepResult, simulate
 from .autoplan import RankedPlan, RankedPlans, autoplan
 from .hetero import compare as hap_compare, plan as hap_plan
-from . import calibrate, dynpipe, examples, hetero, validation
+from . import dynpipe, examples, hetero, validation
 from . import layerwise as Layerwise
 from . import utils as Utils
 
@@ -77,6 +77,15 @@ import sys as _sys
 _sys.modules[__name__ + ".Layerwise"] = Layerwise
 _sys.modules[__name__ + ".Utils"] = Utils
 del _sys
+
+def __getattr__(name: str):
+    # hpgo.calibrate is imported on first use, so that `python -m hpgo.calibrate`
+    # runs it fresh (runpy warns about a module imported twice)
+    if name == "calibrate":
+        import importlib
+        return importlib.import_module(".calibrate", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __title__ = "hpgo"
 __version__ = "1.0.0.dev0"

@@ -223,13 +223,13 @@ def compare(profile: KernelProfile, gpu: GPU | Cluster | str = "dgx-h100") -> li
     c = gpu if isinstance(gpu, Cluster) else Cluster.preset("dgx-h100").with_gpu(
         **{f.name: getattr(gpu, f.name) for f in dataclasses.fields(GPU)})
     groups: dict[tuple[str, str], list[float]] = {}
+    cudnn = any(k.backend == "cudnn" for k in profile.kernels)
     for k in profile.kernels:
         if k.op in ("moe_layer", "layer"):   # whole blocks: see the docs' layer check
             continue
         kind = _KIND.get(k.op, "vector")
-        if k.op == "attention_fwd" or k.op == "attention_bwd":
-            if k.backend and k.backend != "cudnn" and any(x.backend == "cudnn" for x in profile.kernels):
-                continue
+        if kind == "attention" and cudnn and k.backend != "cudnn":
+            continue                         # as fit(): the cuDNN back end where measured
         dt = {"fp16": "bf16"}.get(k.dtype, k.dtype)
         flops = k.flops if kind != "vector" else 0.0   # memory-bound kernels: priced as traffic
         t = c.kernel_time(flops, k.bytes, dtype=dt if kind == "matrix" else "bf16", kind=kind)

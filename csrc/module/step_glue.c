@@ -12,7 +12,6 @@
 #include "glue.h"
 
 #include <math.h>
-#include <math.h>
 #include <string.h>
 
 #include "../autoplan.h"

@@ -116,7 +116,8 @@ def kernels(name: str = "h100-sxm5") -> Path:
     measured by ``benchmarks/gpu_kernels.py``), for :mod:`hpgo.calibrate`."""
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, not {type(name).__name__}")
-    for root in _roots():
+    plain = bool(name) and not set(name) & set("/\\") and ".." not in name   # no paths
+    for root in _roots() if plain else ():
         p = root / f"{name}-kernels.json"
         if p.is_file():
             return p
