@@ -114,6 +114,43 @@ double hpgo_cost_collective(const hpgo_cluster_t *c, int op, int64_t size, int64
     return hier < ring ? hier : ring;
 }
 
+double hpgo_cost_dispatch_dedup(const hpgo_cluster_t *c, int64_t size, int64_t stride,
+                                double bytes, double k, double touched)
+{
+    int64_t fan[HPGO_CLUSTER_MAX_LEVELS];
+    if (size <= 1 || bytes <= 0 || hpgo_group_fanout(c, size, stride, fan, NULL) != HPGO_OK)
+        return 0;
+    double nodes = 1;
+    int32_t top = 0;
+    for (int32_t l = 1; l < c->n_levels; l++) {
+        nodes *= (double)fan[l];
+        if (fan[l] > 1)
+            top = l;
+    }
+    if (top == 0 || !(k > 0))
+        return hpgo_cost_collective(c, HPGO_COLL_ALLTOALL, size, stride, bytes, HPGO_ALGO_AUTO);
+    double g0 = (double)fan[0];
+    if (touched > nodes)
+        touched = nodes;
+    if (touched > k)
+        touched = k;
+    /* cross-node: one copy per token and remote node touched; the slowest
+     * level crossed carries it */
+    double remote = bytes / k * touched * (nodes - 1) / nodes;
+    double t_out = 0;
+    for (int32_t l = 1; l < c->n_levels; l++)
+        if (fan[l] > 1) {
+            double tl = remote / level_bw(&c->levels[l]);
+            if (tl > t_out)
+                t_out = tl;
+        }
+    /* in-node: every copy whose expert sits on another GPU of the node
+     * (sent directly, or forwarded after crossing) */
+    double t_in = g0 > 1 ? bytes * (g0 - 1) / g0 / level_bw(&c->levels[0]) : 0;
+    return (t_out > t_in ? t_out : t_in) + (nodes - 1) * c->levels[top].latency +
+           (g0 - 1) * c->levels[0].latency;
+}
+
 double hpgo_cost_p2p(const hpgo_cluster_t *c, int32_t level, double bytes)
 {
     if (level < 0)

@@ -41,6 +41,17 @@ int hpgo_group_fanout(const hpgo_cluster_t *c, int64_t size, int64_t stride,
 double hpgo_cost_collective(const hpgo_cluster_t *c, int op, int64_t size, int64_t stride,
                             double bytes, int algo);
 
+/* Seconds of a MoE token dispatch (or combine) over the group (size,
+ * stride) by a node-deduplicating dispatcher (DeepEP's internode kernels,
+ * Megatron's flex dispatcher): `bytes` is the rank's routed copies (`k` per
+ * token), each token crosses once to each of the `touched` nodes (expected,
+ * its own included) that hold one of its experts, and is forwarded inside
+ * the destination node over level 0; cross-node and in-node transfers
+ * pipeline (the slower one counts).  A group inside one node is priced as
+ * the all-to-all. */
+double hpgo_cost_dispatch_dedup(const hpgo_cluster_t *c, int64_t size, int64_t stride,
+                                double bytes, double k, double touched);
+
 /* Seconds of a point-to-point transfer between two GPUs whose lowest
  * common unit is at `level` (0: same node). */
 double hpgo_cost_p2p(const hpgo_cluster_t *c, int32_t level, double bytes);

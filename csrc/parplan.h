@@ -53,7 +53,14 @@ typedef struct hpgo_parplan {
      * micro-batch (Megatron's --overlap-moe-expert-parallel-comm, DeepSeek's
      * DualPipe): only what the layer's compute cannot hide is exposed */
     int32_t overlap_ep;
+    /* MoE token dispatcher: HPGO_DISPATCH_ALLTOALL (an all-to-all of every
+     * routed copy, Megatron's alltoall dispatcher) or HPGO_DISPATCH_DEDUP
+     * (DeepEP / Megatron's flex dispatcher: a token crosses once to each
+     * node holding one of its experts, then is forwarded inside the node) */
+    int32_t dispatcher;
 } hpgo_parplan_t;
+
+enum { HPGO_DISPATCH_ALLTOALL = 0, HPGO_DISPATCH_DEDUP = 1 };
 
 /* Checks that depend only on the plan (sizes, schedule, batch arithmetic);
  * the model-dependent ones are in work.c.  HPGO_E_INVALID naming the field. */

@@ -146,6 +146,15 @@ int hpgo_work_check(const hpgo_work_t *w, hpgo_err_t *err)
                 x->imbalance > (double)x->experts)
                 return hpgo_err_set(err, HPGO_E_INVALID, 0,
                                     "routing imbalance must be in [1, experts] (1: balanced)");
+            if (x->route_groups > 1 &&
+                (x->route_groups > x->experts || x->experts % x->route_groups != 0 ||
+                 x->route_topk_groups < 1 || x->route_topk_groups > x->route_groups ||
+                 x->route_topk_groups * (x->experts / x->route_groups) < x->topk))
+                return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                    "routing groups must divide experts, with 1 <= topk_groups "
+                                    "<= groups holding at least topk experts");
+            if (x->route_groups < 0 || x->route_topk_groups < 0)
+                return hpgo_err_set(err, HPGO_E_INVALID, 0, "routing groups must be >= 0");
         }
         if (x->window < 0 || x->window_every < 0 || x->window_every > x->layers)
             return hpgo_err_set(err, HPGO_E_INVALID, 0,
@@ -556,7 +565,55 @@ static void layer_act(const xshape_t *s, int kind, double *total, double *held_w
     *held_w = T * (rep - masks / rep_sp + mla + par) + routed;
 }
 
-/* One layer of the given kind, priced on one rank. */
+/* Probability that none of k experts drawn without replacement from M
+ * falls among m given ones. */
+static double none_of(double M, double m, double k)
+{
+    double p = 1;
+    for (double i = 0; i < k; i++) {
+        if (M - m - i <= 0)
+            return 0;
+        p *= (M - m - i) / (M - i);
+    }
+    return p;
+}
+
+static double choose(double n, double r)
+{
+    if (r < 0 || r > n)
+        return 0;
+    double v = 1;
+    for (double i = 0; i < r; i++)
+        v *= (n - i) / (i + 1);
+    return v;
+}
+
+/* Expected nodes (of `nodes`, each holding an equal contiguous block of
+ * the experts) that one token's k experts reach under uniform routing --
+ * within topk_groups of the model's expert groups when it limits routing
+ * and the groups align with the nodes (DeepSeek-V3: 4 of 8 groups, one
+ * group per node at EP 64); otherwise as unrestricted. */
+static double nodes_touched(const hpgo_xformer_t *x, double nodes)
+{
+    double E = (double)x->experts, k = (double)x->topk, m = E / nodes;
+    double g = (double)x->route_groups, tg = (double)x->route_topk_groups;
+    double untouched = none_of(E, m, k);
+    if (g > 1 && tg < g) {
+        double eg = E / g, M = tg * eg;
+        if (fmod(g, nodes) == 0) { /* q whole groups on each node */
+            double q = g / nodes;
+            untouched = 0;
+            for (double j = 0; j <= q && j <= tg; j++)
+                untouched += choose(q, j) * choose(g - q, tg - j) / choose(g, tg) *
+                             none_of(M, j * eg, k);
+        } else if (fmod(nodes, g) == 0) { /* each group spans nodes / g nodes */
+            untouched = (1 - tg / g) + tg / g * none_of(M, m, k);
+        }
+    }
+    return nodes * (1 - untouched);
+}
+
+/* One layer of the given kind, priced on one rank. *//* One layer of the given kind, priced on one rank. */
 static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
                        const kctx_t *k, const xshape_t *s, int kind, lcost_t *o)
 {
@@ -653,7 +710,17 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
         int64_t gs, gst;
         hpgo_parplan_ep_group(p, &gs, &gst);
         double send = s->rx / s->etp * h * E;
-        double a2a = gs > 1 ? hpgo_cost_collective(c, HPGO_COLL_ALLTOALL, gs, gst, send, HPGO_ALGO_AUTO) : 0;
+        double a2a = 0;
+        if (gs > 1 && p->dispatcher == HPGO_DISPATCH_DEDUP) {
+            int64_t fan[HPGO_CLUSTER_MAX_LEVELS];
+            double nodes = 1;
+            if (hpgo_group_fanout(c, gs, gst, fan, NULL) == HPGO_OK)
+                for (int32_t l = 1; l < c->n_levels; l++)
+                    nodes *= (double)fan[l];
+            a2a = hpgo_cost_dispatch_dedup(c, gs, gst, send, s->k, nodes_touched(x, nodes));
+        } else if (gs > 1) {
+            a2a = hpgo_cost_collective(c, HPGO_COLL_ALLTOALL, gs, gst, send, HPGO_ALGO_AUTO);
+        }
         double eg = 0;
         if (s->etp > 1)
             eg = hpgo_cost_collective(c, HPGO_COLL_ALLGATHER, (int64_t)s->etp, 1, s->rx * h * E, HPGO_ALGO_AUTO) +
@@ -889,6 +956,7 @@ static int same_pieces(const hpgo_parplan_t *a, const hpgo_parplan_t *b)
 {
     return a->tp == b->tp && a->cp == b->cp && a->dp == b->dp && a->ep == b->ep &&
            a->etp == b->etp && a->ep_outer == b->ep_outer && a->overlap_ep == b->overlap_ep &&
+           a->dispatcher == b->dispatcher &&
            a->micro_batch == b->micro_batch && a->sequence_parallel == b->sequence_parallel &&
            a->recompute == b->recompute && (a->pp * a->vstages > 1) == (b->pp * b->vstages > 1);
 }

@@ -56,6 +56,9 @@ typedef struct hpgo_xformer {
     int32_t router_bias;    /* the router has a bias per expert */
     double capacity;        /* capacity factor padding the experts' inputs (0: dropless) */
     double imbalance;       /* routed tokens on the busiest rank / the mean (0, 1: balanced) */
+    int64_t route_groups;   /* experts in this many equal groups, a token routed within ... */
+    int64_t route_topk_groups; /* ... this many of them (DeepSeek's n_group, topk_group; 0 or
+                                  route_groups <= 1: unrestricted) */
     /* attention variants */
     int32_t attn_bias;      /* q, k, v and output projections have biases (GPT-OSS) */
     int32_t qk_norm;        /* per-head RMSNorm of queries and keys (Qwen3) */

@@ -26,8 +26,8 @@ from typing import Any, Iterator
 
 from . import _args, _core
 from .cluster import Cluster
-from .parallel import (PRECISIONS, RECOMPUTE_MODES, SCHEDULES, MemoryBreakdown, ParallelPlan,
-                       StepResult, _as_model, simulate)
+from .parallel import (DISPATCHERS, DISPATCHERS_BY_CODE, PRECISIONS, RECOMPUTE_MODES, SCHEDULES,
+                       MemoryBreakdown, ParallelPlan, StepResult, _as_model, simulate)
 from .workmodel import ProfiledModel, Transformer, model_id
 
 __all__ = ["autoplan", "RankedPlan", "RankedPlans"]
@@ -225,6 +225,12 @@ def _bool(name: str, v: Any) -> bool:
     return v
 
 
+def _dispatcher(v: Any) -> int:
+    if v not in DISPATCHERS:
+        raise ValueError(f"moe_dispatcher must be one of {', '.join(DISPATCHERS)}, got {v!r}")
+    return DISPATCHERS[v]
+
+
 def _fixed(name: str, v: Any, table: dict | None = None) -> int:
     if v is None:
         return -1
@@ -290,7 +296,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              sequence_parallel: bool | None = None, zero: int | None = None,
              cp: int | None = None, ep: int | None = None, etp: int | None = None,
              ep_placement: str | None = None, overlap_moe_comm: bool = False,
-             timeout: float | None = None,
+             moe_dispatcher: str = "alltoall", timeout: float | None = None,
              executor: Any = None) -> RankedPlans:
     """The ``top`` fastest plans (``objective="time"``) or the cheapest in
     GPU-seconds per iteration over the GPU counts ``gpus / 2^k``
@@ -306,7 +312,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     search.  Mixture-of-experts models add the expert layout: ``ep`` (the
     divisors of tp cp dp / etp that divide the experts), ``etp`` (1 or tp)
     and ``ep_placement`` ("inner" or "outer"), each searched unless fixed;
-    ``overlap_moe_comm=True`` prices every plan with the all-to-alls overlapped.
+    ``overlap_moe_comm=True`` prices every plan with the all-to-alls overlapped;
+    ``moe_dispatcher`` (``"alltoall"`` or ``"deepep"``) with that dispatcher.
     ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
     search with KeyboardInterrupt.  Raises ValueError for impossible arguments; a search with no
     plan that fits returns an empty ranking whose ``table()`` says why.
@@ -350,7 +357,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _fixed("sequence_parallel", sequence_parallel), _fixed("zero", zero), _fixed("cp", cp),
             _fixed("ep", ep), _fixed("etp", etp),
             _fixed("ep_placement", ep_placement, {"inner": 0, "outer": 1}),
-            int(_bool("overlap_moe_comm", overlap_moe_comm)))
+            int(_bool("overlap_moe_comm", overlap_moe_comm)),
+            _dispatcher(moe_dispatcher))
     t0 = time.perf_counter()
     if executor is not None:
         d = _distributed_search(executor, m._tuple(PRECISIONS[precision]), c, opts, timeout, top)
@@ -361,13 +369,13 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     ranked = []
     for rank, (pt, _t, _score, balanced) in enumerate(d["plans"], 1):
         (p_tp, p_pp, p_dp, p_cp, p_ep, v, mb, gb, sch, rc, sp, z, ov, split, p_etp, outer,
-         ep_ov) = pt
+         ep_ov, disp) = pt
         plan = ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, ep=p_ep,
                             virtual_stages=v, micro_batch=mb, schedule=_SCHED_NAMES[sch],
                             recompute=_RC_NAMES[rc], sequence_parallel=bool(sp), zero=z,
                             overlap_grad_reduce=bool(ov), split=split, model=mid,
                             etp=p_etp or None, ep_placement="outer" if outer else "inner",
-                            overlap_moe_comm=bool(ep_ov))
+                            overlap_moe_comm=bool(ep_ov), moe_dispatcher=DISPATCHERS_BY_CODE[disp])
         res = simulate(m, c, plan, precision=precision, timeline=False,
                        overhead_bytes=overhead_bytes)
         ranked.append(RankedPlan(rank, plan, res, bool(balanced)))

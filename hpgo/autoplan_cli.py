@@ -42,6 +42,8 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
                    help="fix where the expert-parallel group sits")
     p.add_argument("--overlap-moe-comm", action="store_true",
                    help="price MoE all-to-alls as overlapped with another micro-batch's compute")
+    p.add_argument("--moe-dispatcher", choices=("alltoall", "deepep"), default="alltoall",
+                   help="MoE token dispatcher: NCCL all-to-all, or DeepEP's node-deduplicating one")
     p.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"))
     p.add_argument("--recompute", choices=("none", "selective", "full"))
     p.add_argument("--timeout", type=float, help="seconds the search may take")
@@ -76,7 +78,8 @@ def run_autoplan(args) -> int:
         print("searching ...", end="\r", file=sys.stderr, flush=True)
     r = hpgo.autoplan(model, cluster, args.global_batch, seq=args.seq, gpus=args.gpus,
                       objective=args.objective, precision=args.precision, top=args.top,
-                      timeout=args.timeout, overlap_moe_comm=args.overlap_moe_comm, **fixed)
+                      timeout=args.timeout, overlap_moe_comm=args.overlap_moe_comm,
+                      moe_dispatcher=args.moe_dispatcher, **fixed)
     if args.json:
         json.dump({"model": getattr(r.model, "name", ""), "cluster": cluster.name,
                    "gpus": cluster.gpus, "global_batch": r.global_batch,

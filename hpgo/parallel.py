@@ -40,6 +40,9 @@ RECOMPUTE_MODES = {"none": _core.RECOMPUTE_NONE, "selective": _core.RECOMPUTE_SE
                    "full": _core.RECOMPUTE_FULL}
 PRECISIONS = {"bf16": _core.PRECISION_BF16, "fp16": _core.PRECISION_FP16,
               "fp8": _core.PRECISION_FP8, "fp32": _core.PRECISION_FP32}
+#: MoE token dispatchers (csrc/parplan.h HPGO_DISPATCH_)
+DISPATCHERS = {"alltoall": 0, "deepep": 1}
+DISPATCHERS_BY_CODE = {v: k for k, v in DISPATCHERS.items()}
 
 
 def _int(name: str, v: Any, lo: int = 1, hi: int = 1 << 40) -> int:
@@ -73,6 +76,12 @@ class ParallelPlan:
     ``overlap_moe_comm`` hides a MoE layer's all-to-alls behind the compute of
     another micro-batch (Megatron's ``--overlap-moe-expert-parallel-comm``,
     DeepSeek's DualPipe): only what exceeds the layer's compute stays.
+    ``moe_dispatcher``: ``"alltoall"`` sends every routed copy of a token
+    (Megatron's alltoall dispatcher, NCCL); ``"deepep"`` sends a token once
+    to each node holding one of its experts and forwards it inside the node
+    (DeepEP, Megatron's ``flex`` dispatcher), which cuts cross-node traffic
+    when the ep group spans nodes (and more under DeepSeek's node-limited
+    routing, :attr:`Transformer.routing_groups`).
     """
 
     global_batch: int
@@ -93,6 +102,7 @@ class ParallelPlan:
     etp: int | None = None
     ep_placement: str = "inner"
     overlap_moe_comm: bool = False
+    moe_dispatcher: str = "alltoall"
 
     def __post_init__(self) -> None:
         for f in ("global_batch", "tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch"):
@@ -102,6 +112,9 @@ class ParallelPlan:
             object.__setattr__(self, "etp", _int("etp", self.etp, 1, 1024))
         if self.ep_placement not in ("inner", "outer"):
             raise ValueError(f"ep_placement must be 'inner' or 'outer', got {self.ep_placement!r}")
+        if self.moe_dispatcher not in DISPATCHERS:
+            raise ValueError(f"moe_dispatcher must be one of {', '.join(DISPATCHERS)}, "
+                             f"got {self.moe_dispatcher!r}")
         if (self.tp * self.cp * self.dp) % ((self.etp or self.tp) * self.ep):
             raise ValueError(f"etp x ep = {(self.etp or self.tp) * self.ep} must divide "
                              f"tp x cp x dp = {self.tp * self.cp * self.dp} (expert layers "
@@ -140,7 +153,7 @@ class ParallelPlan:
                 self.global_batch, SCHEDULES[self.schedule], RECOMPUTE_MODES[self.recompute],
                 int(self.sequence_parallel), self.zero, int(self.overlap_grad_reduce),
                 self.split, self.etp or 0, int(self.ep_placement == "outer"),
-                int(self.overlap_moe_comm))
+                int(self.overlap_moe_comm), DISPATCHERS[self.moe_dispatcher])
 
     @property
     def expert_data_parallel(self) -> int:
@@ -294,7 +307,12 @@ class ParallelPlan:
             if model.experts:
                 a.append(f"--num-experts {model.experts} --moe-router-topk {model.topk} "
                          f"--moe-ffn-hidden-size {model.expert_ffn} --moe-grouped-gemm "
-                         "--moe-token-dispatcher-type alltoall")
+                         + ("--moe-token-dispatcher-type flex --moe-enable-deepep"
+                            if self.moe_dispatcher == "deepep"
+                            else "--moe-token-dispatcher-type alltoall"))
+                if model.routing_groups > 1:
+                    a.append(f"--moe-router-num-groups {model.routing_groups} "
+                             f"--moe-router-group-topk {model.routing_group_topk}")
                 if model.shared_experts:
                     a.append(f"--moe-shared-expert-intermediate-size "
                              f"{model.shared_experts * model.shared_ffn}")
@@ -405,7 +423,8 @@ class ParallelPlan:
             parts.append(f"ep={self.ep}" + (f" etp={self.etp}" if self.etp is not None and
                                             self.etp != self.tp else "") +
                          (" ep-outer" if self.ep_placement == "outer" else "") +
-                         (" ep-overlap" if self.overlap_moe_comm else ""))
+                         (" ep-overlap" if self.overlap_moe_comm else "") +
+                         (" deepep" if self.moe_dispatcher == "deepep" else ""))
         parts.append(f"mb={self.micro_batch}")
         if global_batch:
             parts.append(f"gb={self.global_batch}")

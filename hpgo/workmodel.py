@@ -64,7 +64,12 @@ class Transformer:
     ``dense_first`` layers keep a dense MLP of ``ffn``, and after them every
     ``moe_every``-th layer is MoE.  ``capacity_factor`` pads the experts'
     inputs (``None``: dropless); ``routing_imbalance`` is the busiest rank's
-    routed tokens over the mean (1: balanced routing).  Attention variants:
+    routed tokens over the mean (1: balanced routing); ``routing_groups`` /
+    ``routing_group_topk`` restrict each token to ``routing_group_topk`` of
+    ``routing_groups`` equal groups of experts (DeepSeek's ``n_group`` /
+    ``topk_group``: node-limited routing; 1: unrestricted), which a
+    node-deduplicating dispatcher turns into less cross-node traffic.
+    Attention variants:
     ``attn_bias`` (q/k/v/o biases), ``qk_norm`` (Qwen3), ``attn_sinks``
     (GPT-OSS), a sliding ``window`` on every ``window_every``-th layer
     (from layer 0), multi-head latent attention (``mla`` with ``q_lora``,
@@ -100,6 +105,8 @@ class Transformer:
     router_bias: bool = False
     capacity_factor: float | None = None
     routing_imbalance: float = 1.0
+    routing_groups: int = 1
+    routing_group_topk: int = 1
     attn_bias: bool = False
     qk_norm: bool = False
     attn_sinks: bool = False
@@ -139,7 +146,7 @@ class Transformer:
         for f in ("experts", "topk", "shared_experts", "dense_first", "mtp", "q_lora", "kv_lora",
                   "qk_nope", "qk_rope", "v_head"):
             object.__setattr__(self, f, _nonneg_int(f, getattr(self, f)))
-        for f in ("moe_every", "window_every"):
+        for f in ("moe_every", "window_every", "routing_groups", "routing_group_topk"):
             object.__setattr__(self, f, _pos_int(f, getattr(self, f)))
         for f in ("expert_ffn", "shared_ffn", "window"):
             if getattr(self, f) is not None:
@@ -153,6 +160,13 @@ class Transformer:
                 object.__setattr__(self, "shared_ffn", self.expert_ffn)
         elif self.topk or self.shared_experts or self.dense_first:
             raise ValueError("topk, shared_experts and dense_first need experts > 0")
+        if self.routing_groups > 1 and not (
+                self.experts and self.experts % self.routing_groups == 0
+                and self.routing_group_topk <= self.routing_groups
+                and self.routing_group_topk * (self.experts // self.routing_groups) >= self.topk):
+            raise ValueError(f"routing_groups ({self.routing_groups}) must divide experts "
+                             f"({self.experts}), with routing_group_topk "
+                             f"({self.routing_group_topk}) groups holding at least topk experts")
         for f, lo in (("capacity_factor", 0.0), ("routing_imbalance", 1.0)):
             v = getattr(self, f)
             if v is None:
@@ -175,7 +189,8 @@ class Transformer:
                int(self.router_bias), float(self.capacity_factor or 0.0),
                float(self.routing_imbalance), int(self.attn_bias), int(self.qk_norm),
                int(self.attn_sinks), self.window or 0, self.window_every, int(self.mla),
-               self.q_lora, self.kv_lora, self.qk_nope, self.qk_rope, self.v_head, self.mtp)
+               self.q_lora, self.kv_lora, self.qk_nope, self.qk_rope, self.v_head, self.mtp,
+               self.routing_groups, self.routing_group_topk)
         return ("transformer", precision, self.hidden, self.ffn, self.heads, self.kv_heads,
                 self.head_dim, self.layers, self.vocab, self.seq, _MLPS[self.mlp], int(self.tied),
                 int(self.bias), int(self.norm == "layernorm"), int(self.dropout), int(self.flash),
@@ -324,12 +339,12 @@ _PRESETS: dict[str, Transformer] = {
                          window=128, window_every=2),
     # deepseek-ai/DeepSeek-V3: latent attention, 1 shared + 256 routed
     # experts (router bias: e_score_correction_bias), 3 dense layers first,
-    # one multi-token-prediction module
+    # one multi-token-prediction module; node-limited routing (4 of 8 groups)
     "deepseek-v3": _moe("deepseek-v3", hidden=7168, ffn=18432, heads=128, kv_heads=128,
                         head_dim=192, layers=61, vocab=129280, seq=4096, experts=256, topk=8,
                         expert_ffn=2048, shared_experts=1, shared_ffn=2048, dense_first=3,
                         router_bias=True, mla=True, q_lora=1536, kv_lora=512, qk_nope=128,
-                        qk_rope=64, v_head=128, mtp=1),
+                        qk_rope=64, v_head=128, mtp=1, routing_groups=8, routing_group_topk=4),
 }
 _ALIASES = {"turing-530b": "megatron-530b", "mt-nlg-530b": "megatron-530b",
             "gpt3": "gpt3-175b", "gpt-3-175b": "gpt3-175b", "deepseek-v3-671b": "deepseek-v3",
@@ -440,6 +455,10 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
             f["expert_bias"] = f["router_bias"] = f["attn_sinks"] = True
         if cfg.get("topk_method") == "noaux_tc":  # DeepSeek-V3's e_score_correction_bias
             f["router_bias"] = True
+        if int(cfg.get("n_group") or 1) > 1 and cfg.get("topk_method") in (
+                "group_limited_greedy", "noaux_tc"):  # node-limited routing
+            f["routing_groups"] = int(cfg["n_group"])
+            f["routing_group_topk"] = int(get("topk_group"))
     if mt == "gpt_oss" or cfg.get("layer_types"):
         types = cfg.get("layer_types") or []
         win = cfg.get("sliding_window")
@@ -583,7 +602,8 @@ _MOE_FIELDS = {f.name: f.default for f in dataclasses.fields(Transformer)
                              "dense_first", "moe_every", "expert_bias", "router_bias",
                              "capacity_factor", "routing_imbalance", "attn_bias", "qk_norm",
                              "attn_sinks", "window", "window_every", "mla", "q_lora", "kv_lora",
-                             "qk_nope", "qk_rope", "v_head", "mtp")}
+                             "qk_nope", "qk_rope", "v_head", "mtp", "routing_groups",
+                             "routing_group_topk")}
 
 
 def model_id(model: Transformer | ProfiledModel) -> str:

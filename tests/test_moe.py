@@ -460,3 +460,116 @@ def test_selective_recomputation_with_fused_attention_is_megatrons_module_list()
     # a model without fused kernels keeps Korthikanti's attention-core recomputation
     g = hpgo.ParallelPlan(global_batch=8, dp=8, recompute="selective")
     assert "--recompute-activations" in g.megatron_args(hpgo.transformer("gpt3-175b"))
+
+
+# ---- node-deduplicating dispatch (DeepEP) and node-limited routing -----------------
+
+
+def _none_of(M, m, k):
+    return math.comb(M - m, k) / math.comb(M, k)
+
+
+def test_deepep_dispatch_crosses_once_per_node_touched():
+    """Qwen3-30B-A3B (128 experts, top-8) with ep 16 over two DGX H100
+    nodes: a token crosses to the other node once if any of its 8 experts
+    is there, and every copy for another GPU of a node moves over NVLink."""
+    m = hpgo.transformer("qwen3-30b-a3b").with_(layers=2)
+    c = hpgo.Cluster.preset("dgx-h100", nodes=2)
+    plan = hpgo.ParallelPlan(global_batch=16, dp=16, ep=16, micro_batch=1)
+    send = m.seq * 8 * 2048 * 2                       # the rank's routed copies, bf16
+    nodes, g0 = 2, 8
+    touched = nodes * (1 - _none_of(128, 64, 8))       # expected nodes a token reaches
+    ib, nv = c.levels[1], c.levels[0]
+    t_out = send / 8 * touched * (nodes - 1) / nodes / (ib.collective_bandwidth * ib.efficiency)
+    t_in = send * (g0 - 1) / g0 / (nv.collective_bandwidth * nv.efficiency)
+    a2a = max(t_out, t_in) + (nodes - 1) * ib.latency + (g0 - 1) * nv.latency
+    dedup = hpgo.simulate(m, c, plan.with_(moe_dispatcher="deepep")).stages[0]
+    assert dedup["ep_forward"] == pytest.approx(2 * 2 * a2a, rel=1e-12)
+    plain = hpgo.simulate(m, c, plan).stages[0]
+    assert plain["ep_forward"] == pytest.approx(
+        2 * 2 * c.collective_time("all_to_all", 16, send), rel=1e-12)
+    assert dedup["ep_forward"] < 0.6 * plain["ep_forward"]
+    # inside one node there is nothing to deduplicate
+    one = hpgo.Cluster.preset("dgx-h100", nodes=1)
+    p8 = hpgo.ParallelPlan(global_batch=8, dp=8, ep=8, micro_batch=1)
+    assert hpgo.simulate(m, one, p8.with_(moe_dispatcher="deepep")).iteration_time == \
+        hpgo.simulate(m, one, p8).iteration_time
+
+
+def test_node_limited_routing_reaches_fewer_nodes():
+    """DeepSeek-V3 routes a token within 4 of 8 expert groups; with ep 64 on
+    8 nodes each group is a node, so a token reaches at most 4 nodes -- the
+    formula hpgo uses agrees with sampling the routing."""
+    import random
+    E, k, groups, tg, nodes = 256, 8, 8, 4, 8
+    per = E // groups
+    want = nodes * (1 - ((1 - tg / groups) + tg / groups * _none_of(tg * per, per, k)))
+    rng = random.Random(7)
+    n, total = 20000, 0
+    for _ in range(n):
+        chosen = rng.sample(range(groups), tg)
+        experts = rng.sample([g * per + i for g in chosen for i in range(per)], k)
+        total += len({e // (E // nodes) for e in experts})
+    assert total / n == pytest.approx(want, rel=0.02)
+    assert want < 4 < nodes * (1 - _none_of(E, E // nodes, k))   # unrestricted: about 5.3
+    m = hpgo.transformer("deepseek-v3")
+    assert (m.routing_groups, m.routing_group_topk) == (8, 4)
+    c = hpgo.Cluster.preset("dgx-h100", nodes=16)
+    plan = hpgo.ParallelPlan(global_batch=128, tp=2, pp=8, dp=8, ep=16, etp=1,
+                             sequence_parallel=True, moe_dispatcher="deepep")
+    limited = hpgo.simulate(m, c, plan).stages[4]["ep_forward"]
+    free = hpgo.simulate(m.with_(routing_groups=1, routing_group_topk=1), c, plan).stages[4]
+    assert limited < free["ep_forward"]
+
+
+def test_dispatcher_in_plans_exports_autoplan_and_files(tmp_path):
+    m = hpgo.transformer("qwen3-235b-a22b")
+    plan = hpgo.ParallelPlan(global_batch=2048, tp=2, pp=8, dp=16, ep=32, etp=1,
+                             sequence_parallel=True, moe_dispatcher="deepep")
+    assert "deepep" in plan.describe()
+    assert "--moe-token-dispatcher-type flex --moe-enable-deepep" in plan.megatron_args(m)
+    assert "--moe-token-dispatcher-type alltoall" in plan.with_(
+        moe_dispatcher="alltoall").megatron_args(m)
+    assert "--moe-router-num-groups 8 --moe-router-group-topk 4" in \
+        plan.with_(ep=32).megatron_args(hpgo.transformer("deepseek-v3"))
+    plan.save(tmp_path / "p.json")
+    assert hpgo.ParallelPlan.load(tmp_path / "p.json") == plan
+    old = plan.to_dict()
+    del old["moe_dispatcher"]                     # files written before the field
+    assert hpgo.ParallelPlan.from_dict(old).moe_dispatcher == "alltoall"
+    c = hpgo.Cluster.preset("dgx-h100", nodes=4)
+    mx = hpgo.transformer("qwen3-30b-a3b")
+    r = hpgo.autoplan(mx, c, 256, top=3, ep=16, moe_dispatcher="deepep")
+    assert r.plans and all(p.plan.moe_dispatcher == "deepep" for p in r.plans)
+    plain = hpgo.autoplan(mx, c, 256, top=1, ep=16)
+    assert plain.plans[0].plan.moe_dispatcher == "alltoall"
+    assert r.plans[0].result.iteration_time <= plain.plans[0].result.iteration_time
+    with pytest.raises(ValueError, match="moe_dispatcher"):
+        hpgo.ParallelPlan(global_batch=8, moe_dispatcher="nccl")
+    with pytest.raises(ValueError, match="moe_dispatcher"):
+        hpgo.autoplan(mx, c, 256, moe_dispatcher="hybridep")
+
+
+@pytest.mark.parametrize("fields, words", [
+    (dict(routing_groups=3), "routing_groups"),
+    (dict(routing_groups=8, routing_group_topk=9), "routing_group_topk"),
+    (dict(routing_groups=64, routing_group_topk=1), "at least topk"),
+    (dict(routing_groups=0), "routing_groups"),
+])
+def test_bad_routing_groups(fields, words):
+    with pytest.raises((ValueError, TypeError), match=words):
+        hpgo.transformer("deepseek-v3", **fields)
+
+
+def test_from_hf_config_reads_node_limited_routing():
+    cfg = {"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+           "num_attention_heads": 128, "num_key_value_heads": 128, "num_hidden_layers": 61,
+           "vocab_size": 129280, "max_position_embeddings": 4096, "n_routed_experts": 256,
+           "num_experts_per_tok": 8, "moe_intermediate_size": 2048, "n_shared_experts": 1,
+           "first_k_dense_replace": 3, "topk_method": "noaux_tc", "n_group": 8,
+           "topk_group": 4, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+           "qk_rope_head_dim": 64, "v_head_dim": 128, "num_nextn_predict_layers": 1,
+           "tie_word_embeddings": False, "hidden_act": "silu", "rms_norm_eps": 1e-6}
+    m = hpgo.transformer.from_hf_config(cfg)
+    assert (m.routing_groups, m.routing_group_topk) == (8, 4)
+    assert hpgo.model_id(m.with_(name="deepseek-v3")) == hpgo.model_id(hpgo.transformer("deepseek-v3"))

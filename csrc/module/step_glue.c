@@ -177,7 +177,7 @@ static PyObject *from_cluster(const hpgo_cluster_t *c)
  *         (experts, topk, expert_ffn, shared_experts, shared_ffn, dense_first,
  *          moe_every, expert_bias, router_bias, capacity, imbalance, attn_bias,
  *          qk_norm, sinks, window, window_every, mla, q_lora, kv_lora, qk_nope,
- *          qk_rope, v_head, mtp))
+ *          qk_rope, v_head, mtp, route_groups, route_topk_groups))
  *     or ("chain", precision, batch, fwd, bwd, params, act, out) with five
  *        equally long tuples of floats.  `arrays` receives the chain's
  *        storage (PyMem); free it with PyMem_Free. */
@@ -213,13 +213,14 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
                 return -1;
         /* experts and attention variants */
         PyObject *ext = PyTuple_GET_ITEM(t, 18);
-        const Py_ssize_t M = 23;
+        const Py_ssize_t M = 25;
         int64_t *ints[17] = {&x->experts, &x->topk, &x->expert_ffn, &x->shared_experts,
                              &x->shared_ffn, &x->dense_first, &x->moe_every, &x->window,
                              &x->window_every, &x->q_lora, &x->kv_lora, &x->qk_nope,
-                             &x->qk_rope, &x->v_head, &x->mtp, NULL, NULL};
-        static const int idx64[15] = {0, 1, 2, 3, 4, 5, 6, 14, 15, 17, 18, 19, 20, 21, 22};
-        for (int i = 0; i < 15; i++)
+                             &x->qk_rope, &x->v_head, &x->mtp, &x->route_groups,
+                             &x->route_topk_groups};
+        static const int idx64[17] = {0, 1, 2, 3, 4, 5, 6, 14, 15, 17, 18, 19, 20, 21, 22, 23, 24};
+        for (int i = 0; i < 17; i++)
             if (get_i64(ext, idx64[i], M, "transformer expert/attention field", ints[i]) < 0)
                 return -1;
         int32_t *f32[6] = {&x->expert_bias, &x->router_bias, &x->attn_bias, &x->qk_norm,
@@ -277,12 +278,12 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
 
 /* plan: (tp, pp, dp, cp, ep, vstages, micro_batch, global_batch, schedule,
  *        recompute, sequence_parallel, zero, overlap_grad_reduce, split, etp,
- *        ep_outer, overlap_moe_comm)
+ *        ep_outer, overlap_moe_comm, moe_dispatcher)
  *        with split None or a tuple of pp * vstages + 1 ints.  `split`
  *        receives its storage (PyMem). */
 static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
 {
-    const Py_ssize_t N = 17;
+    const Py_ssize_t N = 18;
     memset(p, 0, sizeof *p);
     *split = NULL;
     int32_t *ints[6] = {&p->tp, &p->pp, &p->dp, &p->cp, &p->ep, &p->vstages};
@@ -298,7 +299,8 @@ static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
         get_i32(t, 11, N, "zero", &p->zero) < 0 ||
         get_i32(t, 12, N, "overlap_grad_reduce", &p->overlap_grad_reduce) < 0 ||
         get_i32(t, 14, N, "etp", &p->etp) < 0 || get_i32(t, 15, N, "ep_outer", &p->ep_outer) < 0 ||
-        get_i32(t, 16, N, "overlap_moe_comm", &p->overlap_ep) < 0)
+        get_i32(t, 16, N, "overlap_moe_comm", &p->overlap_ep) < 0 ||
+        get_i32(t, 17, N, "moe_dispatcher", &p->dispatcher) < 0)
         return -1;
     PyObject *s = PyTuple_GET_ITEM(t, 13);
     if (s == Py_None)
@@ -649,11 +651,12 @@ static PyObject *plan_tuple(const hpgo_parplan_t *p)
     } else {
         split = Py_NewRef(Py_None);
     }
-    return Py_BuildValue("(iiiiiiLLiiiiiNiii)", (int)p->tp, (int)p->pp, (int)p->dp, (int)p->cp,
+    return Py_BuildValue("(iiiiiiLLiiiiiNiiii)", (int)p->tp, (int)p->pp, (int)p->dp, (int)p->cp,
                          (int)p->ep, (int)p->vstages, (long long)p->micro_batch,
                          (long long)p->global_batch, (int)p->schedule, (int)p->recompute,
                          (int)p->sequence_parallel, (int)p->zero, (int)p->overlap_grad_reduce,
-                         split, (int)p->etp, (int)p->ep_outer, (int)p->overlap_ep);
+                         split, (int)p->etp, (int)p->ep_outer, (int)p->overlap_ep,
+                         (int)p->dispatcher);
 }
 
 typedef struct autoplan_work {
@@ -675,8 +678,9 @@ PyDoc_STRVAR(autoplan_doc,
              "_autoplan(model, cluster, opts, timeout) -> dict\n\n"
              "opts: (global_batch, gpus, objective, top, exhaustive, threads, max_micro_batch,\n"
              "max_vstages, overhead_bytes or None, tp, pp, dp, vstages, micro_batch, schedule,\n"
-             "recompute, sequence_parallel, zero, cp, ep, etp, ep_outer, overlap_moe_comm) with\n"
-             "-1 for a free choice (overlap_moe_comm: -1 is off).  The GIL is released while\n"
+             "recompute, sequence_parallel, zero, cp, ep, etp, ep_outer, overlap_moe_comm,\n"
+             "moe_dispatcher) with -1 for a free choice (overlap_moe_comm: -1 is off;\n"
+             "moe_dispatcher: -1 is the all-to-all).  The GIL is released while\n"
              "the search runs.");
 
 static PyObject *autoplan(PyObject *module, PyObject *args)
@@ -693,7 +697,7 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     double *arrays = NULL;
     PyObject *res = NULL;
     memset(&o, 0, sizeof o);
-    const Py_ssize_t N = 23;
+    const Py_ssize_t N = 24;
     if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c) < 0)
         goto done;
     if (get_i64(ot, 0, N, "global_batch", &o.global_batch) < 0 ||
@@ -707,10 +711,10 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     if (PyTuple_GET_ITEM(ot, 8) != Py_None &&
         glue_f64(PyTuple_GET_ITEM(ot, 8), "overhead_bytes", &o.overhead_bytes) < 0)
         goto done;
-    int32_t *fixed[14] = {&o.tp, &o.pp, &o.dp, &o.vstages, &o.micro_batch, &o.schedule,
+    int32_t *fixed[15] = {&o.tp, &o.pp, &o.dp, &o.vstages, &o.micro_batch, &o.schedule,
                           &o.recompute, &o.sequence_parallel, &o.zero, &o.cp,
-                          &o.ep, &o.etp, &o.ep_outer, &o.overlap_ep};
-    for (int i = 0; i < 14; i++)
+                          &o.ep, &o.etp, &o.ep_outer, &o.overlap_ep, &o.dispatcher};
+    for (int i = 0; i < 15; i++)
         if (get_i32(ot, 9 + i, N, "fixed choice", fixed[i]) < 0)
             goto done;
     hpgo_cancel_t cancel;

@@ -104,6 +104,16 @@ static void test_contract(void)
     double ar8 = hpgo_cost_collective(&c, HPGO_COLL_ALLREDUCE, 8, 1, 1e9, HPGO_ALGO_RING);
     double rs8 = hpgo_cost_collective(&c, HPGO_COLL_REDUCE_SCATTER, 8, 1, 1e9, HPGO_ALGO_RING);
     CHECK(ar8 > 0 && fabs(ar8 - 2 * rs8) < 1e-12);
+    /* node-deduplicating dispatch: inside a node it is the all-to-all;
+     * across nodes fewer copies cross (touched < k), never more */
+    double a2a8 = hpgo_cost_collective(&c, HPGO_COLL_ALLTOALL, 8, 1, 1e9, HPGO_ALGO_AUTO);
+    CHECK(hpgo_cost_dispatch_dedup(&c, 8, 1, 1e9, 8, 1.5) == a2a8);
+    double a2a16 = hpgo_cost_collective(&c, HPGO_COLL_ALLTOALL, 16, 1, 1e9, HPGO_ALGO_AUTO);
+    double d16 = hpgo_cost_dispatch_dedup(&c, 16, 1, 1e9, 8, 1.99);
+    CHECK(d16 > 0 && d16 < a2a16);
+    CHECK(hpgo_cost_dispatch_dedup(&c, 16, 1, 1e9, 8, 100) >= d16); /* touched capped */
+    CHECK(hpgo_cost_dispatch_dedup(&c, 1, 1, 1e9, 8, 1) == 0);
+    CHECK(hpgo_cost_dispatch_dedup(&c, 32, 1, 1e9, 8, 2) == 0); /* no such group */
 
     hpgo_work_t w;
     memset(&w, 0, sizeof w);
