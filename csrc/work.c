@@ -627,6 +627,7 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
     acc_t core = {0, 0}, cb = {0, 0};
     core_fwd(k, &core, s, keys);
     core_bwd(k, &cb, s, keys);
+    double f_mlp = 0, b_mlp = 0; /* a MoE layer's expert-side compute, forward and backward */
 
     /* forward */
     vec(k, &o->fw, tl * h, 5, 2 * E * tl * h); /* norm 1 */
@@ -643,12 +644,13 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
         double n_tl = tl * s->ex;
         mm(&kb, &o->fw, tl, h, s->ex); /* router */
         vec(k, &o->fw, n_tl, 8, 2 * 4 * n_tl);
-        double moved = s->rx * h;
+        double moved = s->rx * h, f0 = o->fw.t, b0 = o->bi.t;
         vec(k, &o->fw, moved, 1, 2 * E * moved); /* permute */
         experts_pass(k, &o->fw, s, 0);
         vec(k, &o->fw, moved, 2, 3 * E * moved); /* unpermute, weighted sum */
         if (s->fsh > 0)
             mlp_fwd(k, &o->fw, s, T, s->fsh, s->t);
+        f_mlp = o->fw.t - f0;
         vec(k, &o->bi, moved, 2, 3 * E * moved);
         experts_pass(k, &o->bi, s, 1);
         vec(k, &o->bi, moved, 1, 2 * E * moved);
@@ -660,6 +662,7 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
         mm(&kb, &o->bw, h, tl, s->ex);
         if (s->fsh > 0)
             mlp_bwd(&kw, &o->bw, s, T, s->fsh, s->t, 1);
+        b_mlp = o->bi.t - b0 + o->bw.t;
     } else {
         mlp_fwd(k, &o->fw, s, T, s->f, s->t);
         mlp_bwd(k, &o->bi, s, T, s->f, s->t, 0);
@@ -727,11 +730,20 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
                  hpgo_cost_collective(c, HPGO_COLL_REDUCE_SCATTER, (int64_t)s->etp, 1, s->rx * h * E, HPGO_ALGO_AUTO);
         o->ep_f = o->ep_b = 2 * a2a + eg;
         if (p->overlap_ep) {
-            /* steady state: the all-to-alls of one micro-batch run while
-             * another computes; what exceeds the layer's compute stays */
-            double comm = o->ep_f + o->ep_b, comp = o->fw.t + o->bi.t + o->bw.t;
-            double exposed = comm > comp ? comm - comp : 0;
-            o->ep_f = o->ep_b = comm > 0 ? exposed / 2 : 0;
+            /* Megatron's combined 1F1B (and DualPipe): in the steady state
+             * the forward of one micro-batch runs beside the backward of
+             * another, each communication phase of one next to a compute
+             * phase of the other -- attention and router beside the
+             * backward combine, the dispatch beside the experts' backward,
+             * the experts beside the backward dispatch, the combine beside
+             * the attention's backward; a pair takes the longer of the two,
+             * what exceeds the compute is exposed */
+            double cf = o->ep_f / 2, cbk = o->ep_b / 2;
+            double comp = o->fw.t + o->bi.t + o->bw.t;
+            double fa = o->fw.t - f_mlp, ba = o->bi.t + o->bw.t - b_mlp;
+            double paired = fmax(fa, cbk) + fmax(cf, b_mlp) + fmax(f_mlp, cbk) + fmax(cf, ba);
+            double exposed = paired > comp ? paired - comp : 0;
+            o->ep_f = o->ep_b = cf + cbk > 0 ? exposed / 2 : 0;
         }
         if (gs > 1) /* the permuted copies sent, and the expert outputs received back */
             o->buf = 2 * send;

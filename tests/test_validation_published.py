@@ -1,26 +1,36 @@
 """The training-step model against published H100 runs (hpgo.validation):
-Megatron-Bridge's performance summaries for MoE and FP8 pretraining.
+Megatron-Bridge's performance summaries for MoE and FP8 pretraining (with
+the recomputation, dispatcher and all-to-all overlap of their recipes) and
+the Qwen3-235B-A22B runs of NVIDIA's Megatron-MoE-ModelZoo.
 
 What is checked is what docs/moe.md reports: every published configuration
-fits in memory with some recomputation; the dense FP8 Llama 70B and 405B
-runs, simulated as published, are within 15 % of the published tokens/s
-per GPU and Qwen3-235B-A22B within 20 %; the fine-grained MoE runs (many
-small experts, where the published runs reach 12-25 % MFU) are predicted
-faster than published -- the model's known limit, stated in the docs."""
+fits in memory with some recomputation; the dense FP8 Llama runs, simulated
+as published, are within 15 % of the published tokens/s per GPU (10 % on the
+GPU calibrated to measured kernels); Qwen3-235B-A22B's overlapped run and
+ModelZoo's cross-node DeepEP run without overlap within 15 %; the
+fine-grained in-node MoE runs (many small experts, where the published runs
+reach 12-25 % MFU) are predicted faster than published -- the model's known
+limit, stated in the docs."""
+import dataclasses
+from pathlib import Path
+
 import pytest
 
-from hpgo import validation
+from hpgo import calibrate, validation
 
 CHECKS = {(c.run.source[-5:], c.run.model): c for c in validation.check()}
+ZOO = validation.check(validation.MEGATRON_MOE_MODELZOO_H100)
+KERNELS = Path(__file__).resolve().parents[1] / "profiles" / "h100-sxm5-kernels.json"
 
 
 def test_every_published_configuration_fits_with_some_recomputation():
     assert len(CHECKS) == len(validation.MEGATRON_BRIDGE_H100) == 12
-    for c in CHECKS.values():
+    for c in list(CHECKS.values()) + ZOO:
         assert c.fits_somehow, c
         assert c.memory_fitting_gib <= 80e9 / 2 ** 30
-        assert c.fits == (c.recompute == "none")
-    assert sum(c.fits for c in CHECKS.values()) == 8
+        assert c.fits == (c.recompute == (c.run.recompute or "none"))
+    assert sum(c.fits for c in CHECKS.values()) == 9
+    assert all(c.fits for c in ZOO)
 
 
 @pytest.mark.parametrize("key", [("25.11", "llama3-70b"), ("26.02", "llama3-70b"),
@@ -29,9 +39,11 @@ def test_dense_fp8_llama_runs_within_15_percent(key):
     assert abs(CHECKS[key].error) < 0.15, CHECKS[key]
 
 
-@pytest.mark.parametrize("key", [("25.11", "qwen3-235b-a22b"), ("26.02", "qwen3-235b-a22b")])
-def test_coarse_moe_runs_within_20_percent(key):
-    assert abs(CHECKS[key].error) < 0.20, CHECKS[key]
+def test_overlapped_coarse_moe_run_within_15_percent():
+    c = CHECKS["26.02", "qwen3-235b-a22b"]
+    assert c.run.overlap_moe_comm and abs(c.error) < 0.15, c
+    # the same layout without the overlap (the 25.11 recipe) is predicted slower
+    assert CHECKS["25.11", "qwen3-235b-a22b"].error < -0.15
 
 
 @pytest.mark.parametrize("key", [("25.11", "qwen3-30b-a3b"), ("26.02", "qwen3-30b-a3b"),
@@ -40,11 +52,37 @@ def test_fine_grained_moe_is_predicted_faster_than_published(key):
     assert CHECKS[key].error > 0.15, CHECKS[key]
 
 
+def test_modelzoo_deepep_run_without_overlap_within_15_percent():
+    base, overlap, fsdp, tp4 = ZOO
+    assert base.run.dispatcher == "deepep" and not base.run.overlap_moe_comm
+    assert abs(base.error) < 0.15, base
+    assert abs(fsdp.error) < 0.15, fsdp
+    # the model's overlap hides far more than the published 11 % (docs/moe.md)
+    assert overlap.error > 0.3
+    assert overlap.run.tokens_per_gpu / base.run.tokens_per_gpu == pytest.approx(19.7 / 17.6)
+    # the same run with NCCL's all-to-all would be far slower in the model
+    plain = validation.check((dataclasses.replace(base.run, dispatcher="alltoall"),))[0]
+    assert plain.tokens_per_gpu < 0.85 * base.tokens_per_gpu
+
+
 def test_plans_of_published_runs():
     run = validation.MEGATRON_BRIDGE_H100[-1]
     p = run.plan()
     assert (p.tp, p.pp, p.dp, p.ep, p.etp, p.virtual_stages) == (2, 8, 64, 64, 1, 4)
     assert p.expert_data_parallel == 2
     assert p.schedule == "interleaved-1f1b" and p.sequence_parallel and p.zero == 1
-    text = repr(CHECKS[("25.09", "deepseek-v3")])
-    assert "does not fit" in text and "recompute=selective" in text
+    assert (p.moe_dispatcher, p.overlap_moe_comm, p.recompute) == ("deepep", True, "selective")
+    text = repr(CHECKS[("25.11", "gpt-oss-120b")])
+    assert "does not fit" in text and "recompute=full" in text
+    assert validation.MEGATRON_MOE_MODELZOO_H100[2].plan().zero == 3
+
+
+def test_calibrated_gpu_brings_dense_runs_within_10_percent():
+    if not KERNELS.exists():
+        pytest.skip("profiles/h100-sxm5-kernels.json is not in this checkout")
+    gpu = calibrate.fit(calibrate.load(KERNELS), "dgx-h100")
+    rows = {(c.run.source[-5:], c.run.model): c for c in validation.check(gpu=gpu)}
+    for key, c in rows.items():
+        if key[1].startswith("llama"):
+            assert abs(c.error) < 0.10, c
+    assert sum(abs(c.error) < 0.15 for c in rows.values()) >= 6
