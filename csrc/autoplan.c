@@ -494,6 +494,7 @@ static int enumerate(search_t *S, int64_t N, hpgo_err_t *err)
                 base.tp = (int32_t)tp, base.pp = (int32_t)pp, base.dp = (int32_t)dp;
                 base.cp = (int32_t)cp, base.ep = 1, base.micro_batch = mb, base.global_batch = B;
                 base.overlap_grad_reduce = 1;
+                base.fp8_params = o->fp8_params == 1;
                 /* schedules and their vstages */
                 static const int order[] = {HPGO_PS_1F1B, HPGO_PS_ZBH1, HPGO_PS_INTERLEAVED,
                                             HPGO_PS_ZBV, HPGO_PS_GPIPE};

@@ -15,7 +15,7 @@ void hpgo_memory_breakdown(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int
                            double activations, double other, hpgo_mem_t *out)
 {
     double wb, gb, ob;
-    hpgo_work_state_bytes(precision, &wb, &gb, &ob);
+    hpgo_work_state_bytes(precision, p->fp8_params, &wb, &gb, &ob);
     double d = (double)p->dp * p->cp; /* ZeRO shards over every replica of the sequence */
     int64_t edp = hpgo_parplan_edp(p);
     double de = edp > 0 ? (double)edp : 1; /* ... and an expert's over its replicas */

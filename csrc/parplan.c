@@ -40,10 +40,12 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "pp must be in 1..%d", HPGO_PLAN_MAX_PP);
     if (p->ep > (1 << 24) || p->etp < 0 || p->etp > 1024 || (p->ep_outer != 0 && p->ep_outer != 1) ||
         (p->overlap_ep != 0 && p->overlap_ep != 1) ||
-        (p->dispatcher != HPGO_DISPATCH_ALLTOALL && p->dispatcher != HPGO_DISPATCH_DEDUP))
+        (p->dispatcher != HPGO_DISPATCH_ALLTOALL && p->dispatcher != HPGO_DISPATCH_DEDUP) ||
+        (p->fp8_params != 0 && p->fp8_params != 1))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                            "ep must be in 1..2^24, etp in 0..1024 (0: = tp), ep_outer and "
-                            "overlap_ep 0 or 1, dispatcher 0 (all-to-all) or 1 (deduplicating)");
+                            "ep must be in 1..2^24, etp in 0..1024 (0: = tp), ep_outer, "
+                            "overlap_ep and fp8_params 0 or 1, dispatcher 0 (all-to-all) or 1 "
+                            "(deduplicating)");
     if (hpgo_parplan_edp(p) < 1)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "etp x ep = %lld must divide tp x cp x dp = %lld (expert layers "

@@ -58,6 +58,10 @@ typedef struct hpgo_parplan {
      * (DeepEP / Megatron's flex dispatcher: a token crosses once to each
      * node holding one of its experts, then is forwarded inside the node) */
     int32_t dispatcher;
+    /* 1: fp8 training keeps the weights in fp8 only (Megatron's
+     * --fp8-param-gather: no 16-bit copy beside the fp8 weight and its
+     * transpose; the optimizer's fp32 master copy stays) */
+    int32_t fp8_params;
 } hpgo_parplan_t;
 
 enum { HPGO_DISPATCH_ALLTOALL = 0, HPGO_DISPATCH_DEDUP = 1 };

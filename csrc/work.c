@@ -196,13 +196,16 @@ int64_t hpgo_work_layers(const hpgo_work_t *w)
     return w->kind == HPGO_WORK_TRANSFORMER ? w->x.layers : w->chain.n;
 }
 
-void hpgo_work_state_bytes(int32_t precision, double *weights, double *grads, double *optimizer)
+void hpgo_work_state_bytes(int32_t precision, int32_t fp8_params, double *weights, double *grads,
+                           double *optimizer)
 {
     if (precision == HPGO_PREC_FP32) {
         *weights = 4, *grads = 4, *optimizer = 8;
         return;
     }
-    *weights = precision == HPGO_PREC_FP8 ? 4 : 2; /* + fp8 copy and its transpose */
+    /* fp8: the fp8 weight and its transpose, beside the 16-bit weight
+     * unless the weights are kept in fp8 only */
+    *weights = precision == HPGO_PREC_FP8 ? (fp8_params ? 2 : 4) : 2;
     *grads = 4;
     *optimizer = 12;
 }

@@ -175,6 +175,7 @@ int hpgo_work_is_moe_layer(const hpgo_xformer_t *x, int64_t i);
 /* Bytes per parameter of weights, gradients and optimizer state for the
  * precision (bf16 / fp16: 2 + 4 + 12 as Megatron with fp32 main gradients
  * and Adam; fp8: 2 more for the fp8 weight copies; fp32: 4 + 4 + 8). */
-void hpgo_work_state_bytes(int32_t precision, double *weights, double *grads, double *optimizer);
+void hpgo_work_state_bytes(int32_t precision, int32_t fp8_params, double *weights, double *grads,
+                           double *optimizer);
 
 #endif

@@ -296,7 +296,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              sequence_parallel: bool | None = None, zero: int | None = None,
              cp: int | None = None, ep: int | None = None, etp: int | None = None,
              ep_placement: str | None = None, overlap_moe_comm: bool = False,
-             moe_dispatcher: str = "alltoall", timeout: float | None = None,
+             moe_dispatcher: str = "alltoall", fp8_params: bool = False,
+             timeout: float | None = None,
              executor: Any = None) -> RankedPlans:
     """The ``top`` fastest plans (``objective="time"``) or the cheapest in
     GPU-seconds per iteration over the GPU counts ``gpus / 2^k``
@@ -313,7 +314,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     divisors of tp cp dp / etp that divide the experts), ``etp`` (1 or tp)
     and ``ep_placement`` ("inner" or "outer"), each searched unless fixed;
     ``overlap_moe_comm=True`` prices every plan with the all-to-alls overlapped;
-    ``moe_dispatcher`` (``"alltoall"`` or ``"deepep"``) with that dispatcher.
+    ``moe_dispatcher`` (``"alltoall"`` or ``"deepep"``) with that dispatcher;
+    ``fp8_params=True`` keeps fp8 weights only (see :class:`ParallelPlan`).
     ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
     search with KeyboardInterrupt.  Raises ValueError for impossible arguments; a search with no
     plan that fits returns an empty ranking whose ``table()`` says why.
@@ -358,7 +360,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _fixed("ep", ep), _fixed("etp", etp),
             _fixed("ep_placement", ep_placement, {"inner": 0, "outer": 1}),
             int(_bool("overlap_moe_comm", overlap_moe_comm)),
-            _dispatcher(moe_dispatcher))
+            _dispatcher(moe_dispatcher), int(_bool("fp8_params", fp8_params)))
     t0 = time.perf_counter()
     if executor is not None:
         d = _distributed_search(executor, m._tuple(PRECISIONS[precision]), c, opts, timeout, top)
@@ -369,13 +371,14 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     ranked = []
     for rank, (pt, _t, _score, balanced) in enumerate(d["plans"], 1):
         (p_tp, p_pp, p_dp, p_cp, p_ep, v, mb, gb, sch, rc, sp, z, ov, split, p_etp, outer,
-         ep_ov, disp) = pt
+         ep_ov, disp, f8p) = pt
         plan = ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, ep=p_ep,
                             virtual_stages=v, micro_batch=mb, schedule=_SCHED_NAMES[sch],
                             recompute=_RC_NAMES[rc], sequence_parallel=bool(sp), zero=z,
                             overlap_grad_reduce=bool(ov), split=split, model=mid,
                             etp=p_etp or None, ep_placement="outer" if outer else "inner",
-                            overlap_moe_comm=bool(ep_ov), moe_dispatcher=DISPATCHERS_BY_CODE[disp])
+                            overlap_moe_comm=bool(ep_ov), moe_dispatcher=DISPATCHERS_BY_CODE[disp],
+                            fp8_params=bool(f8p))
         res = simulate(m, c, plan, precision=precision, timeline=False,
                        overhead_bytes=overhead_bytes)
         ranked.append(RankedPlan(rank, plan, res, bool(balanced)))

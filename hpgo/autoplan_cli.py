@@ -44,6 +44,8 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
                    help="price MoE all-to-alls as overlapped with another micro-batch's compute")
     p.add_argument("--moe-dispatcher", choices=("alltoall", "deepep"), default="alltoall",
                    help="MoE token dispatcher: NCCL all-to-all, or DeepEP's node-deduplicating one")
+    p.add_argument("--fp8-params", action="store_true",
+                   help="fp8 training keeps the weights in fp8 only (Megatron's --fp8-param-gather)")
     p.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"))
     p.add_argument("--recompute", choices=("none", "selective", "full"))
     p.add_argument("--timeout", type=float, help="seconds the search may take")
@@ -79,7 +81,7 @@ def run_autoplan(args) -> int:
     r = hpgo.autoplan(model, cluster, args.global_batch, seq=args.seq, gpus=args.gpus,
                       objective=args.objective, precision=args.precision, top=args.top,
                       timeout=args.timeout, overlap_moe_comm=args.overlap_moe_comm,
-                      moe_dispatcher=args.moe_dispatcher, **fixed)
+                      moe_dispatcher=args.moe_dispatcher, fp8_params=args.fp8_params, **fixed)
     if args.json:
         json.dump({"model": getattr(r.model, "name", ""), "cluster": cluster.name,
                    "gpus": cluster.gpus, "global_batch": r.global_batch,

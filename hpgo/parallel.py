@@ -81,7 +81,10 @@ class ParallelPlan:
     to each node holding one of its experts and forwards it inside the node
     (DeepEP, Megatron's ``flex`` dispatcher), which cuts cross-node traffic
     when the ep group spans nodes (and more under DeepSeek's node-limited
-    routing, :attr:`Transformer.routing_groups`).
+    routing, :attr:`Transformer.routing_groups`).  ``fp8_params`` (fp8
+    training) keeps the weights in fp8 only, as Megatron's
+    ``--fp8-param-gather``: 2 bytes per parameter (the fp8 weight and its
+    transpose) instead of 4 with the 16-bit copy.
     """
 
     global_batch: int
@@ -103,6 +106,7 @@ class ParallelPlan:
     ep_placement: str = "inner"
     overlap_moe_comm: bool = False
     moe_dispatcher: str = "alltoall"
+    fp8_params: bool = False
 
     def __post_init__(self) -> None:
         for f in ("global_batch", "tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch"):
@@ -124,7 +128,7 @@ class ParallelPlan:
         if self.recompute not in RECOMPUTE_MODES:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}; "
                              f"got {self.recompute!r}")
-        for f in ("sequence_parallel", "overlap_grad_reduce", "overlap_moe_comm"):
+        for f in ("sequence_parallel", "overlap_grad_reduce", "overlap_moe_comm", "fp8_params"):
             if not isinstance(getattr(self, f), bool):
                 raise TypeError(f"{f} must be a bool")
         if self.split is not None:
@@ -153,7 +157,8 @@ class ParallelPlan:
                 self.global_batch, SCHEDULES[self.schedule], RECOMPUTE_MODES[self.recompute],
                 int(self.sequence_parallel), self.zero, int(self.overlap_grad_reduce),
                 self.split, self.etp or 0, int(self.ep_placement == "outer"),
-                int(self.overlap_moe_comm), DISPATCHERS[self.moe_dispatcher])
+                int(self.overlap_moe_comm), DISPATCHERS[self.moe_dispatcher],
+                int(self.fp8_params))
 
     @property
     def expert_data_parallel(self) -> int:
@@ -284,6 +289,8 @@ class ParallelPlan:
         if self.overlap_grad_reduce and self.dp > 1:
             a.append("--overlap-grad-reduce" + (" --overlap-param-gather" if self.zero else ""))
         a.append({"bf16": "--bf16", "fp16": "--fp16", "fp8": "--bf16 --fp8-format hybrid"}[precision])
+        if precision == "fp8" and self.fp8_params:
+            a.append("--fp8-param-gather")
         if isinstance(model, Transformer):
             a += [f"--num-layers {model.layers}", f"--hidden-size {model.hidden}",
                   f"--ffn-hidden-size {model.ffn}", f"--num-attention-heads {model.heads}",

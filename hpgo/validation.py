@@ -46,6 +46,7 @@ class PublishedRun:
     recompute: str | None = None   # hpgo's name of the published recomputation
     dispatcher: str = "alltoall"   # MoE token dispatcher ("deepep": DeepEP / flex)
     overlap_moe_comm: bool = False  # EP all-to-all overlapped with another micro-batch
+    fp8_params: bool = True         # fp8 runs keep fp8 weights only (--fp8-param-gather)
 
     def plan(self, recompute: str | None = None) -> Any:
         from .parallel import ParallelPlan
@@ -57,7 +58,8 @@ class PublishedRun:
                             recompute=recompute or self.recompute or "none",
                             sequence_parallel=self.tp > 1, zero=3 if self.fsdp else 1,
                             moe_dispatcher=self.dispatcher,
-                            overlap_moe_comm=self.overlap_moe_comm)
+                            overlap_moe_comm=self.overlap_moe_comm,
+                            fp8_params=self.precision == "fp8" and self.fp8_params)
 
 
 _MB = "Megatron-Bridge performance summary, NeMo "
@@ -90,6 +92,11 @@ MEGATRON_BRIDGE_H100: tuple[PublishedRun, ...] = (
                  "the recipe found has VP 12"),
     PublishedRun(_MB + "25.11", "qwen3-235b-a22b", 256, "fp8", 2048, 1, 4096, False, 2, 8, 1, 4, 32, 1575,
                  "all-to-all overlap off in the recipe found, on a little later"),
+    PublishedRun(_MB + "25.09", "qwen3-30b-a3b", 16, "fp8", 512, 2, 4096, False, 1, 2, 1, 24, 8, 10494,
+                 "token dropping (with forced balancing the same work as dropless); the same "
+                 "layout as 25.11's 5275"),
+    PublishedRun(_MB + "25.09", "qwen3-235b-a22b", 256, "fp8", 2048, 1, 4096, False, 2, 8, 1, 4, 32, 1204,
+                 "token dropping; the same layout as 25.11's 1575"),
     PublishedRun(_MB + "25.09", "deepseek-v3", 1024, "fp8", 8192, 1, 4096, False, 2, 8, 1, 4, 64, 1297,
                  "dropless; DeepEP, 1F1B all-to-all overlap, recompute modules mla_up_proj, mlp; "
                  "layout Et|(tt|)*30mL", recompute="selective", dispatcher="deepep",

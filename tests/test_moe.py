@@ -592,3 +592,29 @@ def test_from_hf_config_reads_node_limited_routing():
     m = hpgo.transformer.from_hf_config(cfg)
     assert (m.routing_groups, m.routing_group_topk) == (8, 4)
     assert hpgo.model_id(m.with_(name="deepseek-v3")) == hpgo.model_id(hpgo.transformer("deepseek-v3"))
+
+
+def test_fp8_params_keep_only_the_fp8_weights():
+    m = hpgo.transformer("llama3-70b")
+    c = hpgo.Cluster.preset("dgx-h100", nodes=8)
+    plan = hpgo.ParallelPlan(global_batch=128, tp=4, pp=8, dp=2, virtual_stages=5,
+                             schedule="interleaved-1f1b", sequence_parallel=True, zero=1)
+    a = hpgo.simulate(m, c, plan, precision="fp8", timeline=False)
+    b = hpgo.simulate(m, c, plan.with_(fp8_params=True), precision="fp8", timeline=False)
+    for x, y in zip(a.memory, b.memory):
+        # 4 bytes per parameter (16-bit weight, fp8 copy, transpose) -> 2
+        assert y.weights == pytest.approx(x.weights / 2, rel=1e-12)
+        assert y.optimizer == x.optimizer and y.gradients == x.gradients
+    assert b.iteration_time == a.iteration_time
+    bf = hpgo.simulate(m, c, plan.with_(fp8_params=True), precision="bf16", timeline=False)
+    assert bf.memory[0].weights == hpgo.simulate(m, c, plan, precision="bf16",
+                                                 timeline=False).memory[0].weights
+    assert "--fp8-param-gather" in plan.with_(fp8_params=True).megatron_args(m, precision="fp8")
+    assert "--fp8-param-gather" not in plan.megatron_args(m, precision="fp8")
+    old = plan.to_dict()
+    del old["fp8_params"]
+    assert hpgo.ParallelPlan.from_dict(old) == plan
+    r = hpgo.autoplan(m, c, 128, precision="fp8", top=2, tp=4, pp=8, fp8_params=True)
+    assert r.plans and all(p.plan.fp8_params for p in r.plans)
+    with pytest.raises(TypeError, match="fp8_params"):
+        hpgo.ParallelPlan(global_batch=8, fp8_params=1)

@@ -278,12 +278,12 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
 
 /* plan: (tp, pp, dp, cp, ep, vstages, micro_batch, global_batch, schedule,
  *        recompute, sequence_parallel, zero, overlap_grad_reduce, split, etp,
- *        ep_outer, overlap_moe_comm, moe_dispatcher)
+ *        ep_outer, overlap_moe_comm, moe_dispatcher, fp8_params)
  *        with split None or a tuple of pp * vstages + 1 ints.  `split`
  *        receives its storage (PyMem). */
 static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
 {
-    const Py_ssize_t N = 18;
+    const Py_ssize_t N = 19;
     memset(p, 0, sizeof *p);
     *split = NULL;
     int32_t *ints[6] = {&p->tp, &p->pp, &p->dp, &p->cp, &p->ep, &p->vstages};
@@ -300,7 +300,8 @@ static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
         get_i32(t, 12, N, "overlap_grad_reduce", &p->overlap_grad_reduce) < 0 ||
         get_i32(t, 14, N, "etp", &p->etp) < 0 || get_i32(t, 15, N, "ep_outer", &p->ep_outer) < 0 ||
         get_i32(t, 16, N, "overlap_moe_comm", &p->overlap_ep) < 0 ||
-        get_i32(t, 17, N, "moe_dispatcher", &p->dispatcher) < 0)
+        get_i32(t, 17, N, "moe_dispatcher", &p->dispatcher) < 0 ||
+        get_i32(t, 18, N, "fp8_params", &p->fp8_params) < 0)
         return -1;
     PyObject *s = PyTuple_GET_ITEM(t, 13);
     if (s == Py_None)
@@ -651,12 +652,12 @@ static PyObject *plan_tuple(const hpgo_parplan_t *p)
     } else {
         split = Py_NewRef(Py_None);
     }
-    return Py_BuildValue("(iiiiiiLLiiiiiNiiii)", (int)p->tp, (int)p->pp, (int)p->dp, (int)p->cp,
+    return Py_BuildValue("(iiiiiiLLiiiiiNiiiii)", (int)p->tp, (int)p->pp, (int)p->dp, (int)p->cp,
                          (int)p->ep, (int)p->vstages, (long long)p->micro_batch,
                          (long long)p->global_batch, (int)p->schedule, (int)p->recompute,
                          (int)p->sequence_parallel, (int)p->zero, (int)p->overlap_grad_reduce,
                          split, (int)p->etp, (int)p->ep_outer, (int)p->overlap_ep,
-                         (int)p->dispatcher);
+                         (int)p->dispatcher, (int)p->fp8_params);
 }
 
 typedef struct autoplan_work {
@@ -679,8 +680,9 @@ PyDoc_STRVAR(autoplan_doc,
              "opts: (global_batch, gpus, objective, top, exhaustive, threads, max_micro_batch,\n"
              "max_vstages, overhead_bytes or None, tp, pp, dp, vstages, micro_batch, schedule,\n"
              "recompute, sequence_parallel, zero, cp, ep, etp, ep_outer, overlap_moe_comm,\n"
-             "moe_dispatcher) with -1 for a free choice (overlap_moe_comm: -1 is off;\n"
-             "moe_dispatcher: -1 is the all-to-all).  The GIL is released while\n"
+             "moe_dispatcher, fp8_params) with -1 for a free choice (overlap_moe_comm,\n"
+             "fp8_params: -1 is off; moe_dispatcher: -1 is the all-to-all).  The GIL is\n"
+             "released while\n"
              "the search runs.");
 
 static PyObject *autoplan(PyObject *module, PyObject *args)
@@ -697,7 +699,7 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     double *arrays = NULL;
     PyObject *res = NULL;
     memset(&o, 0, sizeof o);
-    const Py_ssize_t N = 24;
+    const Py_ssize_t N = 25;
     if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c) < 0)
         goto done;
     if (get_i64(ot, 0, N, "global_batch", &o.global_batch) < 0 ||
@@ -711,10 +713,11 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     if (PyTuple_GET_ITEM(ot, 8) != Py_None &&
         glue_f64(PyTuple_GET_ITEM(ot, 8), "overhead_bytes", &o.overhead_bytes) < 0)
         goto done;
-    int32_t *fixed[15] = {&o.tp, &o.pp, &o.dp, &o.vstages, &o.micro_batch, &o.schedule,
+    int32_t *fixed[16] = {&o.tp, &o.pp, &o.dp, &o.vstages, &o.micro_batch, &o.schedule,
                           &o.recompute, &o.sequence_parallel, &o.zero, &o.cp,
-                          &o.ep, &o.etp, &o.ep_outer, &o.overlap_ep, &o.dispatcher};
-    for (int i = 0; i < 15; i++)
+                          &o.ep, &o.etp, &o.ep_outer, &o.overlap_ep, &o.dispatcher,
+                          &o.fp8_params};
+    for (int i = 0; i < 16; i++)
         if (get_i32(ot, 9 + i, N, "fixed choice", fixed[i]) < 0)
             goto done;
     hpgo_cancel_t cancel;
