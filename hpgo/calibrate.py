@@ -4,7 +4,7 @@ The training-step model prices every kernel as compute at an efficiency
 curve (the achieved fraction of peak for its size) plus HBM traffic at the
 memory curve.  The presets carry Calculon's curves capped at the published
 best GEMM rate; this module replaces them by curves fitted to a *kernel
-profile*: the timings that ``benchmarks/gpu_kernels.py`` takes on a GPU
+profile*: the timings that ``hpgo profile kernels`` takes on a GPU
 (copies, bf16 and fp8 GEMMs, fused attention).  The fit keeps the model's
 form: the memory curve comes from the copies, then each compute curve is,
 per size bucket, the median efficiency that makes the model's time (compute
@@ -17,9 +17,10 @@ not fitted and serve as a check.
 >>> c = hpgo.calibrate.cluster(prof, "dgx-h100", nodes=8)            # the preset with that GPU
 >>> for row in hpgo.calibrate.compare(prof, gpu): print(row)
 
-From the command line: ``python -m hpgo.calibrate KERNELS.json [--cluster
-dgx-h100] [-o cluster.json]`` prints both models' errors on every kind of
-kernel and can write the calibrated cluster.
+From the command line: ``hpgo calibrate KERNELS.json [--cluster dgx-h100]
+[--nodes N] [-o cluster.json]`` (or ``python -m hpgo.calibrate``) prints both
+models' errors on every kind of kernel and can write the calibrated cluster;
+``hpgo profile kernels -o KERNELS.json`` measures them (``hpgo.profiler.kernels``).
 """
 from __future__ import annotations
 
@@ -255,21 +256,41 @@ def _fmt_curve(name: str, steps: tuple, unit: str) -> str:
     return f"  {name}: " + ", ".join(f">={t / div:g} {unit}: {e:.3f}" for t, e in steps)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hpgo.calibrate",
-                                 description="Fit a GPU's efficiency curves to a kernel profile "
-                                             "(benchmarks/gpu_kernels.py) and compare both models.")
-    ap.add_argument("kernels", help="kernel profile (JSON)")
-    ap.add_argument("--cluster", default="dgx-h100", help="preset whose GPU is calibrated (default dgx-h100)")
+def _add_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("kernels", help="kernel profile (JSON) from `hpgo profile kernels`")
+    ap.add_argument("--cluster", default="dgx-h100",
+                    help="preset whose GPU is calibrated (default dgx-h100)")
     ap.add_argument("--nodes", type=int, default=None, help="nodes of the written cluster")
-    ap.add_argument("-o", "--output", help="write the calibrated cluster here (JSON, hpgo.Cluster.load)")
-    a = ap.parse_args(argv)
+    ap.add_argument("-o", "--output",
+                    help="write the calibrated cluster here (JSON: hpgo.Cluster.load, --cluster FILE)")
+
+
+def add_calibrate_subcommand(sub: Any) -> argparse.ArgumentParser:
+    """``hpgo calibrate`` on an argparse subparsers object."""
+    p = sub.add_parser("calibrate", help="fit a GPU's efficiency curves to measured kernels",
+                       description=_DESCRIPTION,
+                       epilog="example: hpgo profile kernels -o h100.json (on the GPU machine); "
+                              "hpgo calibrate h100.json --nodes 8 -o cluster.json; "
+                              "hpgo autoplan --model llama3-70b --cluster cluster.json "
+                              "--global-batch 512")
+    _add_args(p)
+    p.set_defaults(func=run)
+    return p
+
+
+_DESCRIPTION = ("Fit a GPU's efficiency curves to a kernel profile (`hpgo profile kernels`), "
+                "print how far the preset's and the fitted curves are from every kind of kernel "
+                "measured, and optionally write the calibrated cluster.")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``hpgo calibrate`` from parsed arguments; returns the exit status."""
     try:
-        prof = load(a.kernels)
-        base = Cluster.preset(a.cluster, nodes=a.nodes)
+        prof = load(args.kernels)
+        base = Cluster.preset(args.cluster, nodes=args.nodes)
         gpu = fit(prof, base)
     except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"hpgo calibrate: error: {e}", file=sys.stderr)
         return 2
     print(f"{prof.source}: {len(prof.kernels)} kernels measured on {prof.device}")
     print(f"fitted curves of {gpu.name}:")
@@ -277,18 +298,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(_fmt_curve("matrix (fp8)", gpu.fp8_matrix_efficiency, "GFLOP"))
     print(_fmt_curve("attention", gpu.attention_efficiency, "GFLOP"))
     print(_fmt_curve("memory", gpu.memory_efficiency, "MB"))
-    for label, g in ((f"{a.cluster} preset", base), ("calibrated", base.with_gpu(**curves(gpu)))):
+    for label, g in ((f"{args.cluster} preset", base), ("calibrated", base.with_gpu(**curves(gpu)))):
         print(f"\n{label}:")
         for row in compare(prof, g):
             print("  ", row)
-    if a.output:
+    if args.output:
         try:
-            dataclasses.replace(base, gpu=gpu, name=base.name + "-measured").save(a.output)
+            dataclasses.replace(base, gpu=gpu, name=base.name + "-measured").save(args.output)
         except OSError as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"hpgo calibrate: error: {e}", file=sys.stderr)
             return 2
-        print(f"\nwrote {a.output}")
+        print(f"\nwrote {args.output}")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m hpgo.calibrate", description=_DESCRIPTION)
+    _add_args(ap)
+    return run(ap.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -579,6 +579,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_simulate_subcommand(sub)
     add_profile_subcommand(sub)
     add_autoplan_subcommand(sub)
+    from .calibrate import add_calibrate_subcommand
+    add_calibrate_subcommand(sub)
     return ap
 
 

@@ -44,7 +44,7 @@ def add_profile_subcommand(subparsers) -> argparse.ArgumentParser:
     """Add ``profile`` (with ``zoo`` and ``torch``) to an argparse subparsers object."""
     p = subparsers.add_parser("profile", help="make a per-layer profile (graph.txt + JSON)",
                               description="Make a per-layer profile: analytic (zoo) or measured (torch).")
-    sub = p.add_subparsers(dest="profile_source", metavar="{zoo,torch}")
+    sub = p.add_subparsers(dest="profile_source", metavar="{zoo,torch,kernels}")
     sub.required = True
 
     z = sub.add_parser("zoo", help="analytic roofline profile of a standard architecture")
@@ -75,6 +75,13 @@ def add_profile_subcommand(subparsers) -> argparse.ArgumentParser:
     t.add_argument("--method", default="auto", choices=["auto", "fx", "hooks"])
     t.add_argument("--name", help="model name recorded in the JSON")
     t.add_argument("-o", "--output", required=True, help="output folder or a .txt path")
+
+    k = sub.add_parser("kernels", help="time this GPU's kernels for hpgo calibrate (needs torch, CUDA)",
+                       description="Time copies, bf16/fp8 GEMMs, MoE expert GEMMs, attention and "
+                                   "whole layers on this machine's GPU; write a kernel profile "
+                                   "(JSON) for `hpgo calibrate`.")
+    k.add_argument("-o", "--output", required=True, help="kernel profile to write (JSON)")
+    k.add_argument("--quick", action="store_true", help="a few shapes of each kind (seconds; coarse)")
     p.set_defaults(func=run_profile)
     return p
 
@@ -175,11 +182,23 @@ def _run_torch(args) -> int:
     return 0
 
 
+def _run_kernels(args) -> int:
+    from .profiler import kernels
+
+    doc = kernels.measure(args.output, quick=args.quick,
+                          log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(f"{len(doc['samples'])} kernels timed on {doc['device']} -> {args.output}")
+    print(kernels.summary(doc))
+    return 0
+
+
 def run_profile(args) -> int:
     """Run ``hpgo profile ...`` from parsed args; returns the exit status."""
     try:
         if args.profile_source == "zoo":
             return _run_zoo(args)
+        if args.profile_source == "kernels":
+            return _run_kernels(args)
         return _run_torch(args)
     except (_UsageError, ValueError, TypeError, OSError, ImportError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__

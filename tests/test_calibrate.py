@@ -264,3 +264,30 @@ def test_the_measured_h100_is_one_call_away():
         hpgo.examples.kernels("b200")
     with pytest.raises(TypeError):
         hpgo.examples.kernels(3)
+
+
+def test_hpgo_calibrate_and_profile_kernels_commands(tmp_path, capsys):
+    from hpgo import cli
+    p = tmp_path / "k.json"
+    p.write_text(json.dumps(synthetic()))
+    out = tmp_path / "c.json"
+    assert cli.main(["calibrate", str(p), "--cluster", "dgx-h100", "--nodes", "4",
+                     "-o", str(out)]) == 0
+    assert "calibrated:" in capsys.readouterr().out
+    c = hpgo.Cluster.load(out)
+    assert c.gpus == 32 and c.gpu.fp8_matrix_efficiency
+    # the calibrated cluster file drives autoplan like a preset
+    assert cli.main(["autoplan", "--model", "llama3-8b", "--cluster", str(out),
+                     "--global-batch", "64", "--top", "1"]) == 0
+    assert "dgx-h100-measured" in capsys.readouterr().out
+    assert cli.main(["calibrate", str(tmp_path / "missing.json")]) == 2
+    assert "hpgo calibrate: error" in capsys.readouterr().err
+    try:
+        import torch  # noqa: F401
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = None
+    if has_cuda is None:   # no PyTorch: a clear message, no traceback
+        assert cli.main(["profile", "kernels", "-o", str(tmp_path / "x.json")]) == 2
+        assert "needs PyTorch" in capsys.readouterr().err
+        assert not (tmp_path / "x.json").exists()
