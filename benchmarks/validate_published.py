@@ -35,7 +35,7 @@ def table(rows, title):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kernels", help="a kernel profile (benchmarks/gpu_kernels.py) to calibrate the GPU")
+    ap.add_argument("--kernels", help="a kernel profile (hpgo profile kernels) to calibrate the GPU")
     a = ap.parse_args()
     table(validation.check(), "dgx-h100 preset (Calculon's curves, capped at the best GEMM rate):")
     if a.kernels:

@@ -82,7 +82,7 @@ def _num(v: Any, where: str, what: str, positive: bool = False) -> float:
 
 
 def from_dict(d: Any, *, where: str = "kernel profile") -> KernelProfile:
-    """Check and convert a kernel profile (``gpu_kernels.py``'s JSON)."""
+    """Check and convert a kernel profile (``hpgo profile kernels``'s JSON)."""
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise ValueError(f"{where}: not an {FORMAT} kernel profile (its \"format\" field)")
     raw = d.get("samples")
@@ -108,7 +108,7 @@ def from_dict(d: Any, *, where: str = "kernel profile") -> KernelProfile:
 
 
 def load(path: str | os.PathLike) -> KernelProfile:
-    """Read a kernel profile written by ``benchmarks/gpu_kernels.py``."""
+    """Read a kernel profile written by ``hpgo profile kernels``."""
     where = os.fspath(path)
     return from_dict(_files.load_json(where, "kernel profile"), where=where)
 

@@ -444,6 +444,8 @@ class ParallelPlan:
             parts.append(f"zero={self.zero}")
         if self.recompute != "none":
             parts.append(f"recompute={self.recompute}")
+        if self.fp8_params:
+            parts.append("fp8-params")
         return " ".join(parts)
 
     def __repr__(self) -> str:

@@ -119,7 +119,7 @@ def write_index() -> None:
             "|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
             "\n`h100-sxm5-kernels.json` is not a model profile but a GPU's: kernels (copies, bf16\n"
             "and fp8 GEMMs, MoE expert GEMMs, fused attention, whole layers) timed on an H100 SXM5\n"
-            "by `benchmarks/gpu_kernels.py`; `hpgo.calibrate` fits the GPU's efficiency curves to\n"
+            "by `hpgo profile kernels`; `hpgo calibrate` fits the GPU's efficiency curves to\n"
             "it (docs/training-model.md, \"Measured GPU curves\").\n")
     with open(os.path.join(HERE, "README.md"), "w", encoding="utf-8") as f:
         f.write(text)

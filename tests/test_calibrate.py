@@ -1,6 +1,6 @@
 """GPU calibration: the optional fp8 and attention curves of a GPU, the
 kernel-time API, fitting curves to a kernel profile (hpgo.calibrate) and
-the H100 profile measured with benchmarks/gpu_kernels.py."""
+the H100 profile measured with hpgo profile kernels."""
 import dataclasses
 import json
 import math
@@ -234,7 +234,7 @@ def test_calibrated_h100_keeps_dense_runs_within_15_percent(h100):
 
 
 def test_calibrated_model_predicts_a_measured_llama_layer(h100):
-    """benchmarks/gpu_kernels.py also timed whole Llama-3-8B layers (eager
+    """hpgo profile kernels also timed whole Llama-3-8B layers (eager
     PyTorch, bf16, forward + backward): the model's layer time on the
     calibrated GPU is within 15 % of them, and closer than the preset's."""
     prof, gpu = h100

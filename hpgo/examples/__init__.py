@@ -37,7 +37,7 @@ SHIPPED = (
     "gpt2-xl-h100",
 )
 
-#: GPU kernel profiles of ``profiles/`` the wheel ships (benchmarks/gpu_kernels.py).
+#: GPU kernel profiles of ``profiles/`` the wheel ships (hpgo profile kernels).
 KERNELS = ("h100-sxm5-kernels.json",)
 
 _HERE = Path(__file__).resolve().parent
@@ -113,7 +113,7 @@ def batch_size(name: str) -> Optional[int]:
 
 def kernels(name: str = "h100-sxm5") -> Path:
     """Path of the GPU kernel profile ``name`` (``profiles/NAME-kernels.json``,
-    measured by ``benchmarks/gpu_kernels.py``), for :mod:`hpgo.calibrate`."""
+    measured by ``hpgo profile kernels``), for :mod:`hpgo.calibrate`."""
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, not {type(name).__name__}")
     plain = bool(name) and not set(name) & set("/\\") and ".." not in name   # no paths
