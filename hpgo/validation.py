@@ -136,6 +136,7 @@ MEGATRON_MOE_MODELZOO_H100: tuple[PublishedRun, ...] = (
          recompute="none", dispatcher="deepep"),
 )
 
+
 @dataclass(frozen=True)
 class Check:
     run: PublishedRun
