@@ -22,7 +22,9 @@
  * or sliding-window attention), each priced once.  A MoE layer replaces
  * the MLP by a router, the rank's routed experts as grouped GEMMs, shared
  * experts as a tp-split MLP, and the token dispatch / combine all-to-alls
- * over the expert-parallel group (with etp gathers); latent attention
+ * over the expert-parallel group (with etp gathers; or DeepEP's dispatch,
+ * one crossing per node a token reaches, cost.h), overlapped phase by phase
+ * with another micro-batch's compute on request; latent attention
  * (MLA) replaces the QKV GEMM by down- and up-projections.  fp8 runs the
  * linear GEMMs at the fp8 rate after Transformer Engine's quantization
  * passes and keeps the attention core, router and head in 16 bits.
@@ -569,27 +571,22 @@ static void layer_act(const xshape_t *s, int kind, double *total, double *held_w
 }
 
 /* Probability that none of k experts drawn without replacement from M
- * falls among m given ones. */
+ * falls among m given ones: C(M - m, k) / C(M, k) (a product for small k,
+ * log-gamma beyond, so the work stays bounded for any model). */
 static double none_of(double M, double m, double k)
 {
+    if (M - m < k)
+        return 0;
+    if (k > 64)
+        return exp(lgamma(M - m + 1) - lgamma(M - m - k + 1) - lgamma(M + 1) + lgamma(M - k + 1));
     double p = 1;
-    for (double i = 0; i < k; i++) {
-        if (M - m - i <= 0)
-            return 0;
+    for (double i = 0; i < k; i++)
         p *= (M - m - i) / (M - i);
-    }
     return p;
 }
 
-static double choose(double n, double r)
-{
-    if (r < 0 || r > n)
-        return 0;
-    double v = 1;
-    for (double i = 0; i < r; i++)
-        v *= (n - i) / (i + 1);
-    return v;
-}
+/* C(n, r) / C(N, r') ratios below use this in log space. */
+static double lchoose(double n, double r) { return lgamma(n + 1) - lgamma(r + 1) - lgamma(n - r + 1); }
 
 /* Expected nodes (of `nodes`, each holding an equal contiguous block of
  * the experts) that one token's k experts reach under uniform routing --
@@ -603,12 +600,13 @@ static double nodes_touched(const hpgo_xformer_t *x, double nodes)
     double untouched = none_of(E, m, k);
     if (g > 1 && tg < g) {
         double eg = E / g, M = tg * eg;
-        if (fmod(g, nodes) == 0) { /* q whole groups on each node */
+        if (fmod(g, nodes) == 0) { /* q whole groups on each node: j of them chosen */
             double q = g / nodes;
             untouched = 0;
             for (double j = 0; j <= q && j <= tg; j++)
-                untouched += choose(q, j) * choose(g - q, tg - j) / choose(g, tg) *
-                             none_of(M, j * eg, k);
+                if (tg - j <= g - q)
+                    untouched += exp(lchoose(q, j) + lchoose(g - q, tg - j) - lchoose(g, tg)) *
+                                 none_of(M, j * eg, k);
         } else if (fmod(nodes, g) == 0) { /* each group spans nodes / g nodes */
             untouched = (1 - tg / g) + tg / g * none_of(M, m, k);
         }
@@ -616,7 +614,7 @@ static double nodes_touched(const hpgo_xformer_t *x, double nodes)
     return nodes * (1 - untouched);
 }
 
-/* One layer of the given kind, priced on one rank. *//* One layer of the given kind, priced on one rank. */
+/* One layer of the given kind, priced on one rank. */
 static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
                        const kctx_t *k, const xshape_t *s, int kind, lcost_t *o)
 {
@@ -723,8 +721,10 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
             if (hpgo_group_fanout(c, gs, gst, fan, NULL) == HPGO_OK)
                 for (int32_t l = 1; l < c->n_levels; l++)
                     nodes *= (double)fan[l];
-            a2a = hpgo_cost_dispatch_dedup(c, gs, gst, send, s->k, nodes_touched(x, nodes));
-        } else if (gs > 1) {
+            if (nodes > 1)
+                a2a = hpgo_cost_dispatch_dedup(c, gs, gst, send, s->k, nodes_touched(x, nodes));
+        }
+        if (gs > 1 && a2a == 0) {
             a2a = hpgo_cost_collective(c, HPGO_COLL_ALLTOALL, gs, gst, send, HPGO_ALGO_AUTO);
         }
         double eg = 0;
