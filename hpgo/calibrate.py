@@ -165,7 +165,8 @@ def fit(profile: KernelProfile, base: GPU | Cluster | str = "dgx-h100") -> GPU:
         return _steps([(k.flops, _implied(k, peak, mem_time)) for k in kernels if k.flops > 0],
                       thresholds)
 
-    changes: dict[str, Any] = {"memory_efficiency": mem, "name": gpu.name + " (measured)"}
+    name = gpu.name if gpu.name.endswith("(measured)") else gpu.name + " (measured)"
+    changes: dict[str, Any] = {"memory_efficiency": mem, "name": name}
     bf16 = [k for k in profile.of("gemm") if k.dtype in ("bf16", "fp16") and k.flops > 0]
     if not bf16:
         raise ValueError(f"{profile.source}: no bf16 GEMM samples: the matrix curve cannot be fitted")

@@ -291,3 +291,11 @@ def test_hpgo_calibrate_and_profile_kernels_commands(tmp_path, capsys):
         assert cli.main(["profile", "kernels", "-o", str(tmp_path / "x.json")]) == 2
         assert "needs PyTorch" in capsys.readouterr().err
         assert not (tmp_path / "x.json").exists()
+
+
+def test_refitting_a_measured_gpu_keeps_one_suffix():
+    prof = calibrate.from_dict(synthetic())
+    once = calibrate.fit(prof, H100)
+    twice = calibrate.fit(prof, once)
+    assert once.name == twice.name == H100.gpu.name + " (measured)"
+    assert twice.matrix_efficiency == once.matrix_efficiency
