@@ -27,7 +27,7 @@ CASES = [
 
 
 def search(model, cluster, gb, threads, exhaustive=False, precision="bf16"):
-    opts = (gb, 0, _core.OBJECTIVE_TIME, 10, int(exhaustive), threads, 16, 8, None, *[-1] * 14)
+    opts = (gb, 0, _core.OBJECTIVE_TIME, 10, int(exhaustive), threads, 16, 8, None, *[-1] * 16)
     return _core._autoplan(model._tuple(PRECISIONS[precision]), cluster._tuple(), opts, None)
 
 
