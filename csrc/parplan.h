@@ -51,7 +51,8 @@ typedef struct hpgo_parplan {
     int32_t ep_outer;
     /* 1: a MoE layer's all-to-alls overlap the compute of another
      * micro-batch (Megatron's --overlap-moe-expert-parallel-comm, DeepSeek's
-     * DualPipe): only what the layer's compute cannot hide is exposed */
+     * DualPipe), each communication phase beside a compute phase of the
+     * other (work.c): only what those phases cannot hide is exposed */
     int32_t overlap_ep;
     /* MoE token dispatcher: HPGO_DISPATCH_ALLTOALL (an all-to-all of every
      * routed copy, Megatron's alltoall dispatcher) or HPGO_DISPATCH_DEDUP
