@@ -22,7 +22,7 @@ FIGURES = {
                              "distir_pipeline_gantt.png"],
     "autoplan.ipynb": ["autoplan_throughput_vs_gpus.png", "autoplan_time_vs_memory.png",
                        "autoplan_memory.png", "autoplan_schedule.png",
-                       "autoplan_moe_memory.png"],
+                       "autoplan_moe_memory.png", "autoplan_calibration.png"],
     "schedule_and_plan.ipynb": ["plan_diagram.png", "schedule_gantt.png", "plan.json",
                                 "schedule_trace.json"],
 }
