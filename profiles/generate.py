@@ -117,10 +117,10 @@ def write_index() -> None:
             "Plan one with the batch size of its row as `pbs`.\n\n"
             "| folder | model | device | dtype | batch | nodes | fwd ms | bwd ms | params MB | method |\n"
             "|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
-            "\n`h100-sxm5-kernels.json` is not a model profile but a GPU's: kernels (copies, bf16\n"
-            "and fp8 GEMMs, MoE expert GEMMs, fused attention, whole layers) timed on an H100 SXM5\n"
-            "by `hpgo profile kernels`; `hpgo calibrate` fits the GPU's efficiency curves to\n"
-            "it (docs/training-model.md, \"Measured GPU curves\").\n")
+            "\n`h100-sxm5-kernels.json` and `h200-sxm-kernels.json` are not model profiles but GPUs': kernels (copies, bf16\n"
+            "and fp8 GEMMs, MoE expert GEMMs, fused attention, whole layers) timed on an H100 SXM5 and an H200\n"
+            "by `hpgo profile kernels`; `hpgo calibrate` fits a GPU's efficiency curves to\n"
+            "each (docs/training-model.md, \"Measured GPU curves\").\n")
     with open(os.path.join(HERE, "README.md"), "w", encoding="utf-8") as f:
         f.write(text)
 

@@ -1,6 +1,6 @@
 """GPU calibration: the optional fp8 and attention curves of a GPU, the
 kernel-time API, fitting curves to a kernel profile (hpgo.calibrate) and
-the H100 profile measured with hpgo profile kernels."""
+the H100 and H200 profiles measured with hpgo profile kernels."""
 import dataclasses
 import json
 import math
@@ -198,17 +198,27 @@ def test_command_line(tmp_path, capsys):
     assert calibrate.main([str(tmp_path / "bad.json")]) == 2
 
 
-# -- the measured H100 -------------------------------------------------------------
+# -- the measured H100 and H200 ----------------------------------------------------
+MEASURED = [("h100-sxm5", "dgx-h100"), ("h200-sxm", "dgx-h200")]
+
+
+def _measured(name, preset):
+    path = ROOT / "profiles" / f"{name}-kernels.json"
+    if not path.exists():
+        pytest.skip(f"profiles/{path.name} is not in this checkout")
+    prof = calibrate.load(path)
+    return path, prof, calibrate.fit(prof, preset)
+
+
 @pytest.fixture(scope="module")
 def h100():
-    if not H100_KERNELS.exists():
-        pytest.skip("profiles/h100-sxm5-kernels.json is not in this checkout")
-    prof = calibrate.load(H100_KERNELS)
-    return prof, calibrate.fit(prof, "dgx-h100")
+    _, prof, gpu = _measured("h100-sxm5", "dgx-h100")
+    return prof, gpu
 
 
-def test_measured_h100_curves_predict_its_kernels(h100):
-    prof, gpu = h100
+@pytest.mark.parametrize("name, preset", MEASURED)
+def test_measured_curves_predict_their_gpus_kernels(name, preset):
+    _, prof, gpu = _measured(name, preset)
     rows = {(r.op, r.dtype): r for r in calibrate.compare(prof, gpu)}
     for key in (("gemm", "bf16"), ("gemm", "fp8"), ("copy", "bf16")):
         assert rows[key].median == pytest.approx(1.0, abs=0.05), rows[key]
@@ -218,8 +228,9 @@ def test_measured_h100_curves_predict_its_kernels(h100):
     # (the preset assumes the same fraction), fused attention less than a GEMM
     assert gpu.fp8_matrix_efficiency[0][1] < gpu.matrix_efficiency[0][1]
     assert gpu.attention_efficiency[0][1] < 0.7
-    pre = {(r.op, r.dtype): r for r in calibrate.compare(prof, "dgx-h100")}
+    pre = {(r.op, r.dtype): r for r in calibrate.compare(prof, preset)}
     assert pre["gemm", "fp8"].median > 1.15 and pre["attention_fwd", "bf16"].median > 1.5
+    assert hpgo.examples.kernels(name) == ROOT / "profiles" / f"{name}-kernels.json"
 
 
 def test_calibrated_h100_keeps_dense_runs_within_15_percent(h100):
@@ -233,20 +244,21 @@ def test_calibrated_h100_keeps_dense_runs_within_15_percent(h100):
         validation.check(gpu="h100")
 
 
-def test_calibrated_model_predicts_a_measured_llama_layer(h100):
+@pytest.mark.parametrize("name, preset", MEASURED)
+def test_calibrated_model_predicts_a_measured_llama_layer(name, preset):
     """hpgo profile kernels also timed whole Llama-3-8B layers (eager
     PyTorch, bf16, forward + backward): the model's layer time on the
     calibrated GPU is within 15 % of them, and closer than the preset's."""
-    prof, gpu = h100
-    layers = [s for s in json.loads(H100_KERNELS.read_text())["samples"] if s["op"] == "layer"]
+    path, prof, _ = _measured(name, preset)
+    layers = [s for s in json.loads(path.read_text())["samples"] if s["op"] == "layer"]
     assert layers
     for s in layers:
         seq = s["shape"][4]
         m = hpgo.transformer("llama3-8b", seq=seq)
         p = hpgo.ParallelPlan(global_batch=8, micro_batch=1, pp=8, dp=1)
         err = {}
-        for label, c in (("preset", hpgo.Cluster.preset("dgx-h100", nodes=1)),
-                         ("calibrated", calibrate.cluster(prof, "dgx-h100", nodes=1))):
+        for label, c in (("preset", hpgo.Cluster.preset(preset, nodes=1)),
+                         ("calibrated", calibrate.cluster(prof, preset, nodes=1))):
             st = hpgo.simulate(m, c, p, precision="bf16", timeline=False).stages[3]
             t = (st["forward"] + st["backward_input"] + st["backward_weight"]) / st["layers"]
             err[label] = t / s["seconds"] - 1
@@ -260,7 +272,7 @@ def test_the_measured_h100_is_one_call_away():
     p = hpgo.examples.kernels("h100-sxm5")
     assert p.name == "h100-sxm5-kernels.json" and p.is_file()
     assert hpgo.examples.kernels() == p
-    with pytest.raises(ValueError, match="available: h100-sxm5"):
+    with pytest.raises(ValueError, match="available: h100-sxm5, h200-sxm"):
         hpgo.examples.kernels("b200")
     with pytest.raises(TypeError):
         hpgo.examples.kernels(3)

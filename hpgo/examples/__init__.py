@@ -38,7 +38,7 @@ SHIPPED = (
 )
 
 #: GPU kernel profiles of ``profiles/`` the wheel ships (hpgo profile kernels).
-KERNELS = ("h100-sxm5-kernels.json",)
+KERNELS = ("h100-sxm5-kernels.json", "h200-sxm-kernels.json")
 
 _HERE = Path(__file__).resolve().parent
 _CHECKOUT = _HERE.parents[1] / "profiles"
