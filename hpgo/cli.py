@@ -614,6 +614,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `hpgo ... | head`: the reader left; stop quietly
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 141
     except (CliError, ValueError, TypeError, OSError, ImportError, MemoryError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         if isinstance(e, OSError) and e.filename is not None and str(e.filename) not in msg:

@@ -311,3 +311,14 @@ def test_refitting_a_measured_gpu_keeps_one_suffix():
     twice = calibrate.fit(prof, once)
     assert once.name == twice.name == H100.gpu.name + " (measured)"
     assert twice.matrix_efficiency == once.matrix_efficiency
+
+
+def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
+    import subprocess
+    import sys
+    p = tmp_path / "k.json"
+    p.write_text(json.dumps(synthetic()))
+    r = subprocess.run(f'"{sys.executable}" -m hpgo.cli calibrate "{p}" | head -1', shell=True,
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.stdout.count("\n") == 1 and "kernels measured" in r.stdout
+    assert "error" not in r.stderr and "Traceback" not in r.stderr
