@@ -55,6 +55,7 @@ static void gpu_v100(hpgo_gpu_t *g, double hbm)
      * No published MAMF figure: A100's ratio is used (UNVERIFIED). */
     memset(g, 0, sizeof *g);
     strcpy(g->name, "V100-SXM2");
+    g->sms = 80;
     g->peak[HPGO_DT_FP32] = 15.7e12;
     g->peak[HPGO_DT_BF16] = 125e12;
     g->vector_flops = 31.4e12;
@@ -69,6 +70,7 @@ static void gpu_a100(hpgo_gpu_t *g, double hbm, double bw)
      * (Calculon a100_80g); MAMF 271.2 / 312. */
     memset(g, 0, sizeof *g);
     strcpy(g->name, hbm > 50e9 ? "A100-SXM4-80GB" : "A100-SXM4-40GB");
+    g->sms = 108;
     g->peak[HPGO_DT_FP32] = 19.5e12;
     g->peak[HPGO_DT_TF32] = 156e12;
     g->peak[HPGO_DT_BF16] = 312e12;
@@ -84,6 +86,7 @@ static void gpu_h100(hpgo_gpu_t *g, double hbm, double bw, const char *name)
      * 133.8 fp16 vector; MAMF 794.5 / 989.  H200: same die, 141 GB at 4.8 TB/s. */
     memset(g, 0, sizeof *g);
     strcpy(g->name, name);
+    g->sms = 132;
     g->peak[HPGO_DT_FP32] = 66.9e12;
     g->peak[HPGO_DT_TF32] = 494.7e12;
     g->peak[HPGO_DT_BF16] = 989.4e12;
@@ -186,6 +189,8 @@ int hpgo_cluster_check(const hpgo_cluster_t *c, hpgo_err_t *err)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "gpu memory (hbm_bytes) must be > 0");
     if (!(g->hbm_bandwidth > 0) || !isfinite(g->hbm_bandwidth))
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "gpu hbm_bandwidth must be > 0");
+    if (g->sms < 0 || g->sms > 100000)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "gpu multiprocessors must be in 0..100000");
     static const char *const cv[] = {"matrix", "vector", "memory", "fp8 matrix", "attention"};
     for (int w = 0; w < HPGO_EFF__COUNT; w++) {
         int32_t n = g->n_steps[w];

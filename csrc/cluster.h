@@ -58,6 +58,8 @@ typedef struct hpgo_gpu {
     char name[HPGO_NAME_LEN];
     double peak[HPGO_DT__COUNT]; /* dense matrix FLOP/s; 0 = not supported */
     double vector_flops;         /* 16-bit element-wise FLOP/s */
+    int32_t sms;                 /* streaming multiprocessors (0: unknown; communication
+                                    kernels overlapped with compute then take none) */
     double hbm_bytes;            /* usable memory, bytes */
     double hbm_bandwidth;        /* bytes/s */
     int32_t n_steps[HPGO_EFF__COUNT];

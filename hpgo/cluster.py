@@ -49,7 +49,9 @@ class GPU:
     or bytes for memory).  A peak of 0 means the data type is not supported.
     ``fp8_matrix_efficiency`` (fp8 GEMMs) and ``attention_efficiency`` (fused
     attention kernels) are optional: empty, the matrix curve applies; a
-    measured GPU (:mod:`hpgo.calibrate`) has both."""
+    measured GPU (:mod:`hpgo.calibrate`) has both.  ``multiprocessors`` (SMs;
+    0: unknown) lets the step model charge the SMs that communication kernels
+    take from compute they overlap with."""
 
     name: str
     fp32_flops: float
@@ -64,11 +66,14 @@ class GPU:
     memory_efficiency: tuple[tuple[float, float], ...]
     fp8_matrix_efficiency: tuple[tuple[float, float], ...] = ()
     attention_efficiency: tuple[tuple[float, float], ...] = ()
+    multiprocessors: int = 0
 
     def __post_init__(self) -> None:
         for f in ("matrix_efficiency", "vector_efficiency", "memory_efficiency",
                   "fp8_matrix_efficiency", "attention_efficiency"):
             object.__setattr__(self, f, _steps(f, getattr(self, f)))
+        if isinstance(self.multiprocessors, bool) or not isinstance(self.multiprocessors, int):
+            raise TypeError("multiprocessors must be an int (0: unknown)")
 
     def peak(self, dtype: str = "bf16") -> float:
         """Dense peak FLOP/s of ``"fp32"``, ``"tf32"``, ``"bf16"`` (= fp16) or ``"fp8"``."""
@@ -136,8 +141,8 @@ class Cluster:
 
     @classmethod
     def _from_tuple(cls, t: tuple) -> "Cluster":
-        name, gname, peaks, vec, hbm, hbw, ms, vs, mems, levels, f8, att = t
-        gpu = GPU(gname, *peaks, vec, hbm, hbw, ms, vs, mems, f8, att)
+        name, gname, peaks, vec, hbm, hbw, ms, vs, mems, levels, f8, att, sms = t
+        gpu = GPU(gname, *peaks, vec, hbm, hbw, ms, vs, mems, f8, att, sms)
         lv = tuple(Level(size=s, bandwidth=b, collective_bandwidth=cb, latency=lat, efficiency=e)
                    for s, b, cb, lat, e in levels)
         return cls(name, gpu, lv)
@@ -150,7 +155,7 @@ class Cluster:
                 g.memory_efficiency,
                 tuple((lv.size, lv.bandwidth, lv.collective_bandwidth, lv.latency, lv.efficiency)
                       for lv in self.levels),
-                g.fp8_matrix_efficiency, g.attention_efficiency)
+                g.fp8_matrix_efficiency, g.attention_efficiency, g.multiprocessors)
 
     # -- shape ----------------------------------------------------------------
     @property

@@ -618,3 +618,26 @@ def test_fp8_params_keep_only_the_fp8_weights():
     assert r.plans and all(p.plan.fp8_params for p in r.plans)
     with pytest.raises(TypeError, match="fp8_params"):
         hpgo.ParallelPlan(global_batch=8, fp8_params=1)
+
+
+def test_overlap_charges_the_sms_communication_kernels_hold():
+    m = hpgo.transformer("qwen3-30b-a3b").with_(layers=2)
+    c = hpgo.Cluster.preset("dgx-h100", nodes=2)
+    assert c.gpu.multiprocessors == 132
+    assert hpgo.Cluster.preset("dgx-a100-80gb").gpu.multiprocessors == 108
+    plan = hpgo.ParallelPlan(global_batch=32, dp=16, ep=16, micro_batch=1)
+    for disp in ("alltoall", "deepep"):
+        p = plan.with_(moe_dispatcher=disp)
+        off = hpgo.simulate(m, c, p).stages[0]["ep_forward"]
+        on = hpgo.simulate(m, c, p.with_(overlap_moe_comm=True)).stages[0]["ep_forward"]
+        free = hpgo.simulate(m, c.with_gpu(multiprocessors=0),
+                             p.with_(overlap_moe_comm=True)).stages[0]["ep_forward"]
+        # contention exposes more than free SMs would, never more than no overlap
+        assert free < on <= off, (disp, free, on, off)
+    with pytest.raises(TypeError, match="multiprocessors"):
+        c.with_gpu(multiprocessors=1.5)
+    with pytest.raises(ValueError, match="multiprocessors"):
+        c.with_gpu(multiprocessors=-1)
+    old = c.to_dict()
+    del old["gpu"]["multiprocessors"]          # cluster files written before the field
+    assert hpgo.Cluster.from_dict(old).gpu.multiprocessors == 0

@@ -88,10 +88,10 @@ static int get_steps(PyObject *o, const char *what, hpgo_gpu_t *g, int which)
 /* cluster: (name, gpu_name, (fp32, tf32, bf16, fp8), vector_flops, hbm_bytes,
  *           hbm_bandwidth, matrix_steps, vector_steps, memory_steps,
  *           ((size, bandwidth, coll_bandwidth, latency, efficiency), ...),
- *           fp8_steps, attention_steps)   (the last two may be empty) */
+ *           fp8_steps, attention_steps, multiprocessors)   (the steps may be empty) */
 static int to_cluster(PyObject *t, hpgo_cluster_t *c)
 {
-    const Py_ssize_t N = 12;
+    const Py_ssize_t N = 13;
     memset(c, 0, sizeof *c);
     if (get_str(t, 0, N, "cluster", c->name, sizeof c->name) < 0 ||
         get_str(t, 1, N, "cluster", c->gpu.name, sizeof c->gpu.name) < 0)
@@ -109,7 +109,8 @@ static int to_cluster(PyObject *t, hpgo_cluster_t *c)
         get_steps(PyTuple_GET_ITEM(t, 8), "gpu memory_efficiency", &c->gpu, HPGO_EFF_MEMORY) < 0 ||
         get_steps(PyTuple_GET_ITEM(t, 10), "gpu fp8_matrix_efficiency", &c->gpu, HPGO_EFF_FP8) < 0 ||
         get_steps(PyTuple_GET_ITEM(t, 11), "gpu attention_efficiency", &c->gpu,
-                  HPGO_EFF_ATTENTION) < 0)
+                  HPGO_EFF_ATTENTION) < 0 ||
+        get_i32(t, 12, N, "gpu multiprocessors", &c->gpu.sms) < 0)
         return -1;
     PyObject *lv = PyTuple_GET_ITEM(t, 9);
     if (!PyTuple_Check(lv) || PyTuple_GET_SIZE(lv) < 1 ||
@@ -164,11 +165,11 @@ static PyObject *from_cluster(const hpgo_cluster_t *c)
         PyTuple_SET_ITEM(lv, l, x);
     }
     const hpgo_gpu_t *g = &c->gpu;
-    return Py_BuildValue("(ss(dddd)dddNNNNNN)", c->name, g->name, g->peak[0], g->peak[1],
+    return Py_BuildValue("(ss(dddd)dddNNNNNNi)", c->name, g->name, g->peak[0], g->peak[1],
                          g->peak[2], g->peak[3], g->vector_flops, g->hbm_bytes, g->hbm_bandwidth,
                          steps_tuple(g, HPGO_EFF_MATRIX), steps_tuple(g, HPGO_EFF_VECTOR),
                          steps_tuple(g, HPGO_EFF_MEMORY), lv, steps_tuple(g, HPGO_EFF_FP8),
-                         steps_tuple(g, HPGO_EFF_ATTENTION));
+                         steps_tuple(g, HPGO_EFF_ATTENTION), (int)g->sms);
 }
 
 /* model: ("transformer", precision, hidden, ffn, heads, kv_heads, head_dim,
