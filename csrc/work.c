@@ -722,19 +722,15 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
         int64_t gs, gst;
         hpgo_parplan_ep_group(p, &gs, &gst);
         double send = s->rx / s->etp * h * E;
-        double a2a = 0;
-        if (gs > 1 && p->dispatcher == HPGO_DISPATCH_DEDUP) {
-            int64_t fan[HPGO_CLUSTER_MAX_LEVELS];
-            double nodes = 1;
-            if (hpgo_group_fanout(c, gs, gst, fan, NULL) == HPGO_OK)
-                for (int32_t l = 1; l < c->n_levels; l++)
-                    nodes *= (double)fan[l];
-            if (nodes > 1)
-                a2a = hpgo_cost_dispatch_dedup(c, gs, gst, send, s->k, nodes_touched(x, nodes));
-        }
-        if (gs > 1 && a2a == 0) {
+        double a2a = 0, nodes = 1;
+        int64_t fan[HPGO_CLUSTER_MAX_LEVELS];
+        if (gs > 1 && hpgo_group_fanout(c, gs, gst, fan, NULL) == HPGO_OK)
+            for (int32_t l = 1; l < c->n_levels; l++)
+                nodes *= (double)fan[l];
+        if (p->dispatcher == HPGO_DISPATCH_DEDUP && nodes > 1) /* inside a node: the same */
+            a2a = hpgo_cost_dispatch_dedup(c, gs, gst, send, s->k, nodes_touched(x, nodes));
+        else if (gs > 1)
             a2a = hpgo_cost_collective(c, HPGO_COLL_ALLTOALL, gs, gst, send, HPGO_ALGO_AUTO);
-        }
         double eg = 0;
         if (s->etp > 1)
             eg = hpgo_cost_collective(c, HPGO_COLL_ALLGATHER, (int64_t)s->etp, 1, s->rx * h * E, HPGO_ALGO_AUTO) +

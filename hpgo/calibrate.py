@@ -220,10 +220,10 @@ def compare(profile: KernelProfile, gpu: GPU | Cluster | str = "dgx-h100") -> li
     """How far the model on ``gpu`` is from each kind of measured kernel
     (GEMMs, grouped expert GEMMs, attention, copies and the memory-bound MoE
     kernels, which the model prices as traffic only)."""
-    if isinstance(gpu, str):
-        gpu = Cluster.preset(gpu).gpu
-    c = gpu if isinstance(gpu, Cluster) else Cluster.preset("dgx-h100").with_gpu(
-        **{f.name: getattr(gpu, f.name) for f in dataclasses.fields(GPU)})
+    # kernel prices depend on the GPU alone: any cluster carries it
+    c = Cluster.preset(gpu) if isinstance(gpu, str) else gpu
+    if isinstance(c, GPU):
+        c = dataclasses.replace(Cluster.preset("dgx-h100"), gpu=c)
     groups: dict[tuple[str, str], list[float]] = {}
     cudnn = any(k.backend == "cudnn" for k in profile.kernels)
     for k in profile.kernels:
@@ -241,13 +241,6 @@ def compare(profile: KernelProfile, gpu: GPU | Cluster | str = "dgx-h100") -> li
     return [Comparison(op, dt, len(v), statistics.median(v), _pct(v, 0.1), _pct(v, 0.9),
                        op in _OPS_FITTED)
             for (op, dt), v in groups.items()]
-
-
-def curves(gpu: GPU) -> dict[str, tuple]:
-    """The efficiency curves of ``gpu`` as keyword arguments of ``with_gpu``."""
-    return {f: getattr(gpu, f) for f in ("matrix_efficiency", "vector_efficiency",
-                                        "memory_efficiency", "fp8_matrix_efficiency",
-                                        "attention_efficiency")}
 
 
 def _fmt_curve(name: str, steps: tuple, unit: str) -> str:
@@ -299,7 +292,7 @@ def run(args: argparse.Namespace) -> int:
     print(_fmt_curve("matrix (fp8)", gpu.fp8_matrix_efficiency, "GFLOP"))
     print(_fmt_curve("attention", gpu.attention_efficiency, "GFLOP"))
     print(_fmt_curve("memory", gpu.memory_efficiency, "MB"))
-    for label, g in ((f"{args.cluster} preset", base), ("calibrated", base.with_gpu(**curves(gpu)))):
+    for label, g in ((f"{args.cluster} preset", base), ("calibrated", dataclasses.replace(base, gpu=gpu))):
         print(f"\n{label}:")
         for row in compare(prof, g):
             print("  ", row)
