@@ -157,20 +157,26 @@ class RankedPlans:
         return out
 
     def table(self) -> str:
+        used = sorted({rp.gpus for rp in self.plans})
+        gpus = (f"{used[0]} of {self.cluster.gpus}" if len(used) == 1 and used[0] != self.cluster.gpus
+                else f"{self.cluster.gpus}")
         head = (f"{len(self.plans)} best of {self.stats['candidates']} plans for "
                 f"{getattr(self.model, 'name', '') or 'the model'} on {self.cluster.name} "
-                f"({self.cluster.gpus} GPUs), global batch {self.global_batch}; searched in "
+                f"({gpus} GPUs), global batch {self.global_batch}; searched in "
                 f"{self.search_seconds * 1e3:.0f} ms ({self.stats['simulated']} simulated)")
         if not self.plans:
             return head + "\nno plan fits: " + self._why_none()
-        lines = [head, f"{'#':>3} {'s/iter':>9} {'tokens/s' if self.plans[0].tokens_per_second else 'samples/s':>11} "
+        many = len(used) > 1  # the cost objective ranks several GPU counts: show each
+        lines = [head, f"{'#':>3}{' GPUs' if many else ''} {'s/iter':>9} "
+                 f"{'tokens/s' if self.plans[0].tokens_per_second else 'samples/s':>11} "
                  f"{'MFU':>6} {'GiB':>12}  plan"]
         for r in self.rows():
             rate = r["tokens_per_second"] or r["samples_per_second"]
             mfu = f"{r['mfu'] * 100:5.1f}%" if r["mfu"] is not None else "    - "
-            lines.append(f"{r['rank']:>3} {r['iteration_time']:9.4g} {rate:11,.0f} {mfu} "
-                         f"{r['memory_gib']:5.1f}/{r['capacity_gib']:<5.1f}  {r['plan']}"
-                         + ("" if r["fits"] else "  DOES NOT FIT"))
+            lines.append(f"{r['rank']:>3}{r['gpus']:>5}" if many else f"{r['rank']:>3}")
+            lines[-1] += (f" {r['iteration_time']:9.4g} {rate:11,.0f} {mfu} "
+                          f"{r['memory_gib']:5.1f}/{r['capacity_gib']:<5.1f}  {r['plan']}"
+                          + ("" if r["fits"] else "  DOES NOT FIT"))
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -341,6 +347,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
         precision = "bf16" if isinstance(m, Transformer) else "fp32"
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+    if _bool("fp8_params", fp8_params) and precision != "fp8":
+        raise ValueError(f"fp8_params=True keeps fp8 weights: it needs precision='fp8', not {precision!r}")
     if objective not in ("time", "cost"):
         raise ValueError(f"objective must be 'time' or 'cost'; got {objective!r}")
     for name, v in (("global_batch", global_batch), ("top", top), ("threads", threads),

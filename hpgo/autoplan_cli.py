@@ -29,7 +29,8 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
     p.add_argument("--profile-batch", type=float, help="batch the profile was measured at")
     p.add_argument("--cluster", required=True,
                    help="a preset (dgx-a100-80gb, dgx-h100, ...) or a cluster JSON file")
-    p.add_argument("--nodes", type=int, help="nodes of the preset")
+    p.add_argument("--nodes", type=int,
+                   help="nodes of the preset (default: enough for --gpus, else one)")
     p.add_argument("--global-batch", type=int, required=True, help="sequences per iteration")
     p.add_argument("--seq", type=int, help="sequence length (transformers)")
     p.add_argument("--gpus", type=int, help="GPUs to use (default: the whole cluster)")
@@ -73,6 +74,9 @@ def run_autoplan(args) -> int:
             cluster = cluster.with_nodes(args.nodes)
     else:
         cluster = hpgo.Cluster.preset(args.cluster, nodes=args.nodes)
+        if args.nodes is None and args.gpus and args.gpus > cluster.gpus:
+            # a preset without --nodes: as many nodes as --gpus needs
+            cluster = hpgo.Cluster.preset(args.cluster, nodes=-(-args.gpus // cluster.gpus))
     fixed = {k: getattr(args, k) for k in ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_stages",
                                            "micro_batch", "zero", "schedule", "recompute",
                                            "ep_placement")}

@@ -88,6 +88,24 @@ def test_cost_objective_may_use_fewer_gpus():
     assert {rp.plan.gpus for rp in cost} <= {32, 16, 8, 4, 2, 1}
 
 
+def test_table_names_the_gpus_each_plan_uses():
+    c = hpgo.Cluster.preset("dgx-h100", nodes=2)
+    part = hpgo.autoplan("llama3-8b", c, 64, gpus=8, top=2).table()
+    assert "(8 of 16 GPUs)" in part.splitlines()[0] and " GPUs " not in part.splitlines()[1]
+    cost = hpgo.autoplan("llama3-8b", c, 64, objective="cost", top=6)
+    lines = cost.table().splitlines()
+    assert len({rp.plan.gpus for rp in cost}) > 1  # several counts ranked: a column says which
+    assert lines[1].split()[:2] == ["#", "GPUs"]
+    assert [int(x.split()[1]) for x in lines[2:]] == [rp.plan.gpus for rp in cost]
+
+
+def test_fp8_params_needs_fp8():
+    with pytest.raises(ValueError, match="precision='fp8'"):
+        hpgo.autoplan("llama3-8b", "dgx-h100", 64, fp8_params=True)
+    r = hpgo.autoplan("llama3-8b", "dgx-h100", 64, precision="fp8", fp8_params=True, top=1)
+    assert r[0].plan.fp8_params and "fp8-params" in r.table()
+
+
 def test_nothing_fits_is_an_empty_ranking_that_says_why():
     r = hpgo.autoplan("llama3-405b", hpgo.Cluster.preset("dgx-h100", nodes=1), 64)
     assert len(r) == 0
@@ -183,6 +201,25 @@ def test_command_line(capsys, tmp_path):
     assert "no plan fits" in capsys.readouterr().out
     assert main(["autoplan", "--model", "nope", "--cluster", "dgx-h100", "--global-batch", "8"]) == 2
     assert "unknown transformer preset" in capsys.readouterr().err
+    # a preset without --nodes grows to the --gpus asked for
+    assert main(["autoplan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "24",
+                 "--global-batch", "48", "--json", "--top", "1"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["gpus"] == 24 and d["plans"][0]["gpus"] == 24
+    assert main(["autoplan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes", "1",
+                 "--gpus", "16", "--global-batch", "48"]) == 2
+    assert "gpus must be in 1..8" in capsys.readouterr().err
+    assert main(["autoplan", "--model", "llama3-8b", "--cluster", "dgx-h100",
+                 "--global-batch", "48", "--fp8-params"]) == 2
+    assert "precision='fp8'" in capsys.readouterr().err
+
+
+def test_python_dash_m_runs_the_command_line():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "hpgo", "autoplan", "--model", "nope", "--cluster",
+                        "dgx-h100", "--global-batch", "8"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.startswith("hpgo autoplan: error:")
 
 
 def test_exports():
