@@ -13,9 +13,16 @@ import statistics
 from hpgo import calibrate, validation
 
 
+def _release(r):
+    """The table's release, or what sets a row apart in the other sources."""
+    if r.source.startswith(validation._MB):
+        return r.source[-5:]
+    return ("ov " if r.overlap_moe_comm else "") + ("deepep" if r.dispatcher == "deepep" else "a2a")
+
+
 def table(rows, title):
     print(title)
-    print(f"{'release':7s} {'model':16s} {'GPUs':>5s} {'prec':4s} {'TP PP CP VP EP MBS GBS':24s} "
+    print(f"{'release':9s} {'model':16s} {'GPUs':>5s} {'prec':4s} {'TP PP CP VP EP MBS GBS':24s} "
           f"{'published':>9s} {'simulated':>9s} {'error':>8s} {'GiB':>6s} | "
           f"{'least recompute that fits':26s}")
     for c in rows:
@@ -23,7 +30,7 @@ def table(rows, title):
         cfg = f"{r.tp} {r.pp} {r.cp} {r.vp} {r.ep} {r.micro_batch} {r.global_batch}"
         fit = "" if c.fits else (f"{c.recompute}: {c.tokens_fitting:,.0f} "
                                  f"({c.error_fitting * 100:+.1f} %) {c.memory_fitting_gib:.1f} GiB")
-        print(f"{r.source[-5:]:7s} {r.model:16s} {r.gpus:5d} {r.precision:4s} {cfg:24s} "
+        print(f"{_release(r):9s} {r.model:16s} {r.gpus:5d} {r.precision:4s} {cfg:24s} "
               f"{r.tokens_per_gpu:9,.0f} {c.tokens_per_gpu:9,.0f} {c.error * 100:+7.1f}% "
               f"{c.memory_gib:5.1f}{' ' if c.fits else '*'} | {fit}")
     errs = [abs(c.error) for c in rows]
@@ -37,11 +44,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernels", help="a kernel profile (hpgo profile kernels) to calibrate the GPU")
     a = ap.parse_args()
-    table(validation.check(), "dgx-h100 preset (Calculon's curves, capped at the best GEMM rate):")
+    gpus = [(None, "dgx-h100 preset (Calculon's curves, capped at the best GEMM rate)")]
     if a.kernels:
         prof = calibrate.load(a.kernels)
-        gpu = calibrate.fit(prof, "dgx-h100")
-        table(validation.check(gpu=gpu), f"GPU calibrated to {a.kernels} ({prof.device}):")
+        gpus.append((calibrate.fit(prof, "dgx-h100"), f"GPU calibrated to {a.kernels} ({prof.device})"))
+    for runs, name in ((validation.MEGATRON_BRIDGE_H100, "Megatron-Bridge performance summaries"),
+                       (validation.MEGATRON_MOE_MODELZOO_H100, "Megatron-MoE-ModelZoo, Qwen3-235B-A22B"),
+                       (validation.MEGATRON_BRIDGE_EP_OVERLAP_H100,
+                        "Megatron-Bridge EP overlap A/B, Qwen3-30B-A3B EP16 (overlapped rows calibrate)")):
+        for gpu, what in gpus:
+            table(validation.check(runs, gpu=gpu), f"{name}; {what}:")
 
 
 if __name__ == "__main__":

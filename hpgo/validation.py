@@ -13,6 +13,11 @@ the least recomputation (selective, then full) that does.
 ``MEGATRON_MOE_MODELZOO_H100`` lists Qwen3-235B-A22B runs of NVIDIA's
 Megatron-MoE-ModelZoo on 256 H100, which also publish the dispatcher, the
 recomputation and whether the all-to-alls were overlapped.
+``MEGATRON_BRIDGE_EP_OVERLAP_H100`` lists Megatron-Bridge's A/B runs of
+Qwen3-30B-A3B on 16 H100 at EP 16 with and without the 1F1B all-to-all
+overlap; the overlapped pair sets the share of the ideal overlap the model
+credits (``EP_OVERLAP_REALISED`` in csrc/work.c), so only the runs without
+overlap are independent checks.
 
 >>> for row in hpgo.validation.check():          # doctest: +SKIP
 ...     print(row)
@@ -22,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PublishedRun", "MEGATRON_BRIDGE_H100", "MEGATRON_MOE_MODELZOO_H100", "Check", "check"]
+__all__ = ["PublishedRun", "MEGATRON_BRIDGE_H100", "MEGATRON_MOE_MODELZOO_H100",
+           "MEGATRON_BRIDGE_EP_OVERLAP_H100", "Check", "check"]
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,25 @@ MEGATRON_MOE_MODELZOO_H100: tuple[PublishedRun, ...] = (
          micro_batch=1, seq=4096, fsdp=False, tp=4, pp=8, cp=1, vp=4, ep=8,
          recompute="none", dispatcher="deepep"),
 )
+
+# Megatron-Bridge's controlled A/B runs of its Qwen3-30B-A3B BF16 recipe on
+# 16 H100 (TP1 PP1 CP1 EP16, MBS 1, GBS 1024, sequence 4096, forced load
+# balancing): the all-to-all dispatcher without and with
+# overlap_moe_expert_parallel_comm (docs/training/communication-overlap.md,
+# PR 3862: 41.25 and 31.31 s per step; CUDA graphs and permute fusion off),
+# and HybridEP (priced as hpgo's "deepep": one crossing per node reached)
+# with TE CUDA graphs on the router and preprocessing (PR 5094: 24.714 and
+# 20.992 s).  The overlapped rows calibrate EP_OVERLAP_REALISED.
+_O = "Megatron-Bridge Qwen3-30B-A3B EP16 overlap A/B"
+MEGATRON_BRIDGE_EP_OVERLAP_H100: tuple[PublishedRun, ...] = tuple(
+    _zoo(step, source=_O, model="qwen3-30b-a3b", gpus=16, precision="bf16", global_batch=1024,
+         micro_batch=1, seq=4096, fsdp=False, tp=1, pp=1, cp=1, vp=1, ep=16,
+         dispatcher=disp, overlap_moe_comm=ov, note=note)
+    for step, disp, ov, note in (
+        (41.25, "alltoall", False, "NCCL all-to-all"),
+        (31.31, "alltoall", True, "NCCL all-to-all, 1F1B overlap (calibrates the overlap)"),
+        (24.714, "deepep", False, "HybridEP"),
+        (20.992, "deepep", True, "HybridEP, 1F1B overlap (calibrates the overlap)")))
 
 
 @dataclass(frozen=True)

@@ -417,11 +417,13 @@ def test_overlapped_all_to_alls_expose_only_what_compute_cannot_hide():
             + off["backward_weight"]
         exposed = on["ep_forward"] + on["ep_backward"]
         # each communication phase pairs with one compute phase of the other
-        # micro-batch: never less exposed than the totals allow, never more
-        # than with no overlap, all exposed beyond what the compute covers
-        assert max(0.0, comm - comp) - 1e-12 <= exposed <= comm + 1e-12
+        # micro-batch, and 0.65 of what that pairing hides is credited:
+        # never less exposed than the totals allow, never more than with no
+        # overlap; past the compute, all of it but 0.65 of the compute
+        ideal = max(0.0, comm - comp)
+        assert comm - 0.65 * (comm - ideal) - 1e-12 <= exposed <= comm + 1e-12
         if comm > 1.2 * comp:
-            assert exposed == pytest.approx(comm - comp, rel=1e-9)
+            assert exposed == pytest.approx(comm - 0.65 * comp, rel=1e-9)
     assert comm > comp  # the slow cluster leaves some exposed
     # in between, unbalanced phases expose time although the totals would hide it
     for f in (4, 8, 16, 32):

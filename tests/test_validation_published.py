@@ -6,8 +6,10 @@ the Qwen3-235B-A22B runs of NVIDIA's Megatron-MoE-ModelZoo.
 What is checked is what docs/moe.md reports: every published configuration
 fits in memory with some recomputation; the dense FP8 Llama runs, simulated
 as published, are within 15 % of the published tokens/s per GPU (10 % on the
-GPU calibrated to measured kernels); Qwen3-235B-A22B's overlapped run and
-ModelZoo's cross-node DeepEP run without overlap within 15 %; the
+GPU calibrated to measured kernels); Qwen3-235B-A22B's and DeepSeek-V3's
+overlapped runs and ModelZoo's cross-node DeepEP run without overlap within
+15 %; the all-to-all overlap credited at the share Megatron-Bridge's A/B runs
+measure; the
 fine-grained in-node MoE runs (many small experts, where the published runs
 reach 12-25 % MFU) are predicted faster than published -- the model's known
 limit, stated in the docs."""
@@ -39,11 +41,37 @@ def test_dense_fp8_llama_runs_within_15_percent(key):
     assert abs(CHECKS[key].error) < 0.15, CHECKS[key]
 
 
-def test_overlapped_coarse_moe_run_within_15_percent():
+def test_overlapped_coarse_moe_runs_within_15_to_20_percent():
     c = CHECKS["26.02", "qwen3-235b-a22b"]
     assert c.run.overlap_moe_comm and abs(c.error) < 0.15, c
+    c = CHECKS["25.09", "deepseek-v3"]  # on the preset's curves; within 5 % calibrated
+    assert c.run.overlap_moe_comm and abs(c.error) < 0.2, c
     # the same layout without the overlap (the 25.11 recipe) is predicted slower
     assert CHECKS["25.11", "qwen3-235b-a22b"].error < -0.15
+
+
+def _gain(runs):
+    off, on = validation.check(runs)
+    assert not off.run.overlap_moe_comm and on.run.overlap_moe_comm
+    return on.tokens_per_gpu / off.tokens_per_gpu
+
+
+def test_overlap_credits_the_measured_share_of_the_ideal_pairing():
+    ab = validation.MEGATRON_BRIDGE_EP_OVERLAP_H100
+    assert len(ab) == 4
+    for off, on in (ab[:2], ab[2:]):
+        measured = on.tokens_per_gpu / off.tokens_per_gpu
+        model = _gain((off, on))
+        # the calibration pairs: the modelled gain within 3 % of the measured one
+        assert model == pytest.approx(measured, rel=0.03), (off, model, measured)
+        assert 1 < model
+    # held out: ModelZoo's cross-node DeepEP pair gains less than the model
+    # says (1.12x against 1.25x), but the share cuts the ideal 1.44x by most of the gap
+    zoo = _gain(validation.MEGATRON_MOE_MODELZOO_H100[:2])
+    assert 19.7 / 17.6 < zoo < 1.3
+    # the runs without overlap check the model independently of the share
+    for c in validation.check((ab[0], ab[2])):
+        assert abs(c.error) < 0.3 and c.fits, c
 
 
 @pytest.mark.parametrize("key", [("25.11", "qwen3-30b-a3b"), ("26.02", "qwen3-30b-a3b"),
@@ -57,8 +85,8 @@ def test_modelzoo_deepep_run_without_overlap_within_15_percent():
     assert base.run.dispatcher == "deepep" and not base.run.overlap_moe_comm
     assert abs(base.error) < 0.15, base
     assert abs(fsdp.error) < 0.15, fsdp
-    # the model's overlap hides far more than the published 11 % (docs/moe.md)
-    assert overlap.error > 0.3
+    # the model's overlap still hides more than the published 11 % (docs/moe.md)
+    assert 0.15 < overlap.error < 0.3
     assert overlap.run.tokens_per_gpu / base.run.tokens_per_gpu == pytest.approx(19.7 / 17.6)
     # the same run with NCCL's all-to-all would be far slower in the model
     plain = validation.check((dataclasses.replace(base.run, dispatcher="alltoall"),))[0]
@@ -85,4 +113,7 @@ def test_calibrated_gpu_brings_dense_runs_within_10_percent():
     for key, c in rows.items():
         if key[1].startswith("llama"):
             assert abs(c.error) < 0.10, c
-    assert sum(abs(c.error) < 0.15 for c in rows.values()) >= 6
+    assert sum(abs(c.error) < 0.15 for c in rows.values()) >= 9
+    assert abs(rows["25.09", "deepseek-v3"].error) < 0.05
+    ab = validation.check(validation.MEGATRON_BRIDGE_EP_OVERLAP_H100, gpu=gpu)
+    assert all(abs(c.error) < 0.15 for c in ab), ab
