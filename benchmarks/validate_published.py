@@ -17,6 +17,8 @@ def _release(r):
     """The table's release, or what sets a row apart in the other sources."""
     if r.source.startswith(validation._MB):
         return r.source[-5:]
+    if r.source == validation._T:
+        return "tracker"
     return ("ov " if r.overlap_moe_comm else "") + ("deepep" if r.dispatcher == "deepep" else "a2a")
 
 
@@ -51,7 +53,9 @@ def main():
     for runs, name in ((validation.MEGATRON_BRIDGE_H100, "Megatron-Bridge performance summaries"),
                        (validation.MEGATRON_MOE_MODELZOO_H100, "Megatron-MoE-ModelZoo, Qwen3-235B-A22B"),
                        (validation.MEGATRON_BRIDGE_EP_OVERLAP_H100,
-                        "Megatron-Bridge EP overlap A/B, Qwen3-30B-A3B EP16 (overlapped rows calibrate)")):
+                        "Megatron-Bridge EP overlap A/B, Qwen3-30B-A3B EP16 (overlapped rows calibrate)"),
+                       (validation.MCORE_MOE_TRACKER_H100,
+                        "Megatron-Core MoE release tracker, best H100 configurations")):
         for gpu, what in gpus:
             table(validation.check(runs, gpu=gpu), f"{name}; {what}:")
 

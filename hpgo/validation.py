@@ -17,7 +17,11 @@ recomputation and whether the all-to-alls were overlapped.
 Qwen3-30B-A3B on 16 H100 at EP 16 with and without the 1F1B all-to-all
 overlap; the overlapped pair sets the share of the ideal overlap the model
 credits (``EP_OVERLAP_REALISED`` in csrc/work.c), so only the runs without
-overlap are independent checks.
+overlap are independent checks.  ``MCORE_MOE_TRACKER_H100`` lists the
+best H100 configurations of NVIDIA's Megatron-Core MoE release tracker
+(DeepSeek-V3, Qwen3-235B-A22B, Qwen3-30B-A3B), published as model TFLOP/s
+per GPU and converted to tokens/s with the FLOPs per token of
+Megatron-Bridge's tables for the same models.
 
 >>> for row in hpgo.validation.check():          # doctest: +SKIP
 ...     print(row)
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["PublishedRun", "MEGATRON_BRIDGE_H100", "MEGATRON_MOE_MODELZOO_H100",
-           "MEGATRON_BRIDGE_EP_OVERLAP_H100", "Check", "check"]
+           "MEGATRON_BRIDGE_EP_OVERLAP_H100", "MCORE_MOE_TRACKER_H100", "Check", "check"]
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,40 @@ MEGATRON_BRIDGE_EP_OVERLAP_H100: tuple[PublishedRun, ...] = tuple(
         (31.31, "alltoall", True, "NCCL all-to-all, 1F1B overlap (calibrates the overlap)"),
         (24.714, "deepep", False, "HybridEP"),
         (20.992, "deepep", True, "HybridEP, 1F1B overlap (calibrates the overlap)")))
+
+# NVIDIA's Megatron-Core MoE release performance tracker, best H100
+# configurations as Megatron-Bridge lists them (skills/perf-techniques/
+# moe-hardware-configs/card.yaml, validated 2026-04-01): model TFLOP/s per
+# GPU, forced balancing, sequence 4096.  Tokens/s per GPU = TFLOP/s over the
+# FLOPs per token that Megatron-Bridge's own tables imply for the same model
+# (their TFLOP/s column over their tokens/s column, alike to 0.5 % across
+# releases): DeepSeek-V3 with MTP 2.606e11 (25.09), Qwen3-235B-A22B 1.48e11,
+# Qwen3-30B-A3B 2.30e10.
+_FLOPS_PER_TOKEN = {"deepseek-v3": 338e12 / 1297, "qwen3-235b-a22b": 1.48e11,
+                    "qwen3-30b-a3b": 2.30e10}
+
+
+def _tracker(tflops: float, **kw: Any) -> PublishedRun:
+    return PublishedRun(tokens_per_gpu=tflops * 1e12 / _FLOPS_PER_TOKEN[kw["model"]],
+                        note=f"{tflops:g} model TFLOP/s/GPU" + (f"; {kw.pop('note')}" if "note" in kw else ""),
+                        **kw)
+
+
+_T = "Megatron-Core MoE release tracker, H100 best configurations"
+MCORE_MOE_TRACKER_H100: tuple[PublishedRun, ...] = (
+    _tracker(368, source=_T, model="deepseek-v3", gpus=1024, precision="fp8", global_batch=8192,
+             micro_batch=1, seq=4096, fsdp=False, tp=2, pp=8, cp=1, vp=4, ep=64,
+             recompute="selective", dispatcher="deepep", overlap_moe_comm=True,
+             note="FP8 blockwise, with MTP; recompute up_proj, mlp; layout Et*3|(tt|)*29m|L "
+                  "(priced as an even split)"),
+    _tracker(320, source=_T, model="qwen3-235b-a22b", gpus=256, precision="bf16", global_batch=2048,
+             micro_batch=1, seq=4096, fsdp=False, tp=2, pp=8, cp=1, vp=4, ep=32,
+             recompute="selective", dispatcher="deepep", overlap_moe_comm=True,
+             note="recomputation not given: ModelZoo's norm, act assumed"),
+    _tracker(208, source=_T, model="qwen3-30b-a3b", gpus=32, precision="bf16", global_batch=256,
+             micro_batch=4, seq=4096, fsdp=False, tp=1, pp=1, cp=1, vp=1, ep=8,
+             recompute="full", dispatcher="deepep", note="EP 8 inside a node, EDP 4"),
+)
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,15 @@ def test_modelzoo_deepep_run_without_overlap_within_15_percent():
     assert plain.tokens_per_gpu < 0.85 * base.tokens_per_gpu
 
 
+def test_release_tracker_rows():
+    rows = validation.MCORE_MOE_TRACKER_H100
+    # tokens/s from TFLOP/s with the FLOPs per token Megatron-Bridge's tables imply
+    assert rows[0].tokens_per_gpu == pytest.approx(1297 * 368 / 338)
+    assert rows[1].tokens_per_gpu == pytest.approx(320e12 / 1.48e11)
+    for c in validation.check(rows):  # preset curves: within 25 %, and they fit
+        assert c.fits and abs(c.error) < 0.25, c
+
+
 def test_plans_of_published_runs():
     run = validation.MEGATRON_BRIDGE_H100[-1]
     p = run.plan()
@@ -117,3 +126,6 @@ def test_calibrated_gpu_brings_dense_runs_within_10_percent():
     assert abs(rows["25.09", "deepseek-v3"].error) < 0.05
     ab = validation.check(validation.MEGATRON_BRIDGE_EP_OVERLAP_H100, gpu=gpu)
     assert all(abs(c.error) < 0.15 for c in ab), ab
+    # the release tracker's best configurations (set nothing in the model)
+    best = validation.check(validation.MCORE_MOE_TRACKER_H100, gpu=gpu)
+    assert len(best) == 3 and all(abs(c.error) < 0.10 and c.fits for c in best), best
