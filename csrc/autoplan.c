@@ -434,6 +434,7 @@ static int enum_experts(search_t *S, hpgo_parplan_t base, double *ltimes, int32_
                 hpgo_parplan_t p = base;
                 p.ep = (int32_t)ep, p.etp = etp, p.ep_outer = outer;
                 p.overlap_ep = o->overlap_ep == 1;
+                p.overlap_share = p.overlap_ep ? o->overlap_share : 0;
                 p.dispatcher = o->dispatcher == HPGO_DISPATCH_DEDUP ? HPGO_DISPATCH_DEDUP
                                                                     : HPGO_DISPATCH_ALLTOALL;
                 int rc = enum_tail(S, p, ltimes, tmp_split, err);

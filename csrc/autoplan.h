@@ -48,6 +48,7 @@ typedef struct hpgo_autoplan_opts {
     int32_t tp, pp, dp, vstages, micro_batch, schedule, recompute, sequence_parallel, zero, cp;
     int32_t ep, etp, ep_outer; /* expert parallel size, expert tp size, ep placement */
     int32_t overlap_ep;        /* 1: MoE all-to-alls overlapped (every plan); -1 or 0: not */
+    double overlap_share;      /* with overlap_ep 1: the plans' overlap_share */
     int32_t dispatcher;        /* MoE dispatcher of every plan (HPGO_DISPATCH_); -1: all-to-all */
     int32_t fp8_params;        /* 1: fp8 weights only (every plan); -1 or 0: not */
 } hpgo_autoplan_opts_t;

@@ -46,6 +46,9 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
                             "ep must be in 1..2^24, etp in 0..1024 (0: = tp), ep_outer, "
                             "overlap_ep and fp8_params 0 or 1, dispatcher 0 (all-to-all) or 1 "
                             "(deduplicating)");
+    if (p->overlap_ep && !(p->overlap_share > 0 && p->overlap_share <= 1))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "the overlap share must be in (0, 1], got %g", p->overlap_share);
     if (hpgo_parplan_edp(p) < 1)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "etp x ep = %lld must divide tp x cp x dp = %lld (expert layers "

@@ -54,6 +54,10 @@ typedef struct hpgo_parplan {
      * DualPipe), each communication phase beside a compute phase of the
      * other (work.c): only what those phases cannot hide is exposed */
     int32_t overlap_ep;
+    /* with overlap_ep: the share, in (0, 1], of what that ideal pairing
+     * hides that is credited (HPGO_EP_OVERLAP_MEGATRON for Megatron's
+     * schedule, 1 for a perfect one) */
+    double overlap_share;
     /* MoE token dispatcher: HPGO_DISPATCH_ALLTOALL (an all-to-all of every
      * routed copy, Megatron's alltoall dispatcher) or HPGO_DISPATCH_DEDUP
      * (DeepEP / Megatron's flex dispatcher: a token crosses once to each
@@ -66,6 +70,17 @@ typedef struct hpgo_parplan {
 } hpgo_parplan_t;
 
 enum { HPGO_DISPATCH_ALLTOALL = 0, HPGO_DISPATCH_DEDUP = 1 };
+
+/* Share of the time an ideal phase-by-phase pairing would hide that
+ * Megatron's 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm)
+ * hides in measured runs: Megatron-Bridge's A/B runs of Qwen3-30B-A3B on 16
+ * H100 at EP 16 (41.25 -> 31.31 s with the all-to-all dispatcher, 24.71 ->
+ * 20.99 s with HybridEP; docs/training/communication-overlap.md, PR 5094)
+ * need 0.62 and 0.68 of it.  What the schedule loses -- the host sync of
+ * dropless dispatch, stream synchronisation between the paired phases, the
+ * unpaired warm-up and cool-down -- is not modelled one by one
+ * (docs/moe.md, "Expert-parallel overlap"). */
+#define HPGO_EP_OVERLAP_MEGATRON 0.65
 
 /* Checks that depend only on the plan (sizes, schedule, batch arithmetic);
  * the model-dependent ones are in work.c.  HPGO_E_INVALID naming the field. */

@@ -614,17 +614,6 @@ static double nodes_touched(const hpgo_xformer_t *x, double nodes)
     return nodes * (1 - untouched);
 }
 
-/* Share of the time an ideal phase-by-phase pairing would hide that
- * Megatron's 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm)
- * hides in measured runs: Megatron-Bridge's A/B runs of Qwen3-30B-A3B on 16
- * H100 at EP 16 (41.25 -> 31.31 s with the all-to-all dispatcher, 24.71 ->
- * 20.99 s with HybridEP; docs/training/communication-overlap.md, PR 5094)
- * need 0.62 and 0.68 of it.  What the schedule loses -- the host sync of
- * dropless dispatch, stream synchronisation between the paired phases, the
- * unpaired warm-up and cool-down -- is not modelled one by one
- * (docs/moe.md, "Expert-parallel overlap"). */
-#define EP_OVERLAP_REALISED 0.65
-
 /* Compute x and communication y side by side, the compute slowed by sl
  * while the communication runs. */
 static double pair_time(double x, double y, double sl)
@@ -768,11 +757,12 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
             double paired = pair_time(fa, cbk, sl) + pair_time(b_mlp, cf, sl) +
                             pair_time(f_mlp, cbk, sl) + pair_time(ba, cf, sl);
             double exposed = paired > comp ? paired - comp : 0;
-            /* ... of which Megatron's schedule realises a measured share
-             * (EP_OVERLAP_REALISED): the rest stays exposed */
+            /* ... of which the schedule realises a share (the plan's;
+             * Megatron's measured HPGO_EP_OVERLAP_MEGATRON): the rest
+             * stays exposed */
             double alone = 2 * (cf + cbk);
             if (exposed < alone)
-                exposed = alone - EP_OVERLAP_REALISED * (alone - exposed);
+                exposed = alone - p->overlap_share * (alone - exposed);
             o->ep_f = o->ep_b = cf + cbk > 0 ? exposed / 2 : 0;
         }
         if (gs > 1) /* the permuted copies sent, and the expert outputs received back */
@@ -998,6 +988,7 @@ static int same_pieces(const hpgo_parplan_t *a, const hpgo_parplan_t *b)
 {
     return a->tp == b->tp && a->cp == b->cp && a->dp == b->dp && a->ep == b->ep &&
            a->etp == b->etp && a->ep_outer == b->ep_outer && a->overlap_ep == b->overlap_ep &&
+           (!a->overlap_ep || a->overlap_share == b->overlap_share) &&
            a->dispatcher == b->dispatcher &&
            a->micro_batch == b->micro_batch && a->sequence_parallel == b->sequence_parallel &&
            a->recompute == b->recompute && (a->pp * a->vstages > 1) == (b->pp * b->vstages > 1);

@@ -27,6 +27,7 @@ from typing import Any, Iterator
 from . import _args, _core
 from .cluster import Cluster
 from .parallel import (DISPATCHERS, DISPATCHERS_BY_CODE, PRECISIONS, RECOMPUTE_MODES, SCHEDULES,
+                       overlap_share,
                        MemoryBreakdown, ParallelPlan, StepResult, _as_model, simulate)
 from .workmodel import ProfiledModel, Transformer, model_id
 
@@ -301,7 +302,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              schedule: str | None = None, recompute: str | None = None,
              sequence_parallel: bool | None = None, zero: int | None = None,
              cp: int | None = None, ep: int | None = None, etp: int | None = None,
-             ep_placement: str | None = None, overlap_moe_comm: bool = False,
+             ep_placement: str | None = None, overlap_moe_comm: bool | float = False,
              moe_dispatcher: str = "alltoall", fp8_params: bool = False,
              timeout: float | None = None,
              executor: Any = None) -> RankedPlans:
@@ -319,7 +320,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     search.  Mixture-of-experts models add the expert layout: ``ep`` (the
     divisors of tp cp dp / etp that divide the experts), ``etp`` (1 or tp)
     and ``ep_placement`` ("inner" or "outer"), each searched unless fixed;
-    ``overlap_moe_comm=True`` prices every plan with the all-to-alls overlapped;
+    ``overlap_moe_comm=True`` prices every plan with the all-to-alls overlapped
+    (a number in (0, 1]: with that share of the ideal overlap credited, see
+    :class:`ParallelPlan`);
     ``moe_dispatcher`` (``"alltoall"`` or ``"deepep"``) with that dispatcher;
     ``fp8_params=True`` keeps fp8 weights only (see :class:`ParallelPlan`).
     ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
@@ -367,8 +370,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _fixed("sequence_parallel", sequence_parallel), _fixed("zero", zero), _fixed("cp", cp),
             _fixed("ep", ep), _fixed("etp", etp),
             _fixed("ep_placement", ep_placement, {"inner": 0, "outer": 1}),
-            int(_bool("overlap_moe_comm", overlap_moe_comm)),
-            _dispatcher(moe_dispatcher), int(_bool("fp8_params", fp8_params)))
+            int(overlap_share(overlap_moe_comm) > 0),
+            _dispatcher(moe_dispatcher), int(_bool("fp8_params", fp8_params)),
+            overlap_share(overlap_moe_comm))
     t0 = time.perf_counter()
     if executor is not None:
         d = _distributed_search(executor, m._tuple(PRECISIONS[precision]), c, opts, timeout, top)
@@ -379,13 +383,14 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     ranked = []
     for rank, (pt, _t, _score, balanced) in enumerate(d["plans"], 1):
         (p_tp, p_pp, p_dp, p_cp, p_ep, v, mb, gb, sch, rc, sp, z, ov, split, p_etp, outer,
-         ep_ov, disp, f8p) = pt
+         ep_ov, disp, f8p, _share) = pt
         plan = ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, ep=p_ep,
                             virtual_stages=v, micro_batch=mb, schedule=_SCHED_NAMES[sch],
                             recompute=_RC_NAMES[rc], sequence_parallel=bool(sp), zero=z,
                             overlap_grad_reduce=bool(ov), split=split, model=mid,
                             etp=p_etp or None, ep_placement="outer" if outer else "inner",
-                            overlap_moe_comm=bool(ep_ov), moe_dispatcher=DISPATCHERS_BY_CODE[disp],
+                            overlap_moe_comm=overlap_moe_comm if ep_ov else False,
+                            moe_dispatcher=DISPATCHERS_BY_CODE[disp],
                             fp8_params=bool(f8p))
         res = simulate(m, c, plan, precision=precision, timeline=False,
                        overhead_bytes=overhead_bytes)

@@ -41,8 +41,11 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
         p.add_argument(f"--{name}", type=int, help=f"fix {name}")
     p.add_argument("--ep-placement", choices=("inner", "outer"),
                    help="fix where the expert-parallel group sits")
-    p.add_argument("--overlap-moe-comm", action="store_true",
-                   help="price MoE all-to-alls as overlapped with another micro-batch's compute")
+    p.add_argument("--overlap-moe-comm", nargs="?", const=True, default=False, type=_share,
+                   metavar="SHARE",
+                   help="price MoE all-to-alls as overlapped with another micro-batch's compute "
+                        "(crediting Megatron's measured share of the ideal overlap, 0.65, or SHARE "
+                        "in (0, 1])")
     p.add_argument("--moe-dispatcher", choices=("alltoall", "deepep"), default="alltoall",
                    help="MoE token dispatcher: NCCL all-to-all, or DeepEP's node-deduplicating one")
     p.add_argument("--fp8-params", action="store_true",
@@ -57,6 +60,16 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true", help="also say why the best plan wins")
     p.set_defaults(func=run_autoplan)
     return p
+
+
+def _share(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"the overlap share must be in (0, 1], got {text}")
+    return v
 
 
 def run_autoplan(args) -> int:

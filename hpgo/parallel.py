@@ -43,6 +43,21 @@ PRECISIONS = {"bf16": _core.PRECISION_BF16, "fp16": _core.PRECISION_FP16,
 #: MoE token dispatchers (csrc/parplan.h HPGO_DISPATCH_)
 DISPATCHERS = {"alltoall": 0, "deepep": 1}
 DISPATCHERS_BY_CODE = {v: k for k, v in DISPATCHERS.items()}
+# Share of what ideal phase-by-phase pairing hides that Megatron's 1F1B
+# all-to-all overlap realises, measured (csrc/parplan.h; docs/moe.md)
+MEGATRON_OVERLAP_SHARE = _core.EP_OVERLAP_MEGATRON
+
+
+def overlap_share(v: Any, name: str = "overlap_moe_comm") -> float:
+    """The credited share of an ``overlap_moe_comm`` value: 0 for False,
+    Megatron's measured share for True, the number itself in (0, 1]."""
+    if isinstance(v, bool):
+        return MEGATRON_OVERLAP_SHARE if v else 0.0
+    if not isinstance(v, (int, float)):
+        raise TypeError(f"{name} must be a bool or a share in (0, 1], not {type(v).__name__}")
+    if not 0 < v <= 1:
+        raise ValueError(f"{name} as a share must be in (0, 1], got {v!r}")
+    return float(v)
 
 
 def _int(name: str, v: Any, lo: int = 1, hi: int = 1 << 40) -> int:
@@ -75,7 +90,10 @@ class ParallelPlan:
     farthest, with the expert data-parallel group inside.
     ``overlap_moe_comm`` hides a MoE layer's all-to-alls behind the compute of
     another micro-batch (Megatron's ``--overlap-moe-expert-parallel-comm``,
-    DeepSeek's DualPipe): only what exceeds the layer's compute stays.
+    DeepSeek's DualPipe), phase by phase: ``True`` credits the share of that
+    ideal pairing Megatron's schedule is measured to realise
+    (``MEGATRON_OVERLAP_SHARE``, 0.65), a number in (0, 1] that share
+    instead (1: a perfect schedule).
     ``moe_dispatcher``: ``"alltoall"`` sends every routed copy of a token
     (Megatron's alltoall dispatcher, NCCL); ``"deepep"`` sends a token once
     to each node holding one of its experts and forwards it inside the node
@@ -104,7 +122,7 @@ class ParallelPlan:
     model: str | None = None
     etp: int | None = None
     ep_placement: str = "inner"
-    overlap_moe_comm: bool = False
+    overlap_moe_comm: bool | float = False
     moe_dispatcher: str = "alltoall"
     fp8_params: bool = False
 
@@ -128,9 +146,12 @@ class ParallelPlan:
         if self.recompute not in RECOMPUTE_MODES:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}; "
                              f"got {self.recompute!r}")
-        for f in ("sequence_parallel", "overlap_grad_reduce", "overlap_moe_comm", "fp8_params"):
+        for f in ("sequence_parallel", "overlap_grad_reduce", "fp8_params"):
             if not isinstance(getattr(self, f), bool):
                 raise TypeError(f"{f} must be a bool")
+        overlap_share(self.overlap_moe_comm)
+        if not isinstance(self.overlap_moe_comm, bool):
+            object.__setattr__(self, "overlap_moe_comm", float(self.overlap_moe_comm))
         if self.split is not None:
             object.__setattr__(self, "split", tuple(_int("split boundary", b, 0, 1 << 30)
                                                      for b in self.split))
@@ -157,8 +178,8 @@ class ParallelPlan:
                 self.global_batch, SCHEDULES[self.schedule], RECOMPUTE_MODES[self.recompute],
                 int(self.sequence_parallel), self.zero, int(self.overlap_grad_reduce),
                 self.split, self.etp or 0, int(self.ep_placement == "outer"),
-                int(self.overlap_moe_comm), DISPATCHERS[self.moe_dispatcher],
-                int(self.fp8_params))
+                int(bool(self.overlap_moe_comm)), DISPATCHERS[self.moe_dispatcher],
+                int(self.fp8_params), overlap_share(self.overlap_moe_comm))
 
     @property
     def expert_data_parallel(self) -> int:
@@ -430,7 +451,8 @@ class ParallelPlan:
             parts.append(f"ep={self.ep}" + (f" etp={self.etp}" if self.etp is not None and
                                             self.etp != self.tp else "") +
                          (" ep-outer" if self.ep_placement == "outer" else "") +
-                         (" ep-overlap" if self.overlap_moe_comm else "") +
+                         (" ep-overlap" if self.overlap_moe_comm is True else
+                          f" ep-overlap={self.overlap_moe_comm:g}" if self.overlap_moe_comm else "") +
                          (" deepep" if self.moe_dispatcher == "deepep" else ""))
         parts.append(f"mb={self.micro_batch}")
         if global_batch:

@@ -16,7 +16,7 @@ recomputation and whether the all-to-alls were overlapped.
 ``MEGATRON_BRIDGE_EP_OVERLAP_H100`` lists Megatron-Bridge's A/B runs of
 Qwen3-30B-A3B on 16 H100 at EP 16 with and without the 1F1B all-to-all
 overlap; the overlapped pair sets the share of the ideal overlap the model
-credits (``EP_OVERLAP_REALISED`` in csrc/work.c), so only the runs without
+credits (``hpgo.parallel.MEGATRON_OVERLAP_SHARE``), so only the runs without
 overlap are independent checks.  ``MCORE_MOE_TRACKER_H100`` lists the
 best H100 configurations of NVIDIA's Megatron-Core MoE release tracker
 (DeepSeek-V3, Qwen3-235B-A22B, Qwen3-30B-A3B), published as model TFLOP/s
@@ -153,7 +153,7 @@ MEGATRON_MOE_MODELZOO_H100: tuple[PublishedRun, ...] = (
 # PR 3862: 41.25 and 31.31 s per step; CUDA graphs and permute fusion off),
 # and HybridEP (priced as hpgo's "deepep": one crossing per node reached)
 # with TE CUDA graphs on the router and preprocessing (PR 5094: 24.714 and
-# 20.992 s).  The overlapped rows calibrate EP_OVERLAP_REALISED.
+# 20.992 s).  The overlapped rows calibrate MEGATRON_OVERLAP_SHARE.
 _O = "Megatron-Bridge Qwen3-30B-A3B EP16 overlap A/B"
 MEGATRON_BRIDGE_EP_OVERLAP_H100: tuple[PublishedRun, ...] = tuple(
     _zoo(step, source=_O, model="qwen3-30b-a3b", gpus=16, precision="bf16", global_batch=1024,

@@ -212,6 +212,16 @@ def test_command_line(capsys, tmp_path):
     assert main(["autoplan", "--model", "llama3-8b", "--cluster", "dgx-h100",
                  "--global-batch", "48", "--fp8-params"]) == 2
     assert "precision='fp8'" in capsys.readouterr().err
+    # the all-to-all overlap, at Megatron's measured share or one given
+    for flag, shown in ((["--overlap-moe-comm"], "ep-overlap "), (["--overlap-moe-comm", "0.8"],
+                                                                  "ep-overlap=0.8")):
+        assert main(["autoplan", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16",
+                     "--global-batch", "64", "--top", "1", "--ep", "8", *flag]) == 0
+        assert shown in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["autoplan", "--model", "mixtral-8x7b", "--cluster", "dgx-h100",
+              "--global-batch", "64", "--overlap-moe-comm", "1.5"])
+    assert "(0, 1]" in capsys.readouterr().err
 
 
 def test_python_dash_m_runs_the_command_line():

@@ -6,6 +6,7 @@ Hugging Face config.json fields of the released checkpoints, their
 published parameter counts (model cards; Mixtral's safetensors index), the
 per-token FLOP terms of spec/training-model.md 2.2 and the collective
 formulas of its section 4, recomputed here independently."""
+import json
 import math
 
 import pytest
@@ -438,7 +439,27 @@ def test_overlapped_all_to_alls_expose_only_what_compute_cannot_hide():
         if comm < comp and on["ep_forward"] > 0:
             hidden_less += 1
     assert hidden_less >= 1
+    # another share: past the compute, all of it but that share of the compute
+    for share in (0.3, 1.0):
+        on = hpgo.simulate(m, slow, plan.with_(overlap_moe_comm=share)).stages[1]
+        off = hpgo.simulate(m, slow, plan).stages[1]
+        comm = off["ep_forward"] + off["ep_backward"]
+        comp = off["forward"] - off["ep_forward"] + off["backward_input"] - off["ep_backward"] \
+            + off["backward_weight"]
+        assert on["ep_forward"] + on["ep_backward"] == pytest.approx(comm - share * comp, rel=1e-9)
     c = fast
+    assert hpgo.parallel.MEGATRON_OVERLAP_SHARE == 0.65
+    assert "ep-overlap " in plan.with_(overlap_moe_comm=True).describe()
+    half = plan.with_(overlap_moe_comm=0.5)
+    assert "ep-overlap=0.5" in half.describe() and half.overlap_moe_comm == 0.5
+    assert hpgo.ParallelPlan.from_dict(json.loads(half.to_json())) == half
+    for bad, err in ((0, ValueError), (1.5, ValueError), (float("nan"), ValueError),
+                     ("yes", TypeError), (None, TypeError)):
+        with pytest.raises(err, match="overlap_moe_comm"):
+            plan.with_(overlap_moe_comm=bad)
+    shared = hpgo.autoplan(m, c, 64, top=1, overlap_moe_comm=0.5)
+    assert shared[0].plan.overlap_moe_comm == 0.5
+    assert "--overlap-moe-expert-parallel-comm" in half.megatron_args(m)
     assert "ep-overlap" in plan.with_(overlap_moe_comm=True).describe()
     assert "--overlap-moe-expert-parallel-comm" in plan.with_(overlap_moe_comm=True).megatron_args(m)
     best = hpgo.autoplan(m, c, 64, top=2, overlap_moe_comm=True)

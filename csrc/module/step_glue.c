@@ -279,12 +279,12 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
 
 /* plan: (tp, pp, dp, cp, ep, vstages, micro_batch, global_batch, schedule,
  *        recompute, sequence_parallel, zero, overlap_grad_reduce, split, etp,
- *        ep_outer, overlap_moe_comm, moe_dispatcher, fp8_params)
+ *        ep_outer, overlap_moe_comm, moe_dispatcher, fp8_params, overlap_share)
  *        with split None or a tuple of pp * vstages + 1 ints.  `split`
  *        receives its storage (PyMem). */
 static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
 {
-    const Py_ssize_t N = 19;
+    const Py_ssize_t N = 20;
     memset(p, 0, sizeof *p);
     *split = NULL;
     int32_t *ints[6] = {&p->tp, &p->pp, &p->dp, &p->cp, &p->ep, &p->vstages};
@@ -302,7 +302,8 @@ static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
         get_i32(t, 14, N, "etp", &p->etp) < 0 || get_i32(t, 15, N, "ep_outer", &p->ep_outer) < 0 ||
         get_i32(t, 16, N, "overlap_moe_comm", &p->overlap_ep) < 0 ||
         get_i32(t, 17, N, "moe_dispatcher", &p->dispatcher) < 0 ||
-        get_i32(t, 18, N, "fp8_params", &p->fp8_params) < 0)
+        get_i32(t, 18, N, "fp8_params", &p->fp8_params) < 0 ||
+        get_f(t, 19, N, "overlap_share", &p->overlap_share) < 0)
         return -1;
     PyObject *s = PyTuple_GET_ITEM(t, 13);
     if (s == Py_None)
@@ -653,12 +654,12 @@ static PyObject *plan_tuple(const hpgo_parplan_t *p)
     } else {
         split = Py_NewRef(Py_None);
     }
-    return Py_BuildValue("(iiiiiiLLiiiiiNiiiii)", (int)p->tp, (int)p->pp, (int)p->dp, (int)p->cp,
+    return Py_BuildValue("(iiiiiiLLiiiiiNiiiiid)", (int)p->tp, (int)p->pp, (int)p->dp, (int)p->cp,
                          (int)p->ep, (int)p->vstages, (long long)p->micro_batch,
                          (long long)p->global_batch, (int)p->schedule, (int)p->recompute,
                          (int)p->sequence_parallel, (int)p->zero, (int)p->overlap_grad_reduce,
                          split, (int)p->etp, (int)p->ep_outer, (int)p->overlap_ep,
-                         (int)p->dispatcher, (int)p->fp8_params);
+                         (int)p->dispatcher, (int)p->fp8_params, p->overlap_share);
 }
 
 typedef struct autoplan_work {
@@ -681,8 +682,9 @@ PyDoc_STRVAR(autoplan_doc,
              "opts: (global_batch, gpus, objective, top, exhaustive, threads, max_micro_batch,\n"
              "max_vstages, overhead_bytes or None, tp, pp, dp, vstages, micro_batch, schedule,\n"
              "recompute, sequence_parallel, zero, cp, ep, etp, ep_outer, overlap_moe_comm,\n"
-             "moe_dispatcher, fp8_params) with -1 for a free choice (overlap_moe_comm,\n"
-             "fp8_params: -1 is off; moe_dispatcher: -1 is the all-to-all).  The GIL is\n"
+             "moe_dispatcher, fp8_params, overlap_share) with -1 for a free choice\n"
+             "(overlap_moe_comm, fp8_params: -1 is off; moe_dispatcher: -1 is the\n"
+             "all-to-all; overlap_share: a float, used with overlap_moe_comm 1).  The GIL is\n"
              "released while\n"
              "the search runs.");
 
@@ -700,7 +702,7 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     double *arrays = NULL;
     PyObject *res = NULL;
     memset(&o, 0, sizeof o);
-    const Py_ssize_t N = 25;
+    const Py_ssize_t N = 26;
     if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c) < 0)
         goto done;
     if (get_i64(ot, 0, N, "global_batch", &o.global_batch) < 0 ||
@@ -721,6 +723,8 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     for (int i = 0; i < 16; i++)
         if (get_i32(ot, 9 + i, N, "fixed choice", fixed[i]) < 0)
             goto done;
+    if (get_f(ot, 25, N, "overlap_share", &o.overlap_share) < 0)
+        goto done;
     hpgo_cancel_t cancel;
     hpgo_cancel_init(&cancel);
     o.cancel = &cancel;
@@ -807,5 +811,10 @@ int glue_step_init(PyObject *module)
     for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++)
         if (PyModule_AddIntConstant(module, consts[i].name, consts[i].value) < 0)
             return -1;
-    return 0;
+    PyObject *share = PyFloat_FromDouble(HPGO_EP_OVERLAP_MEGATRON);
+    if (!share)
+        return -1;
+    int rc = PyModule_AddObjectRef(module, "EP_OVERLAP_MEGATRON", share);
+    Py_DECREF(share);
+    return rc;
 }
