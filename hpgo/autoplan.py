@@ -27,8 +27,8 @@ from typing import Any, Iterator
 from . import _args, _core
 from .cluster import Cluster
 from .parallel import (DISPATCHERS, DISPATCHERS_BY_CODE, PRECISIONS, RECOMPUTE_MODES, SCHEDULES,
-                       overlap_share,
-                       MemoryBreakdown, ParallelPlan, StepResult, _as_model, simulate)
+                       MemoryBreakdown, ParallelPlan, StepResult, _as_model, overlap_share,
+                       simulate)
 from .workmodel import ProfiledModel, Transformer, model_id
 
 __all__ = ["autoplan", "RankedPlan", "RankedPlans"]
@@ -159,8 +159,8 @@ class RankedPlans:
 
     def table(self) -> str:
         used = sorted({rp.gpus for rp in self.plans})
-        gpus = (f"{used[0]} of {self.cluster.gpus}" if len(used) == 1 and used[0] != self.cluster.gpus
-                else f"{self.cluster.gpus}")
+        gpus = (f"{used[0]} of {self.cluster.gpus}"
+                if len(used) == 1 and used[0] != self.cluster.gpus else f"{self.cluster.gpus}")
         head = (f"{len(self.plans)} best of {self.stats['candidates']} plans for "
                 f"{getattr(self.model, 'name', '') or 'the model'} on {self.cluster.name} "
                 f"({gpus} GPUs), global batch {self.global_batch}; searched in "
@@ -351,7 +351,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
     if _bool("fp8_params", fp8_params) and precision != "fp8":
-        raise ValueError(f"fp8_params=True keeps fp8 weights: it needs precision='fp8', not {precision!r}")
+        raise ValueError("fp8_params=True keeps fp8 weights: it needs precision='fp8', "
+                         f"not {precision!r}")
     if objective not in ("time", "cost"):
         raise ValueError(f"objective must be 'time' or 'cost'; got {objective!r}")
     for name, v in (("global_batch", global_batch), ("top", top), ("threads", threads),

@@ -178,8 +178,8 @@ _FLOPS_PER_TOKEN = {"deepseek-v3": 338e12 / 1297, "qwen3-235b-a22b": 1.48e11,
 
 
 def _tracker(tflops: float, **kw: Any) -> PublishedRun:
-    return PublishedRun(tokens_per_gpu=tflops * 1e12 / _FLOPS_PER_TOKEN[kw["model"]],
-                        note=f"{tflops:g} model TFLOP/s/GPU" + (f"; {kw.pop('note')}" if "note" in kw else ""),
+    note = f"{tflops:g} model TFLOP/s/GPU" + (f"; {kw.pop('note')}" if "note" in kw else "")
+    return PublishedRun(tokens_per_gpu=tflops * 1e12 / _FLOPS_PER_TOKEN[kw["model"]], note=note,
                         **kw)
 
 
