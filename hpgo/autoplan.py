@@ -355,6 +355,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
                          f"not {precision!r}")
     if objective not in ("time", "cost"):
         raise ValueError(f"objective must be 'time' or 'cost'; got {objective!r}")
+    share = overlap_share(overlap_moe_comm)
     for name, v in (("global_batch", global_batch), ("top", top), ("threads", threads),
                     ("max_micro_batch", max_micro_batch),
                     ("max_virtual_stages", max_virtual_stages)):
@@ -371,9 +372,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _fixed("sequence_parallel", sequence_parallel), _fixed("zero", zero), _fixed("cp", cp),
             _fixed("ep", ep), _fixed("etp", etp),
             _fixed("ep_placement", ep_placement, {"inner": 0, "outer": 1}),
-            int(overlap_share(overlap_moe_comm) > 0),
-            _dispatcher(moe_dispatcher), int(_bool("fp8_params", fp8_params)),
-            overlap_share(overlap_moe_comm))
+            int(share > 0), _dispatcher(moe_dispatcher), int(_bool("fp8_params", fp8_params)),
+            share)
     t0 = time.perf_counter()
     if executor is not None:
         d = _distributed_search(executor, m._tuple(PRECISIONS[precision]), c, opts, timeout, top)

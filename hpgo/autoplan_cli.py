@@ -63,13 +63,16 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
 
 
 def _share(text: str) -> float:
+    from .parallel import overlap_share
+
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < v <= 1:
-        raise argparse.ArgumentTypeError(f"the overlap share must be in (0, 1], got {text}")
-    return v
+    try:
+        return overlap_share(v, "the value")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def run_autoplan(args) -> int:

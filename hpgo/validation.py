@@ -114,12 +114,15 @@ MEGATRON_BRIDGE_H100: tuple[PublishedRun, ...] = (
 )
 
 
+def _derived(tokens_per_gpu: float, what: str, kw: dict) -> PublishedRun:
+    """A row whose tokens / s / GPU are derived from ``what`` was published."""
+    note = what + (f"; {kw.pop('note')}" if "note" in kw else "")
+    return PublishedRun(tokens_per_gpu=tokens_per_gpu, note=note, **kw)
+
+
 def _zoo(step: float, **kw: Any) -> PublishedRun:
-    """A Megatron-MoE-ModelZoo row: tokens / s / GPU from its step time."""
-    gpus, gbs, seq = kw["gpus"], kw["global_batch"], kw["seq"]
-    return PublishedRun(tokens_per_gpu=gbs * seq / (gpus * step),
-                        note=f"step {step} s" + (f"; {kw.pop('note')}" if "note" in kw else ""),
-                        **kw)
+    """A row published as a step time."""
+    return _derived(kw["global_batch"] * kw["seq"] / (kw["gpus"] * step), f"step {step} s", kw)
 
 
 # NVIDIA's Megatron-MoE-ModelZoo (github.com/yanring/Megatron-MoE-ModelZoo,
@@ -178,9 +181,9 @@ _FLOPS_PER_TOKEN = {"deepseek-v3": 338e12 / 1297, "qwen3-235b-a22b": 1.48e11,
 
 
 def _tracker(tflops: float, **kw: Any) -> PublishedRun:
-    note = f"{tflops:g} model TFLOP/s/GPU" + (f"; {kw.pop('note')}" if "note" in kw else "")
-    return PublishedRun(tokens_per_gpu=tflops * 1e12 / _FLOPS_PER_TOKEN[kw["model"]], note=note,
-                        **kw)
+    """A row published as model TFLOP/s per GPU."""
+    return _derived(tflops * 1e12 / _FLOPS_PER_TOKEN[kw["model"]], f"{tflops:g} model TFLOP/s/GPU",
+                    kw)
 
 
 _T = "Megatron-Core MoE release tracker, H100 best configurations"
