@@ -21,9 +21,14 @@
 #include "cost.h"
 #include "schedule.h"
 
-double hpgo_step_optimizer_time(const hpgo_cluster_t *c, double params)
+double hpgo_step_optimizer_bytes(const hpgo_parplan_t *p)
 {
-    double bytes = 30 * params;
+    return p->kernels == HPGO_KS_TE ? 46 : 32;
+}
+
+double hpgo_step_optimizer_time(const hpgo_cluster_t *c, const hpgo_parplan_t *p, double params)
+{
+    double bytes = hpgo_step_optimizer_bytes(p) * params;
     if (bytes <= 0)
         return 0;
     return bytes / (c->gpu.hbm_bandwidth * hpgo_gpu_efficiency(&c->gpu, HPGO_EFF_MEMORY, bytes));
@@ -420,7 +425,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
             sync += t_emb;
         }
         double shard = hpgo_step_shard_params(p, params, load.expert_params);
-        double t_opt = hpgo_step_optimizer_time(c, shard);
+        double t_opt = hpgo_step_optimizer_time(c, p, shard);
         double t_ag = 0;
         if (p->zero >= 1 && p->zero <= 2 && replicas) {
             double ex1 = layer1 > 0 && params > 0 ? layer1 * load.expert_params / params : 0;

@@ -43,6 +43,12 @@ PRECISIONS = {"bf16": _core.PRECISION_BF16, "fp16": _core.PRECISION_FP16,
 #: MoE token dispatchers (csrc/parplan.h HPGO_DISPATCH_)
 DISPATCHERS = {"alltoall": 0, "deepep": 1}
 DISPATCHERS_BY_CODE = {v: k for k, v in DISPATCHERS.items()}
+#: kernel sets (csrc/parplan.h HPGO_KS_), tensor-parallel overlap (HPGO_TPO_),
+#: context-parallel exchange (HPGO_CP_), partial recomputation (HPGO_RCM_)
+KERNEL_SETS = {"te": 0, "compile": 1, "eager": 2}
+TP_OVERLAPS = {"none": 0, "te": 1, "async": 2}
+CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2}
+RECOMPUTE_METHODS = {"uniform": 0, "block": 1}
 # Share of what ideal phase-by-phase pairing hides that Megatron's 1F1B
 # all-to-all overlap realises, measured (csrc/parplan.h; docs/moe.md)
 MEGATRON_OVERLAP_SHARE = _core.EP_OVERLAP_MEGATRON
@@ -103,6 +109,22 @@ class ParallelPlan:
     training) keeps the weights in fp8 only, as Megatron's
     ``--fp8-param-gather``: 2 bytes per parameter (the fp8 weight and its
     transpose) instead of 4 with the 16-bit copy.
+
+    The training stack (docs/training-model.md, "Stacks"): ``kernels`` is
+    the kernel set a layer launches -- ``"te"`` (Megatron-Core with
+    Transformer Engine's fused kernels), ``"compile"`` (``torch.compile``)
+    or ``"eager"`` (eager PyTorch); ``tp_overlap`` hides tensor-parallel
+    communication behind the GEMMs beyond what every stack overlaps --
+    ``"te"`` (Megatron's ``--tp-comm-overlap``, Transformer Engine's
+    userbuffers; needs ``kernels="te"``) or ``"async"`` (PyTorch's async
+    TP; needs ``kernels="compile"``), both with ``sequence_parallel``;
+    ``cp_comm`` is how context parallelism exchanges K and V --
+    ``"p2p"`` (a ring overlapped block by block, Megatron-Core's default),
+    ``"all_gather"`` (Llama 3, torchtitan's default) or ``"a2a"``
+    (Ulysses); ``recompute_layers`` (with ``recompute="full"``) recomputes
+    groups of that many layers (``recompute_method="uniform"``) or only the
+    first that many layers of each model stage (``"block"``), as
+    Megatron's ``--recompute-num-layers`` (0: every layer).
     """
 
     global_batch: int
@@ -125,6 +147,11 @@ class ParallelPlan:
     overlap_moe_comm: bool | float = False
     moe_dispatcher: str = "alltoall"
     fp8_params: bool = False
+    kernels: str = "te"
+    tp_overlap: str = "none"
+    cp_comm: str = "p2p"
+    recompute_layers: int = 0
+    recompute_method: str = "uniform"
 
     def __post_init__(self) -> None:
         for f in ("global_batch", "tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch"):
@@ -149,6 +176,23 @@ class ParallelPlan:
         for f in ("sequence_parallel", "overlap_grad_reduce", "fp8_params"):
             if not isinstance(getattr(self, f), bool):
                 raise TypeError(f"{f} must be a bool")
+        for f, allowed in (("kernels", KERNEL_SETS), ("tp_overlap", TP_OVERLAPS),
+                           ("cp_comm", CP_COMMS), ("recompute_method", RECOMPUTE_METHODS)):
+            if getattr(self, f) not in allowed:
+                raise ValueError(f"{f} must be one of {', '.join(allowed)}; "
+                                 f"got {getattr(self, f)!r}")
+        object.__setattr__(self, "recompute_layers",
+                           _int("recompute_layers", self.recompute_layers, 0, 1 << 20))
+        if self.recompute_layers and self.recompute != "full":
+            raise ValueError("recompute_layers needs recompute='full' (Megatron's "
+                             "--recompute-num-layers applies to full recomputation)")
+        if self.tp_overlap != "none" and self.tp > 1 and not self.sequence_parallel:
+            raise ValueError(f"tp_overlap={self.tp_overlap!r} needs sequence_parallel=True")
+        if self.tp_overlap == "te" and self.kernels != "te":
+            raise ValueError("tp_overlap='te' (Transformer Engine's userbuffers) needs "
+                             "kernels='te'")
+        if self.tp_overlap == "async" and self.kernels != "compile":
+            raise ValueError("tp_overlap='async' (an Inductor pass) needs kernels='compile'")
         overlap_share(self.overlap_moe_comm)
         if not isinstance(self.overlap_moe_comm, bool):
             object.__setattr__(self, "overlap_moe_comm", float(self.overlap_moe_comm))
@@ -179,7 +223,9 @@ class ParallelPlan:
                 int(self.sequence_parallel), self.zero, int(self.overlap_grad_reduce),
                 self.split, self.etp or 0, int(self.ep_placement == "outer"),
                 int(bool(self.overlap_moe_comm)), DISPATCHERS[self.moe_dispatcher],
-                int(self.fp8_params), overlap_share(self.overlap_moe_comm))
+                int(self.fp8_params), overlap_share(self.overlap_moe_comm),
+                KERNEL_SETS[self.kernels], TP_OVERLAPS[self.tp_overlap], CP_COMMS[self.cp_comm],
+                self.recompute_layers, RECOMPUTE_METHODS[self.recompute_method])
 
     @property
     def expert_data_parallel(self) -> int:
@@ -466,8 +512,17 @@ class ParallelPlan:
             parts.append(f"zero={self.zero}")
         if self.recompute != "none":
             parts.append(f"recompute={self.recompute}")
+        if self.recompute_layers:
+            parts.append(f"recompute-layers={self.recompute_layers}"
+                         + (" block" if self.recompute_method == "block" else ""))
         if self.fp8_params:
             parts.append("fp8-params")
+        if self.kernels != "te":
+            parts.append(f"kernels={self.kernels}")
+        if self.tp_overlap != "none":
+            parts.append(f"tp-overlap={self.tp_overlap}")
+        if self.cp_comm != "p2p":
+            parts.append(f"cp-comm={self.cp_comm}")
         return " ".join(parts)
 
     def __repr__(self) -> str:

@@ -75,6 +75,10 @@ class Transformer:
     (from layer 0), multi-head latent attention (``mla`` with ``q_lora``,
     ``kv_lora``, ``qk_nope``, ``qk_rope``, ``v_head``; DeepSeek-V3) and
     ``mtp`` multi-token-prediction modules on the last pipeline stage.
+    ``parallel_block``: attention and MLP read the same normed input and
+    add to one residual, y = x + Attn(LN(x)) + MLP(LN(x)) (GPT-J, GPT-NeoX,
+    PaLM): one norm, the QKV and first MLP GEMMs as one, one tensor-parallel
+    gather and scatter per layer and direction.
     """
 
     hidden: int
@@ -119,6 +123,7 @@ class Transformer:
     qk_rope: int = 0
     v_head: int = 0
     mtp: int = 0
+    parallel_block: bool = False
 
     def __post_init__(self) -> None:
         for f in ("hidden", "ffn", "heads", "layers", "seq", "vocab"):
@@ -140,7 +145,7 @@ class Transformer:
         if self.norm not in _NORMS:
             raise ValueError(f"norm must be 'layernorm' or 'rmsnorm', got {self.norm!r}")
         for f in ("tied", "bias", "dropout", "flash", "causal_flops", "learned_pos", "expert_bias",
-                  "router_bias", "attn_bias", "qk_norm", "attn_sinks", "mla"):
+                  "router_bias", "attn_bias", "qk_norm", "attn_sinks", "mla", "parallel_block"):
             if not isinstance(getattr(self, f), bool):
                 raise TypeError(f"{f} must be a bool")
         for f in ("experts", "topk", "shared_experts", "dense_first", "mtp", "q_lora", "kv_lora",
@@ -190,7 +195,7 @@ class Transformer:
                float(self.routing_imbalance), int(self.attn_bias), int(self.qk_norm),
                int(self.attn_sinks), self.window or 0, self.window_every, int(self.mla),
                self.q_lora, self.kv_lora, self.qk_nope, self.qk_rope, self.v_head, self.mtp,
-               self.routing_groups, self.routing_group_topk)
+               self.routing_groups, self.routing_group_topk, int(self.parallel_block))
         return ("transformer", precision, self.hidden, self.ffn, self.heads, self.kv_heads,
                 self.head_dim, self.layers, self.vocab, self.seq, _MLPS[self.mlp], int(self.tied),
                 int(self.bias), int(self.norm == "layernorm"), int(self.dropout), int(self.flash),
@@ -603,7 +608,7 @@ _MOE_FIELDS = {f.name: f.default for f in dataclasses.fields(Transformer)
                              "capacity_factor", "routing_imbalance", "attn_bias", "qk_norm",
                              "attn_sinks", "window", "window_every", "mla", "q_lora", "kv_lora",
                              "qk_nope", "qk_rope", "v_head", "mtp", "routing_groups",
-                             "routing_group_topk")}
+                             "routing_group_topk", "parallel_block")}
 
 
 def model_id(model: Transformer | ProfiledModel) -> str:
