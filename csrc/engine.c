@@ -250,6 +250,13 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
      * the expert data-parallel group (which can exceed 1 with dp x cp = 1) */
     int replicas = p->dp * p->cp > 1 || hpgo_parplan_edp(p) > 1;
     int per_mb_rs = p->zero >= 2 && replicas;
+    /* Megatron's pipeline sends and receives (p2p_communication.py
+     * _communicate) wait for completion before the rank computes on, with a
+     * device synchronisation after batch_isend_irecv in the releases of
+     * Korthikanti et al. 2022; its interleaved --overlap-p2p-communication
+     * (later releases) is not modelled.  torch.distributed.pipelining
+     * (torchtitan: the compile and eager kernel sets) sends asynchronously. */
+    int block_p2p = p->kernels == HPGO_KS_TE;
     while (total > 0) {
         int64_t ran = 0;
         if (hpgo_cancelled(cancel)) {
@@ -302,6 +309,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                         if (rc != HPGO_OK)
                             goto fail;
                         e.act_arr[x + (size_t)m] = a;
+                        if (block_p2p && a > s->t)
+                            s->t = a;
                     }
                 } else {
                     if (op.kind != HPGO_OP_W) {
@@ -312,6 +321,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                             if (rc != HPGO_OK)
                                 goto fail;
                             e.grad_arr[x - (size_t)m] = a;
+                            if (block_p2p && a > s->t)
+                                s->t = a;
                         }
                     }
                     if (op.kind == HPGO_OP_B)
