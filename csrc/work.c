@@ -153,14 +153,16 @@ static double att_at(const double *tab, double len)
 /* Fraction of the 16-bit peak a fused attention kernel reaches over a
  * sequence of `len` keys at head size dh, causal or not, forward or
  * backward; 0 where no table applies (another GPU, or a calibrated
- * attention curve, which then prices it).  GPUs are told apart by their SM
- * count (H100 / H200: 114-132 SMs share the Hopper tables; A100: 108). */
+ * attention curve, which then prices it).  GPUs are told apart by their
+ * dense bf16 peak: 700-1000 TFLOP/s for the Hopper parts (H100 SXM and
+ * PCIe, H200: the same SM design), 300-320 for the A100. */
 static double attn_eff(const kctx_t *k, double len, double dh, int causal, int bwd)
 {
     const hpgo_gpu_t *g = k->g;
     if (g->n_steps[HPGO_EFF_ATTENTION] > 0 || k->attn_dtype != HPGO_DT_BF16)
         return 0;
-    int hopper = g->sms >= 114 && g->sms <= 132, ampere = g->sms == 108;
+    double pk = g->peak[HPGO_DT_BF16];
+    int hopper = pk >= 700e12 && pk <= 1000e12, ampere = pk >= 300e12 && pk <= 320e12;
     if (!hopper && !ampere)
         return 0;
     double dfac = 1;
@@ -878,6 +880,28 @@ typedef struct gdims {
     double m, kk, n;
 } gdims_t;
 
+/* One of n row chunks of a GEMM (its input quantized once, beforehand):
+ * its FLOPs at the curve's efficiency for the chunk's size, and 1 / n of
+ * the whole GEMM's memory traffic -- each chunk reads the whole weight
+ * again, but a chunk of a transformer GEMM stays above the GPU's ridge
+ * point, so the re-reads stream under its compute and are not charged
+ * (the model otherwise adds a kernel's memory time to its compute). */
+static double chunk_time(const kctx_t *k, gdims_t d, double n)
+{
+    double fl = 2 * d.m * d.kk * d.n / n;
+    double ob = k->dtype == HPGO_DT_FP8 ? 1 : k->e;
+    double bytes = ob * (d.m * d.kk + d.kk * d.n) + k->e * d.m * d.n;
+    return hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_MATRIX, fl, 0) +
+           hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_MATRIX, 0, bytes) / n + KERNEL_GAP;
+}
+
+/* fp8: the quantization of the whole GEMM input, before it is split. */
+static double quant_time(const kctx_t *k, gdims_t d)
+{
+    const kctx_t kn = kwgrad(k);
+    return gemm_time(k, d.m, d.kk, d.n) - gemm_time(&kn, d.m, d.kk, d.n);
+}
+
 /* Exposed seconds of an all-gather of X bytes pipelined with the GEMM it
  * feeds (m rows gathered): Transformer Engine's ring exchange
  * (CommOverlapP2PBase::split_overlap_ag) or PyTorch's
@@ -888,9 +912,9 @@ typedef struct gdims {
 static double ring_ag(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *s, gdims_t d,
                       double X, int copy)
 {
-    double t = s->t, g = gemm_time(k, d.m / t, d.kk, d.n), whole = gemm_time(k, d.m, d.kk, d.n);
+    double t = s->t, g = chunk_time(k, d, t), whole = gemm_time(k, d.m, d.kk, d.n);
     double C = hpgo_cost_p2p(c, 0, X / t);
-    double tot = g + (t - 1) * (g > C ? g : C);
+    double tot = quant_time(k, d) + g + (t - 1) * (g > C ? g : C);
     if (copy)
         tot += hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_VECTOR, 0, 2 * X);
     return tot > whole ? tot - whole : 0;
@@ -903,10 +927,10 @@ static double ring_ag(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *
 static double pipe_rs(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *s, gdims_t d,
                       double X)
 {
-    double n = TE_RS_SPLITS, g = gemm_time(k, d.m / n, d.kk, d.n) * sm_slowdown(k->g);
+    double n = TE_RS_SPLITS, g = chunk_time(k, d, n) * sm_slowdown(k->g);
     double whole = gemm_time(k, d.m, d.kk, d.n);
     double r = tp_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X / n);
-    double tot = g + (n - 1) * (g > r ? g : r) + r;
+    double tot = quant_time(k, d) + g + (n - 1) * (g > r ? g : r) + r;
     return tot > whole ? tot - whole : 0;
 }
 
@@ -917,9 +941,9 @@ static double pipe_rs(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *
 static double p2p_rs(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *s, gdims_t d,
                      double X)
 {
-    double t = s->t, g = gemm_time(k, d.m / t, d.kk, d.n), whole = gemm_time(k, d.m, d.kk, d.n);
+    double t = s->t, g = chunk_time(k, d, t), whole = gemm_time(k, d.m, d.kk, d.n);
     double C = hpgo_cost_p2p(c, 0, X / t);
-    double tot = t * (g > C ? g : C) +
+    double tot = quant_time(k, d) + t * (g > C ? g : C) +
                  hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_VECTOR, X / s->E, (t + 1) * X / t);
     return tot > whole ? tot - whole : 0;
 }
@@ -979,7 +1003,13 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
     double regather = s->rc == HPGO_RC_FULL ? 0 : bulk(g, cd, ag);
     switch (p->tp_overlap) {
     case HPGO_TPO_TE:
-        *f += ring_ag(k, c, s, col_f, X, 1) + pipe_rs(k, c, s, row_f, X);
+        /* the forward's gathered input is gathered again in the backward
+         * (bulk), so only the backward's gathered output gradient, reused by
+         * the weight gradient, is copied out of the userbuffer; NVIDIA's fp8
+         * recipes (Megatron-Bridge training/comm_overlap.py) reduce-scatter
+         * by ring exchange on 1 SM, the bf16 ones pipelined */
+        *f += ring_ag(k, c, s, col_f, X, 0) +
+              (k->dtype == HPGO_DT_FP8 ? p2p_rs(k, c, s, row_f, X) : pipe_rs(k, c, s, row_f, X));
         *b += ring_ag(k, c, s, row_d, X, 1) + regather + bulk(g, cw, rs);
         break;
     case HPGO_TPO_ASYNC:

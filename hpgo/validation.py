@@ -57,6 +57,7 @@ class PublishedRun:
     dispatcher: str = "alltoall"   # MoE token dispatcher ("deepep": DeepEP / flex)
     overlap_moe_comm: bool = False  # EP all-to-all overlapped with another micro-batch
     fp8_params: bool = True         # fp8 runs keep fp8 weights only (--fp8-param-gather)
+    tp_overlap: str = "none"        # tensor-parallel overlap ("te": userbuffers, --tp-comm-overlap)
 
     def plan(self, recompute: str | None = None) -> Any:
         from .parallel import ParallelPlan
@@ -69,7 +70,8 @@ class PublishedRun:
                             sequence_parallel=self.tp > 1, zero=3 if self.fsdp else 1,
                             moe_dispatcher=self.dispatcher,
                             overlap_moe_comm=self.overlap_moe_comm,
-                            fp8_params=self.precision == "fp8" and self.fp8_params)
+                            fp8_params=self.precision == "fp8" and self.fp8_params,
+                            tp_overlap=self.tp_overlap if self.tp > 1 else "none")
 
 
 _MB = "Megatron-Bridge performance summary, NeMo "
@@ -86,15 +88,15 @@ MEGATRON_BRIDGE_H100: tuple[PublishedRun, ...] = (
     PublishedRun(_MB + "26.02", "qwen3-235b-a22b", 256, "fp8", 8192, 1, 4096, False, 2, 8, 1, 4, 32, 1633,
                  "embedding and loss count as pipeline layers", overlap_moe_comm=True),
     PublishedRun(_MB + "26.02", "llama3-70b", 64, "fp8", 256, 1, 8192, False, 4, 8, 1, 5, 1, 1621,
-                 "tp communication overlapped (userbuffers)"),
+                 "tp communication overlapped (userbuffers)", tp_overlap="te"),
     PublishedRun(_MB + "26.02", "llama3-405b", 1024, "fp8", 1536, 1, 8192, False, 8, 8, 2, 8, 1, 311,
-                 "Llama 3.1 405B; tp communication overlapped (userbuffers)"),
+                 "Llama 3.1 405B; tp communication overlapped (userbuffers)", tp_overlap="te"),
     PublishedRun(_MB + "25.11", "llama3-8b", 8, "fp8", 128, 1, 8192, True, 1, 1, 1, 1, 1, 14451,
                  "Megatron-FSDP (optimizer, gradients and weights sharded)"),
     PublishedRun(_MB + "25.11", "llama3-70b", 64, "fp8", 128, 1, 8192, False, 4, 8, 1, 5, 1, 1602,
-                 "tp communication overlapped (userbuffers)"),
+                 "tp communication overlapped (userbuffers)", tp_overlap="te"),
     PublishedRun(_MB + "25.11", "llama3-405b", 1024, "fp8", 512, 1, 8192, False, 8, 8, 2, 8, 1, 292,
-                 "Llama 3.1 405B; tp communication overlapped (userbuffers)"),
+                 "Llama 3.1 405B; tp communication overlapped (userbuffers)", tp_overlap="te"),
     PublishedRun(_MB + "25.11", "gpt-oss-120b", 64, "bf16", 512, 4, 4096, False, 1, 4, 1, 1, 8, 5630,
                  "recompute modules layernorm, moe_act; no recipe found with MBS 4",
                  recompute="selective"),
