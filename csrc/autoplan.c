@@ -365,6 +365,8 @@ static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *
             hpgo_parplan_t p = base;
             p.recompute = rc;
             p.sequence_parallel = sp;
+            /* the overlap needs sequence parallelism: the other plans run without */
+            p.tp_overlap = sp && p.tp > 1 && o->tp_overlap > 0 ? o->tp_overlap : HPGO_TPO_NONE;
             /* the balanced split of this shape (shared by the ZeRO variants),
              * kept when it differs from the even split */
             int64_t off = -1;
@@ -496,6 +498,8 @@ static int enumerate(search_t *S, int64_t N, hpgo_err_t *err)
                 base.cp = (int32_t)cp, base.ep = 1, base.micro_batch = mb, base.global_batch = B;
                 base.overlap_grad_reduce = 1;
                 base.fp8_params = o->fp8_params == 1;
+                base.kernels = o->kernels > 0 ? o->kernels : HPGO_KS_TE;
+                base.cp_comm = o->cp_comm > 0 ? o->cp_comm : HPGO_CP_P2P;
                 /* schedules and their vstages */
                 static const int order[] = {HPGO_PS_1F1B, HPGO_PS_ZBH1, HPGO_PS_INTERLEAVED,
                                             HPGO_PS_ZBV, HPGO_PS_GPIPE};
@@ -595,7 +599,8 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
     if (o->objective != HPGO_OBJ_TIME && o->objective != HPGO_OBJ_COST)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "objective must be time or cost");
     if (o->schedule >= HPGO_PS__COUNT || o->recompute > HPGO_RC_FULL || o->zero > 3 ||
-        o->sequence_parallel > 1)
+        o->sequence_parallel > 1 || o->kernels > HPGO_KS_EAGER || o->tp_overlap > HPGO_TPO_ASYNC ||
+        o->cp_comm > HPGO_CP_A2A)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "a fixed choice is out of range");
 
     search_t S;

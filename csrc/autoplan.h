@@ -51,6 +51,10 @@ typedef struct hpgo_autoplan_opts {
     double overlap_share;      /* with overlap_ep 1: the plans' overlap_share */
     int32_t dispatcher;        /* MoE dispatcher of every plan (HPGO_DISPATCH_); -1: all-to-all */
     int32_t fp8_params;        /* 1: fp8 weights only (every plan); -1 or 0: not */
+    /* the training stack every plan is priced on (not searched; -1: the
+     * defaults): kernel set, tensor-parallel overlap (on the plans with
+     * sequence parallelism), context-parallel exchange (parplan.h) */
+    int32_t kernels, tp_overlap, cp_comm;
 } hpgo_autoplan_opts_t;
 
 typedef struct hpgo_autoplan_entry {

@@ -26,7 +26,8 @@ from typing import Any, Iterator
 
 from . import _args, _core
 from .cluster import Cluster
-from .parallel import (DISPATCHERS, DISPATCHERS_BY_CODE, PRECISIONS, RECOMPUTE_MODES, SCHEDULES,
+from .parallel import (CP_COMMS, DISPATCHERS, DISPATCHERS_BY_CODE, KERNEL_SETS, PRECISIONS,
+                       RECOMPUTE_MODES, SCHEDULES, TP_OVERLAPS,
                        MemoryBreakdown, ParallelPlan, StepResult, _as_model, overlap_share,
                        simulate)
 from .workmodel import ProfiledModel, Transformer, model_id
@@ -232,6 +233,17 @@ def _bool(name: str, v: Any) -> bool:
     return v
 
 
+def _stack(name: str, v: Any, allowed: dict) -> int:
+    if v not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {v!r}")
+    return allowed[v]
+
+
+_KS_NAMES = {v: k for k, v in KERNEL_SETS.items()}
+_TPO_NAMES = {v: k for k, v in TP_OVERLAPS.items()}
+_CP_NAMES = {v: k for k, v in CP_COMMS.items()}
+
+
 def _dispatcher(v: Any) -> int:
     if v not in DISPATCHERS:
         raise ValueError(f"moe_dispatcher must be one of {', '.join(DISPATCHERS)}, got {v!r}")
@@ -304,6 +316,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              cp: int | None = None, ep: int | None = None, etp: int | None = None,
              ep_placement: str | None = None, overlap_moe_comm: bool | float = False,
              moe_dispatcher: str = "alltoall", fp8_params: bool = False,
+             kernels: str = "te", tp_overlap: str = "none", cp_comm: str = "p2p",
              timeout: float | None = None,
              executor: Any = None) -> RankedPlans:
     """The ``top`` fastest plans (``objective="time"``) or the cheapest in
@@ -325,6 +338,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     :class:`ParallelPlan`);
     ``moe_dispatcher`` (``"alltoall"`` or ``"deepep"``) with that dispatcher;
     ``fp8_params=True`` keeps fp8 weights only (see :class:`ParallelPlan`).
+    ``kernels``, ``tp_overlap`` and ``cp_comm`` name the training stack every
+    plan is priced on (not searched; :class:`ParallelPlan`): ``tp_overlap``
+    applies to the plans with sequence parallelism.
     ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
     search with KeyboardInterrupt.  Raises ValueError for impossible arguments; a search with no
     plan that fits returns an empty ranking whose ``table()`` says why.
@@ -373,7 +389,11 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _fixed("ep", ep), _fixed("etp", etp),
             _fixed("ep_placement", ep_placement, {"inner": 0, "outer": 1}),
             int(share > 0), _dispatcher(moe_dispatcher), int(_bool("fp8_params", fp8_params)),
-            share)
+            share, _stack("kernels", kernels, KERNEL_SETS),
+            _stack("tp_overlap", tp_overlap, TP_OVERLAPS), _stack("cp_comm", cp_comm, CP_COMMS))
+    if tp_overlap == "te" and kernels != "te" or tp_overlap == "async" and kernels != "compile":
+        raise ValueError(f"tp_overlap={tp_overlap!r} does not run on kernels={kernels!r} "
+                         "('te' needs kernels='te', 'async' kernels='compile')")
     t0 = time.perf_counter()
     if executor is not None:
         d = _distributed_search(executor, m._tuple(PRECISIONS[precision]), c, opts, timeout, top)
@@ -384,7 +404,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     ranked = []
     for rank, (pt, _t, _score, balanced) in enumerate(d["plans"], 1):
         (p_tp, p_pp, p_dp, p_cp, p_ep, v, mb, gb, sch, rc, sp, z, ov, split, p_etp, outer,
-         ep_ov, disp, f8p, _share) = pt[:20]
+         ep_ov, disp, f8p, _share, ks, tpo, cpc, _rl, _rm) = pt
         plan = ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, ep=p_ep,
                             virtual_stages=v, micro_batch=mb, schedule=_SCHED_NAMES[sch],
                             recompute=_RC_NAMES[rc], sequence_parallel=bool(sp), zero=z,
@@ -392,7 +412,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
                             etp=p_etp or None, ep_placement="outer" if outer else "inner",
                             overlap_moe_comm=overlap_moe_comm if ep_ov else False,
                             moe_dispatcher=DISPATCHERS_BY_CODE[disp],
-                            fp8_params=bool(f8p))
+                            fp8_params=bool(f8p), kernels=_KS_NAMES[ks],
+                            tp_overlap=_TPO_NAMES[tpo], cp_comm=_CP_NAMES[cpc])
         res = simulate(m, c, plan, precision=precision, timeline=False,
                        overhead_bytes=overhead_bytes)
         ranked.append(RankedPlan(rank, plan, res, bool(balanced)))

@@ -30,8 +30,8 @@ from . import _files
 from .cluster import Cluster
 from .workmodel import ProfiledModel, Transformer, model_id, profile_model
 
-__all__ = ["ParallelPlan", "StepResult", "MemoryBreakdown", "simulate", "SCHEDULES",
-           "RECOMPUTE_MODES", "PRECISIONS"]
+__all__ = ["ParallelPlan", "StepResult", "MemoryBreakdown", "simulate", "pipeline_split",
+           "SCHEDULES", "RECOMPUTE_MODES", "PRECISIONS"]
 
 SCHEDULES = {"gpipe": _core.SCHEDULE_GPIPE, "1f1b": _core.SCHEDULE_1F1B,
              "interleaved-1f1b": _core.SCHEDULE_INTERLEAVED, "zb-h1": _core.SCHEDULE_ZBH1,
@@ -64,6 +64,62 @@ def overlap_share(v: Any, name: str = "overlap_moe_comm") -> float:
     if not 0 < v <= 1:
         raise ValueError(f"{name} as a share must be in (0, 1], got {v!r}")
     return float(v)
+
+
+def pipeline_split(layers: int, stages: int, *, first: int | None = None,
+                   last: int | None = None, embedding_layer: bool = False,
+                   loss_layer: bool = False) -> tuple[int, ...]:
+    """The layer boundaries of ``stages`` model stages (``pp x
+    virtual_stages``) by the pipeline layout rules of the frameworks, for
+    :attr:`ParallelPlan.split` (the embedding is priced on the first model
+    stage, the final norm, output layer and loss on the last).
+
+    ``first`` / ``last``: layers of the first / last model stage, the others
+    split evenly (Megatron's ``--decoder-first-pipeline-num-layers`` and
+    ``--decoder-last-pipeline-num-layers``).  ``embedding_layer`` /
+    ``loss_layer``: the embedding / the loss count as one layer of the
+    first / last model stage, every stage then holding the same count
+    (Megatron's ``--account-for-embedding-in-pipeline-split`` and
+    ``--account-for-loss-in-pipeline-split``; torchtitan's default
+    ``pipeline_parallel_first_stage_less_layers`` and
+    ``..._last_stage_less_layers`` of 1 are both set).  Megatron requires
+    the even division; so does this (``ValueError`` otherwise)."""
+    layers, stages = _int("layers", layers), _int("stages", stages)
+    if (first is not None or last is not None) and (embedding_layer or loss_layer):
+        raise ValueError("first/last cannot be combined with embedding_layer/loss_layer "
+                         "(as Megatron)")
+    counts: list[int]
+    if first is not None or last is not None:
+        f = _int("first", first, 1) if first is not None else None
+        la = _int("last", last, 1) if last is not None else None
+        middle = stages - (f is not None) - (la is not None)
+        rest = layers - (f or 0) - (la or 0)
+        if middle < 0 or (middle == 0 and rest != 0) or (middle > 0 and (rest < middle
+                                                                         or rest % middle)):
+            raise ValueError(f"{layers} layers: the {middle} stages besides first={first}, "
+                             f"last={last} must share {rest} layers evenly")
+        per = rest // middle if middle else 0
+        counts = [per] * stages
+        if f is not None:
+            counts[0] = f
+        if la is not None:
+            counts[-1] = la
+    else:
+        slots = layers + int(bool(embedding_layer)) + int(bool(loss_layer))
+        if slots % stages:
+            raise ValueError(f"{layers} layers{' + embedding' if embedding_layer else ''}"
+                             f"{' + loss' if loss_layer else ''} do not divide evenly over "
+                             f"{stages} model stages")
+        per = slots // stages
+        counts = [per] * stages
+        counts[0] -= int(bool(embedding_layer))
+        counts[-1] -= int(bool(loss_layer))
+    if min(counts) < 1:
+        raise ValueError(f"a model stage would hold no layer: {counts}")
+    split = [0]
+    for n in counts:
+        split.append(split[-1] + n)
+    return tuple(split)
 
 
 def _int(name: str, v: Any, lo: int = 1, hi: int = 1 << 40) -> int:
