@@ -288,6 +288,11 @@ int hpgo_work_check(const hpgo_work_t *w, hpgo_err_t *err)
                                 "0..65536, qk_rope and v_head in 1..65536");
         if (x->mtp < 0 || x->mtp > 16)
             return hpgo_err_set(err, HPGO_E_INVALID, 0, "mtp modules must be in 0..16");
+        if ((x->parallel_block != 0 && x->parallel_block != 1) ||
+            (x->parallel_block && (x->experts > 0 || x->mla)))
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "parallel_block (0 or 1) needs a dense model without latent "
+                                "attention");
         return HPGO_OK;
     }
     if (w->kind != HPGO_WORK_CHAIN)
@@ -1368,9 +1373,6 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
                             "cp_comm a2a (Ulysses) splits the heads: cp=%d must divide the %lld "
                             "heads per tp rank",
                             (int)p->cp, (long long)(x->heads / p->tp));
-    if (x->parallel_block && (x->experts > 0 || x->mla))
-        return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                            "parallel_block needs a dense model without latent attention");
     if (s.sp && fmod(s.T, s.t) != 0)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "sequence parallelism needs micro_batch x seq / cp divisible by tp");

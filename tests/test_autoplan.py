@@ -35,9 +35,14 @@ def test_pruned_search_equals_exhaustive(seed):
     cluster = cluster.with_gpu(memory_bytes=rng.choice([4e9, 16e9, 80e9]))
     gb = rng.choice([8, 16, 32, 48])
     top = rng.choice([1, 5, 20])
-    fast = hpgo.autoplan(model, cluster, gb, top=top, threads=rng.choice([1, 2]))
-    slow = hpgo.autoplan(model, cluster, gb, top=top, exhaustive=True, threads=1)
+    # the training stack every plan is priced on (kernel set, tp overlap, cp exchange)
+    stack = rng.choice([{}, {"tp_overlap": "te"}, {"kernels": "eager"},
+                        {"kernels": "compile", "tp_overlap": "async", "cp_comm": "all_gather"},
+                        {"cp_comm": "a2a"}])
+    fast = hpgo.autoplan(model, cluster, gb, top=top, threads=rng.choice([1, 2]), **stack)
+    slow = hpgo.autoplan(model, cluster, gb, top=top, exhaustive=True, threads=1, **stack)
     assert key(fast) == key(slow)
+    assert all(rp.plan.kernels == stack.get("kernels", "te") for rp in slow)
     assert slow.stats["simulated"] == slow.stats["candidates"] - slow.stats["rejected"]
     assert fast.stats["simulated"] <= slow.stats["simulated"]
 
