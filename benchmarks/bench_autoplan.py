@@ -27,7 +27,9 @@ CASES = [
 
 
 def search(model, cluster, gb, threads, exhaustive=False, precision="bf16"):
-    opts = (gb, 0, _core.OBJECTIVE_TIME, 10, int(exhaustive), threads, 16, 8, None, *[-1] * 16)
+    # 16 free choices, no overlap share, the default stack (kernels, tp_overlap, cp_comm)
+    opts = (gb, 0, _core.OBJECTIVE_TIME, 10, int(exhaustive), threads, 16, 8, None, *[-1] * 16,
+            0.0, -1, -1, -1)
     return _core._autoplan(model._tuple(PRECISIONS[precision]), cluster._tuple(), opts, None)
 
 
