@@ -50,6 +50,14 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
                    help="MoE token dispatcher: NCCL all-to-all, or DeepEP's node-deduplicating one")
     p.add_argument("--fp8-params", action="store_true",
                    help="fp8 training keeps the weights in fp8 only (Megatron's --fp8-param-gather)")
+    p.add_argument("--kernels", choices=("te", "compile", "eager"), default="te",
+                   help="the stack's kernels: Megatron-Core + Transformer Engine, torch.compile, "
+                        "eager PyTorch")
+    p.add_argument("--tp-overlap", choices=("none", "te", "async"), default="none",
+                   help="tensor-parallel overlap: Megatron's --tp-comm-overlap (te), PyTorch's "
+                        "async TP (async, with --kernels compile)")
+    p.add_argument("--cp-comm", choices=("p2p", "all_gather", "a2a"), default="p2p",
+                   help="context-parallel K/V exchange: ring, all-gather, Ulysses all-to-all")
     p.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"))
     p.add_argument("--recompute", choices=("none", "selective", "full"))
     p.add_argument("--timeout", type=float, help="seconds the search may take")
@@ -101,7 +109,9 @@ def run_autoplan(args) -> int:
     r = hpgo.autoplan(model, cluster, args.global_batch, seq=args.seq, gpus=args.gpus,
                       objective=args.objective, precision=args.precision, top=args.top,
                       timeout=args.timeout, overlap_moe_comm=args.overlap_moe_comm,
-                      moe_dispatcher=args.moe_dispatcher, fp8_params=args.fp8_params, **fixed)
+                      moe_dispatcher=args.moe_dispatcher, fp8_params=args.fp8_params,
+                      kernels=args.kernels, tp_overlap=args.tp_overlap, cp_comm=args.cp_comm,
+                      **fixed)
     if args.json:
         json.dump({"model": getattr(r.model, "name", ""), "cluster": cluster.name,
                    "gpus": cluster.gpus, "global_batch": r.global_batch,

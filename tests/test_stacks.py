@@ -272,3 +272,15 @@ def test_pipeline_sends_block_megatron_ranks():
             if nxt:
                 waited.append(min(nxt) >= s[0] + s[1] - 1e-12)
         assert all(waited) if blocks else not all(waited), ks
+
+
+def test_autoplan_cli_takes_the_stack(capsys):
+    from hpgo import cli
+    assert cli.main(["autoplan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes", "1",
+                     "--global-batch", "16", "--top", "2", "--kernels", "compile",
+                     "--tp-overlap", "async", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"kernels": "compile"' in out and "tp_overlap" in out
+    with pytest.raises(SystemExit):
+        cli.main(["autoplan", "--model", "llama3-8b", "--cluster", "dgx-h100",
+                  "--global-batch", "16", "--kernels", "jax"])
