@@ -873,12 +873,31 @@ static double gemm_time(const kctx_t *k, double m, double kk, double n)
     return a.t;
 }
 
-/* Slowdown of a GEMM while a communication kernel holds COMM_SMS SMs
- * (proportional to the SMs left; 1 when the SM count is unknown). */
-static double sm_slowdown(const hpgo_gpu_t *g)
+/* Measured slowdown of a bf16 GEMM while other kernels hold n SMs of an
+ * H100 SXM5 (profiles/h100-sxm5-sm-margin.json, benchmarks/gpu_sm_margin.py:
+ * the median over tensor-parallel GEMMs and their overlap chunks): far
+ * above the proportional n_SM / (n_SM - n), as wave quantisation and the
+ * lost SMs' share of each wave add up. */
+static const double SM_HELD[9] = {0, 1, 2, 4, 8, 16, 24, 32, 48};
+static const double SM_SLOW_H100[9] = {1, 1.112, 1.323, 1.418, 1.42, 1.425, 1.375, 1.553, 1.537};
+
+/* Slowdown of a GEMM while communication kernels hold `held` SMs: the
+ * measured table on the Hopper parts (told apart by their bf16 peak, as the
+ * attention tables), proportional to the SMs left elsewhere (1 when the SM
+ * count is unknown). */
+static double sm_slowdown(const hpgo_gpu_t *g, double held)
 {
-    double n = (double)g->sms;
-    return n > 2 * COMM_SMS ? n / (n - COMM_SMS) : 1;
+    double n = (double)g->sms, pk = g->peak[HPGO_DT_BF16];
+    if (held <= 0 || n <= 2 * held)
+        return 1;
+    if (pk >= 700e12 && pk <= 1000e12 && held <= SM_HELD[8]) {
+        int i = 0;
+        while (held > SM_HELD[i + 1])
+            i++;
+        double u = (held - SM_HELD[i]) / (SM_HELD[i + 1] - SM_HELD[i]);
+        return SM_SLOW_H100[i] + u * (SM_SLOW_H100[i + 1] - SM_SLOW_H100[i]);
+    }
+    return n / (n - held);
 }
 
 typedef struct gdims {
@@ -912,12 +931,14 @@ static double quant_time(const kctx_t *k, gdims_t d)
  * (CommOverlapP2PBase::split_overlap_ag) or PyTorch's
  * _pipelined_multi_all_gather_and_consume -- t chunk GEMMs of m / t rows,
  * the local chunk first, each next chunk sent by copy engine (no SMs)
- * while the previous one computes; TE then copies the gathered input out
- * (X read + X written) when `copy`. */
+ * while the previous one computes, with `held` SMs busy beside them (TE's
+ * num_sm 1; none for PyTorch's copy-engine pulls); TE then copies the
+ * gathered input out (X read + X written) when `copy`. */
 static double ring_ag(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *s, gdims_t d,
-                      double X, int copy)
+                      double X, int copy, double held)
 {
-    double t = s->t, g = chunk_time(k, d, t), whole = gemm_time(k, d.m, d.kk, d.n);
+    double t = s->t, g = chunk_time(k, d, t) * sm_slowdown(k->g, held);
+    double whole = gemm_time(k, d.m, d.kk, d.n);
     double C = hpgo_cost_p2p(c, 0, X / t);
     double tot = quant_time(k, d) + g + (t - 1) * (g > C ? g : C);
     if (copy)
@@ -932,7 +953,7 @@ static double ring_ag(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *
 static double pipe_rs(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *s, gdims_t d,
                       double X)
 {
-    double n = TE_RS_SPLITS, g = chunk_time(k, d, n) * sm_slowdown(k->g);
+    double n = TE_RS_SPLITS, g = chunk_time(k, d, n) * sm_slowdown(k->g, COMM_SMS);
     double whole = gemm_time(k, d.m, d.kk, d.n);
     double r = tp_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X / n);
     double tot = quant_time(k, d) + g + (n - 1) * (g > r ? g : r) + r;
@@ -965,7 +986,7 @@ static double p2p_rs(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *s
  * holds while it runs, and the measured share of the serial time. */
 static double bulk(const hpgo_gpu_t *g, double gemm, double comm)
 {
-    double t = pair_time(gemm, comm, sm_slowdown(g));
+    double t = pair_time(gemm, comm, sm_slowdown(g, COMM_SMS));
     double measured = (1 - BULK_OVERLAP_GAIN) * (gemm + comm);
     return (t > measured ? t : measured) - gemm;
 }
@@ -1013,13 +1034,13 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
          * the weight gradient, is copied out of the userbuffer; NVIDIA's fp8
          * recipes (Megatron-Bridge training/comm_overlap.py) reduce-scatter
          * by ring exchange on 1 SM, the bf16 ones pipelined */
-        *f += ring_ag(k, c, s, col_f, X, 0) +
+        *f += ring_ag(k, c, s, col_f, X, 0, 1) +
               (k->dtype == HPGO_DT_FP8 ? p2p_rs(k, c, s, row_f, X) : pipe_rs(k, c, s, row_f, X));
-        *b += ring_ag(k, c, s, row_d, X, 1) + regather + bulk(g, cw, rs);
+        *b += ring_ag(k, c, s, row_d, X, 1, 1) + regather + bulk(g, cw, rs);
         break;
     case HPGO_TPO_ASYNC:
-        *f += ring_ag(k, c, s, col_f, X, 0) + p2p_rs(k, c, s, row_f, X);
-        *b += ring_ag(k, c, s, row_d, X, 0) + p2p_rs(k, c, s, col_d, X);
+        *f += ring_ag(k, c, s, col_f, X, 0, 0) + p2p_rs(k, c, s, row_f, X);
+        *b += ring_ag(k, c, s, row_d, X, 0, 0) + p2p_rs(k, c, s, col_d, X);
         break;
     default:
         *f += ag + rs;
