@@ -1462,11 +1462,11 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
         vec(&k, &hb, lg, 1, 4 * lg);
     } else if (p->kernels == HPGO_KS_COMPILE) {
         /* torchtitan's pred.float() + cross_entropy compiled: the cast fused
-         * into the log-softmax, which is saved in fp32 (2 + 2 read, 4 written);
-         * backward reads it and writes the bf16 gradient */
-        vec(&k, &hf, lg, 5, 4 * lg);
-        vec(&k, &hf, lg, 5, 4 * lg);
-        vec(&k, &hb, lg, 3, 6 * lg);
+         * into one reduction pass (2 B read) keeping the log-sum-exp; the
+         * partitioner recomputes the softmax in the backward from the bf16
+         * logits (2 B read, 2 B gradient written) */
+        vec(&k, &hf, lg, 5, 2 * lg);
+        vec(&k, &hb, lg, 5, 4 * lg);
     } else {
         /* eager: the fp32 copy (2 + 4), log-softmax (4 + 4 read, 4 written),
          * nll; backward: nll's fp32 gradient (4), log-softmax backward
@@ -1676,10 +1676,10 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
             o->tp_b += xp->head_tp_b;
             o->params += xp->head_p;
             o->emb_params += xp->head_p;
-            /* final norm + the logits: fp32 (Megatron); bf16 logits and the
-             * saved fp32 log-softmax (torch.compile), and the fp32 copy too
-             * (eager) -- spec stack-mechanisms 2.3 */
-            double per_logit = p->kernels == HPGO_KS_TE ? 4 : p->kernels == HPGO_KS_COMPILE ? 6 : 10;
+            /* final norm + the logits: fp32 (Megatron); the bf16 logits and
+             * their gradient (torch.compile); bf16 logits, the fp32 copy and
+             * the saved fp32 log-softmax (eager) -- spec stack-mechanisms 2.3 */
+            double per_logit = p->kernels == HPGO_KS_TE ? 4 : p->kernels == HPGO_KS_COMPILE ? 4 : 10;
             o->transient += (4 * s.T * s.h + per_logit * s.T * s.V) / s.t;
             o->model_flops += 3 * 2 * s.h * s.V / s.t * s.T;
             o->hw_flops += xp->hf.flops + xp->hb.flops + xp->hw.flops;

@@ -331,6 +331,9 @@ class MeasuredRun:
     split: tuple[int, ...] | None
     measured_mem_gib: float | None
     notes: str = ""
+    # the training stack the notes publish (ParallelPlan's kernels, tp_overlap)
+    kernels: str = "te"
+    tp_overlap: str = "none"
 
     def transformer(self) -> Any:
         """The model: ``arch`` is a family (``gpt``: LayerNorm, biases, GeLU,
@@ -393,7 +396,8 @@ class MeasuredRun:
                             virtual_stages=self.vp, micro_batch=self.mbs,
                             schedule="interleaved-1f1b" if self.vp > 1 else "1f1b",
                             recompute=rc, sequence_parallel=self.sequence_parallel,
-                            zero=self.zero, split=self.split)
+                            zero=self.zero, split=self.split, kernels=self.kernels,
+                            tp_overlap=self.tp_overlap)
 
     def megatron_flops_per_token(self) -> float:
         """Model FLOPs per token as Megatron-LM counts them
@@ -514,7 +518,33 @@ def load_runs(path: Any) -> list[MeasuredRun]:
             flops_def=(row.get("flops_def") or "").strip(), arch=_cell(row, "arch", str, where),
             gpu_mem_gb=o["gpu_mem_gb"], split=sp, measured_mem_gib=o["measured_mem_gib"],
             notes=(row.get("notes") or "").strip()))
-    return out
+    return [_with_stack(r, out) for r in out]
+
+
+def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
+    """The run with the training stack its notes publish (following "as
+    <run>" references): torch.compile (torchtitan) -> kernels "compile", with
+    AsyncTP -> tp_overlap "async"; Megatron's --tp-comm-overlap -> "te"
+    (both with sequence parallelism and tp > 1); otherwise Megatron's fused
+    kernels without overlap."""
+    import dataclasses
+    import re
+    by_id = {r.source_id: r for r in runs}
+    notes, seen, r = [], set(), run
+    while r is not None and r.source_id not in seen:
+        seen.add(r.source_id)
+        notes.append(r.notes)
+        ref = re.match(r"as (\S+)", r.notes)
+        r = by_id.get(ref.group(1).rstrip(";,.:")) if ref else None
+    text = " ".join(notes)
+    kernels = "compile" if re.search(r"\bcompile\b", text) else "te"
+    tpo = "none"
+    if run.tp > 1 and run.sequence_parallel:
+        if kernels == "compile" and re.search(r"async ?tp", text, re.I):
+            tpo = "async"
+        elif kernels == "te" and "--tp-comm-overlap" in text:
+            tpo = "te"
+    return dataclasses.replace(run, kernels=kernels, tp_overlap=tpo)
 
 
 @dataclass(frozen=True)
