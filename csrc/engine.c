@@ -23,7 +23,7 @@
 
 double hpgo_step_optimizer_bytes(const hpgo_parplan_t *p)
 {
-    return p->kernels == HPGO_KS_TE ? 46 : 32;
+    return p->kernels == HPGO_KS_TE ? 46 : 40;
 }
 
 double hpgo_step_optimizer_time(const hpgo_cluster_t *c, const hpgo_parplan_t *p, double params)

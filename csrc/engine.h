@@ -98,8 +98,9 @@ double hpgo_step_optimizer_time(const hpgo_cluster_t *c, const hpgo_parplan_t *p
  * 2.4): Megatron's Adam on fp32 master weights, gradients and moments (16
  * read, 12 written), the copy of the master into the 16-bit weight (6),
  * the inf/NaN check and gradient norm (8) and zeroing the gradient buffer
- * (4): 46; PyTorch's fused AdamW (torchtitan's default; compile and eager)
- * 28 and the gradient norm's read (4): 32. */
+ * (4): 46; PyTorch's fused AdamW on fp32 master weights (torchtitan's
+ * default; compile and eager) 28, the 16-bit gradients cast to fp32 (2 + 4)
+ * and the master copied back to the 16-bit weights (4 + 2): 40. */
 double hpgo_step_optimizer_bytes(const hpgo_parplan_t *p);
 
 #endif
