@@ -179,7 +179,8 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
             t += back[d];
         else if (p.schedule == HPGO_PS_ZBH1 && before[d] + busy - wsum + back[d] > t)
             t = before[d] + busy - wsum + back[d];
-        t += hpgo_step_optimizer_time(S->c, &p, hpgo_step_shard_params(&p, params, load.expert_params));
+        t += hpgo_step_optimizer_time(S->c, &p,
+                                      hpgo_step_shard_params(&p, params, load.expert_params));
         if (t > lb)
             lb = t;
     }

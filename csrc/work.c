@@ -1024,7 +1024,8 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
         *b += bulk(g, cw, ar);
         return;
     }
-    double ag = tp_coll(c, HPGO_COLL_ALLGATHER, s, X), rs = tp_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X);
+    double ag = tp_coll(c, HPGO_COLL_ALLGATHER, s, X);
+    double rs = tp_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X);
     /* full recomputation re-gathers the input in its forward: no backward gather */
     double regather = s->rc == HPGO_RC_FULL ? 0 : bulk(g, cd, ag);
     switch (p->tp_overlap) {
@@ -1091,8 +1092,10 @@ static void cp_core(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const hpgo
         double bcomp = db.t + (cp - 1) * ob.t;
         double btot = (db.t > C ? db.t : C) + (cp - 2) * (ob.t > C2 ? ob.t : C2) +
                       (ob.t > C ? ob.t : C) + C;
-        fw->t += fcomp, fw->flops += d.flops + (cp - 1) * o.flops, fw->n += d.n + (cp - 1) * (o.n + 1);
-        bw->t += bcomp, bw->flops += db.flops + (cp - 1) * ob.flops, bw->n += db.n + (cp - 1) * ob.n;
+        fw->t += fcomp, fw->flops += d.flops + (cp - 1) * o.flops;
+        fw->n += d.n + (cp - 1) * (o.n + 1);
+        bw->t += bcomp, bw->flops += db.flops + (cp - 1) * ob.flops;
+        bw->n += db.n + (cp - 1) * ob.n;
         *xf += ftot - fcomp;
         *xb += btot - bcomp;
         *buf += 4 * B; /* double-buffered K/V, and K/V with dK/dV in the backward */
@@ -1679,7 +1682,7 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
             /* final norm + the logits: fp32 (Megatron); the bf16 logits and
              * their gradient (torch.compile); bf16 logits, the fp32 copy and
              * the saved fp32 log-softmax (eager) -- spec stack-mechanisms 2.3 */
-            double per_logit = p->kernels == HPGO_KS_TE ? 4 : p->kernels == HPGO_KS_COMPILE ? 4 : 10;
+            double per_logit = p->kernels == HPGO_KS_EAGER ? 10 : 4;
             o->transient += (4 * s.T * s.h + per_logit * s.T * s.V) / s.t;
             o->model_flops += 3 * 2 * s.h * s.V / s.t * s.T;
             o->hw_flops += xp->hf.flops + xp->hb.flops + xp->hw.flops;

@@ -264,7 +264,8 @@ def test_calibrated_model_predicts_a_measured_llama_layer(name, preset):
             for ks in ("eager", "te"):
                 p = hpgo.ParallelPlan(global_batch=8, micro_batch=1, pp=8, dp=1, kernels=ks)
                 st = hpgo.simulate(m, c, p, precision="bf16", timeline=False).stages[3]
-                t[ks] = (st["forward"] + st["backward_input"] + st["backward_weight"]) / st["layers"]
+                t[ks] = (st["forward"] + st["backward_input"]
+                         + st["backward_weight"]) / st["layers"]
             assert t["te"] < t["eager"], (seq, label, t)
             err[label] = t["eager"] / s["seconds"] - 1
         assert abs(err["calibrated"]) < 0.15, (seq, err)

@@ -660,7 +660,8 @@ static PyObject *plan_tuple(const hpgo_parplan_t *p)
     } else {
         split = Py_NewRef(Py_None);
     }
-    return Py_BuildValue("(iiiiiiLLiiiiiNiiiiidiiiii)", (int)p->tp, (int)p->pp, (int)p->dp, (int)p->cp,
+    return Py_BuildValue("(iiiiiiLLiiiiiNiiiiidiiiii)", (int)p->tp, (int)p->pp, (int)p->dp,
+                         (int)p->cp,
                          (int)p->ep, (int)p->vstages, (long long)p->micro_batch,
                          (long long)p->global_batch, (int)p->schedule, (int)p->recompute,
                          (int)p->sequence_parallel, (int)p->zero, (int)p->overlap_grad_reduce,
