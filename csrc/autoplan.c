@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
 #include "engine.h"
 #include "memory.h"
 #include "pool.h"
@@ -107,6 +108,42 @@ static int64_t inflight_lb(const hpgo_parplan_t *p, int64_t m, int32_t d)
     }
 }
 
+/* Device of model stage k (engine.c's dev_of). */
+static int32_t stage_dev(const hpgo_parplan_t *p, int32_t k)
+{
+    if (p->schedule == HPGO_PS_ZBV)
+        return k < p->pp ? k : 2 * p->pp - 1 - k;
+    return k % p->pp;
+}
+
+/* Seconds device d stands blocked on its own pipeline sends in one step
+ * when they block (engine.c, Megatron's kernel set): each forward of a
+ * stage whose successor lives on another device, and each backward of a
+ * stage whose predecessor does, is followed by at least its transfer's
+ * point-to-point time before the device computes on (the link may queue
+ * it longer, the receiver's re-gather too). */
+static double blocked_sends(const search_t *S, const hpgo_parplan_t *p,
+                            const hpgo_stage_cost_t *sc, int32_t d, int64_t m)
+{
+    if (p->kernels != HPGO_KS_TE)
+        return 0;
+    int32_t K = p->pp * p->vstages;
+    int64_t per_dev = (int64_t)p->tp * p->cp * p->dp;
+    double t = 0;
+    for (int32_t ch = 0; ch < p->vstages; ch++) {
+        int32_t k = hpgo_sched_stage(p->schedule, p->pp, p->vstages, d, ch);
+        int32_t nb[2] = {k + 1, k - 1};
+        for (int i = 0; i < 2; i++) {
+            if (nb[i] < 0 || nb[i] >= K || stage_dev(p, nb[i]) == d)
+                continue;
+            int32_t lvl = hpgo_cost_level_between(S->c, d * per_dev,
+                                                  stage_dev(p, nb[i]) * per_dev);
+            t += (double)m * hpgo_cost_p2p(S->c, lvl, sc[i == 0 ? k : nb[i]].send_bytes);
+        }
+    }
+    return t;
+}
+
 static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
 {
     cand_t *cd = &S->cands[j];
@@ -145,7 +182,8 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
     for (int32_t d = 0; d < p.pp; d++) {
         hpgo_device_load_t load;
         hpgo_step_device_load(&p, sc, d, &load);
-        double busy = (double)m * load.work, params = load.params;
+        double busy = (double)m * load.work + blocked_sends(S, &p, sc, d, m);
+        double params = load.params;
         double maxlayer = load.max_layer_params, transient = load.transient;
         double minact = load.min_act, sumact = load.sum_act;
         double act = p.schedule == HPGO_PS_ZBV ? sumact : (double)inflight_lb(&p, m, d) * minact;
