@@ -98,8 +98,10 @@ static int64_t inflight_lb(const hpgo_parplan_t *p, int64_t m, int32_t d)
     case HPGO_PS_GPIPE:
         return m;
     case HPGO_PS_INTERLEAVED: {
+        /* schedule.c's warm-up (current Megatron-Core: capped at m v, no
+         * special case for m = P), then one more forward in 1F1B */
         int64_t total = m * v, w = 2 * (P - 1 - d) + (v - 1) * P;
-        return (m == P || w > total) ? total : w + 1;
+        return w >= total ? total : w + 1;
     }
     case HPGO_PS_ZBV:
         return 2;

@@ -290,3 +290,16 @@ def test_long_sequences_search_context_parallelism_exactly():
     assert any(rp.plan.cp > 1 for rp in slow)
     only = hpgo.autoplan(m, c, 16, top=3, cp=4)
     assert all(rp.plan.cp == 4 for rp in only)
+
+
+def test_pruned_equals_exhaustive_with_as_many_micro_batches_as_stages():
+    """Interleaved plans with m = pp: only ranks below pp / 2 hold every
+    chunk-micro-batch (the memory bound must follow the schedule's rule; the
+    last stage, with the logits, holds fewer)."""
+    m = hpgo.transformer("llama3-8b").with_(layers=16, vocab=262144)
+    for gib in range(40, 90, 3):
+        c = hpgo.Cluster.preset("dgx-h100", nodes=1).with_gpu(memory_bytes=gib * 2 ** 30)
+        fast = hpgo.autoplan(m, c, 8, top=10, schedule="interleaved-1f1b", dp=1, tp=1)
+        slow = hpgo.autoplan(m, c, 8, top=10, schedule="interleaved-1f1b", dp=1, tp=1,
+                             exhaustive=True)
+        assert key(fast) == key(slow), gib
