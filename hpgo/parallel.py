@@ -403,8 +403,12 @@ class ParallelPlan:
             else:
                 a.append("--recompute-activations")
         elif self.recompute == "full":
-            a.append("--recompute-granularity full --recompute-method uniform "
-                     "--recompute-num-layers 1")
+            a.append(f"--recompute-granularity full --recompute-method {self.recompute_method} "
+                     f"--recompute-num-layers {self.recompute_layers or 1}")
+        if self.tp_overlap == "te":
+            a.append("--tp-comm-overlap")
+        if self.cp > 1 and self.cp_comm != "p2p":
+            a.append(f"--cp-comm-type {self.cp_comm}")
         if self.zero == 1 or self.zero == 2:
             a.append("--use-distributed-optimizer")
         elif self.zero == 3:

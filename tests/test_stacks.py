@@ -247,6 +247,11 @@ def test_plan_fields_round_trip_and_describe():
         assert s in d
     plain = hpgo.ParallelPlan(global_batch=8)
     assert "kernels" not in plain.describe() and "overlap" not in plain.describe()
+    args = p.with_(kernels="te", tp_overlap="te", cp_comm="a2a").megatron_args()
+    for s in ("--tp-comm-overlap", "--cp-comm-type a2a", "--recompute-method block",
+              "--recompute-num-layers 2"):
+        assert s in args
+    assert "--tp-comm-overlap" not in plain.megatron_args()
     old = plain.to_dict()
     for f in ("kernels", "tp_overlap", "cp_comm", "recompute_layers", "recompute_method"):
         del old[f]
