@@ -492,6 +492,11 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             raise TypeError(f"{name} must be an int, not {type(v).__name__}")
     if not isinstance(exhaustive, bool):
         raise TypeError("exhaustive must be a bool")
+    if n is not None and not isinstance(n, bool) and hasattr(n, "__index__") and n.__index__() < 1:
+        raise ValueError(f"gpus must be >= 1 (None: the whole cluster), got {n}")
+    if zero is not None and not isinstance(zero, bool) and hasattr(zero, "__index__") \
+            and not 0 <= zero.__index__() <= 3:
+        raise ValueError(f"zero must be 0, 1, 2 or 3 (ZeRO stage), got {zero}")
     opts = (global_batch, 0 if n is None else _fixed("gpus", n),
             _core.OBJECTIVE_TIME if objective == "time" else _core.OBJECTIVE_COST, top,
             int(exhaustive), threads, max_micro_batch, max_virtual_stages, overhead_bytes,

@@ -166,6 +166,15 @@ def _add_profile_args(p: argparse.ArgumentParser, *, optional_help: str = "") ->
                         "resnet50 (hpgo.examples.names() lists them)")
 
 
+def _check_outputs(*outputs: Any) -> None:
+    """Refuse, before any work, an output that cannot be written: a folder,
+    or a file in a folder that is not there."""
+    from .autoplan_cli import _check_output
+
+    for path, what in outputs:
+        _check_output(path, what)
+
+
 def _positive(name: str, v: Optional[int]) -> None:
     if v is not None and v < 1:
         raise CliError(f"{name} must be >= 1, got {v}")
@@ -264,6 +273,7 @@ def run_plan(args: Any, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
     from .plan import candidate_plans
 
+    _check_outputs((args.output, "-o"), (args.plot, "--plot"), (args.dot, "--dot"))
     path = _resolve_profile(args)
     kw = _model_kwargs(args)
     gbs = _one_gbs(args.gbs)
@@ -326,7 +336,8 @@ def add_sweep_subcommand(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="PNG", help="draw speedup against gbs (needs matplotlib)")
     p.add_argument("--progress", dest="progress", action="store_true", default=None,
                    help="show a progress bar (default: only when stderr is a terminal)")
-    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="never show the progress bar")
     p.set_defaults(func=run_sweep)
     return p
 
@@ -363,6 +374,7 @@ def sweep_table(rows: Sequence[Any]) -> str:
 def run_sweep(args: Any, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
+    _check_outputs((args.csv, "--csv"), (args.plot, "--plot"))
     path = _resolve_profile(args, err)
     kw = _model_kwargs(args)
     gbs = parse_gbs(args.gbs)
@@ -681,6 +693,7 @@ def run_simulate(args: Any, out: Optional[TextIO] = None) -> int:
 
     if args.threads < 0:
         raise CliError(f"--threads must be >= 0, got {args.threads}")
+    _check_outputs((args.trace, "--trace"), (args.gantt, "--gantt"))
     if _step_mode(args):
         return run_simulate_step(args, out)
     if args.mlp:
