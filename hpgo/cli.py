@@ -628,7 +628,7 @@ def _step_table(r: Any, model: Any, cluster: Any) -> str:
     lines = [setup_line(model, cluster, precision=r.precision, global_batch=r.plan.global_batch,
                         headroom=r.headroom),
              f"plan: {r.plan.describe()} ({r.gpus} GPUs, {r.microbatches} micro-batches)",
-             r.summary().split(": ", 1)[1], ""]
+             "step: " + r.summary().split(": ", 1)[1], ""]
     body = []
     for i, (d, m) in enumerate(zip(r.devices, r.memory)):
         body.append([str(i), f"{d['busy']:.4g}", f"{d['bubble'] * 100:.1f}%",
