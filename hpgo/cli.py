@@ -700,11 +700,14 @@ def run_simulate(args: Any, out: Optional[TextIO] = None) -> int:
         if args.profile or args.plan or args.example:
             raise CliError("--mlp simulates DistIR's MLP: give no profile or --plan with it")
         r = sim.simulate_mlp(batch_size=args.batch_size, width=args.width, layers=args.layers,
-                             dp=args.dp or 1, tp=args.tp or 1, pp=args.pp or 1,
+                             dp=1 if args.dp is None else args.dp,
+                             tp=1 if args.tp is None else args.tp,
+                             pp=1 if args.pp is None else args.pp,
                              microbatches=args.microbatches,
                              cost_model=args.cost_model)
         head = (f"DistIR MLP: batch {args.batch_size}, width {args.width}, {args.layers} layers, "
-                f"D={args.dp or 1} H={args.tp or 1} P={args.pp or 1} K={args.microbatches}, "
+                f"D={r.config.get('dp', args.dp)} H={r.config.get('tp', args.tp)} "
+                f"P={r.config.get('pp', args.pp)} K={args.microbatches}, "
                 f"{args.cost_model}")
     else:
         from . import _core
