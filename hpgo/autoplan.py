@@ -514,7 +514,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     cs = _headroom_cluster(c, room)   # the search judges fits against the usable memory
     t0 = time.perf_counter()
     front: tuple = ()
-    if max_days is not None:
+    if max_days is not None and tokens is not None and isinstance(m, Transformer):
         d, front_raw = _deadline_search(mt, cs, opts, timeout, executor, top,
                                         max_days * 86400.0 * global_batch * m.seq / tokens)
     elif executor is not None:

@@ -98,7 +98,9 @@ def model_from_args(args: Any) -> Any:
     if args.hf_config:
         if not os.path.exists(args.hf_config):
             raise FileNotFoundError(2, "no such config file", args.hf_config)
-        return hpgo.transformer.from_hf_config(args.hf_config, seq=args.seq)
+        from .workmodel import from_hf_config
+
+        return from_hf_config(args.hf_config, seq=args.seq)
     if getattr(args, "profile", None):
         if args.seq:
             raise UsageError("--seq applies to transformers (--model, --hf-config)")

@@ -522,8 +522,10 @@ def _model_of_plan(plan: Any, args: Any) -> Any:
 
     if args.model or args.hf_config:
         return model_from_args(args)
+    from .workmodel import _presets
+
     label = (plan.model or "").split("#")[0]
-    if label in hpgo.transformer.presets():
+    if label in _presets():
         m = hpgo.transformer(label)
         if args.seq:
             m = m.with_(seq=args.seq)

@@ -630,8 +630,9 @@ class StepResult:
         """What the figures assume: precision, peak, headroom, tokens, price."""
         parts = [f"{self.precision}", f"MFU against the {self.precision} dense peak "
                  f"({self.peak_flops / 1e12:,.0f} TFLOP/s per GPU)"]
-        if self.mfu is not None and self.precision == "fp8":
-            parts.append(f"bf16-peak MFU {self.mfu_bf16 * 100:.1f} %")
+        bf16 = self.mfu_bf16
+        if bf16 is not None and self.precision == "fp8":
+            parts.append(f"bf16-peak MFU {bf16 * 100:.1f} %")
         parts.append(f"{self.headroom * 100:g} % of each GPU's memory kept free")
         if self.tokens is not None:
             parts.append(f"{self.tokens:.3g} tokens")
