@@ -39,7 +39,7 @@ _GIB = 2.0 ** 30
 
 
 def setup_line(model: Any, cluster: Cluster, *, precision: str, global_batch: int | None = None,
-               headroom: float | None = None) -> str:
+               headroom: float | None = None, max_batch: bool = False) -> str:
     """What a table assumes, in one line: model, sequence length, precision,
     cluster (its GPU, and whether its curves are the preset's or measured),
     global batch and memory headroom."""
@@ -49,7 +49,7 @@ def setup_line(model: Any, cluster: Cluster, *, precision: str, global_batch: in
     out = (f"{name}{seq}, {precision} on {cluster.name} ({cluster.gpus} x {cluster.gpu.name}, "
            f"{cluster.gpu.memory_bytes / 1e9:.0f} GB, {curves})")
     if global_batch is not None:
-        out += f", global batch {global_batch:,}"
+        out += f", global batch {'at most ' if max_batch else ''}{global_batch:,}"
     if headroom is not None:
         out += f", {headroom * 100:g} % of memory kept free"
     return out
@@ -153,6 +153,7 @@ class RankedPlans:
     price: float | None = None
     max_days: float | None = None
     front: tuple[RankedPlan, ...] = ()
+    max_batch: bool = False
 
     def pareto(self) -> tuple[RankedPlan, ...]:
         """The time-cost Pareto front: plans no other plan beats on both
@@ -167,7 +168,8 @@ class RankedPlans:
     def setup(self) -> str:
         """What the ranking assumes, in one line (its table's second line)."""
         return setup_line(self.model, self.cluster, precision=self.precision,
-                          global_batch=self.global_batch, headroom=self.headroom)
+                          global_batch=self.global_batch, headroom=self.headroom,
+                          max_batch=self.max_batch)
 
     def __len__(self) -> int:
         return len(self.plans)
@@ -226,13 +228,14 @@ class RankedPlans:
         head = (f"{len(self.plans)} best of {self.stats['candidates']} plans "
                 f"({'cheapest' if self.objective == 'cost' else 'fastest'}{deadline}) for "
                 f"{getattr(self.model, 'name', '') or 'the model'} on {self.cluster.name} "
-                f"({gpus} GPUs), global batch {self.global_batch}; searched in "
+                f"({gpus} GPUs), global batch {'at most ' if self.max_batch else ''}"
+                f"{self.global_batch}; searched in "
                 f"{self.search_seconds * 1e3:.0f} ms ({self.stats['simulated']} simulated)")
         head += "\n    " + self.setup()
         if not self.plans:
             return head + "\nno plan fits: " + self._why_none()
         return head + "\n" + _plan_table(self.rows(), self.objective == "cost" or len(used) > 1,
-                                          self.precision)
+                                          self.precision, self.max_batch)
 
     def __repr__(self) -> str:
         return self.table()
@@ -291,12 +294,13 @@ class RankedPlans:
         return [dict(r, plan=rp.plan.to_dict()) for r, rp in zip(self.rows(), self.plans)]
 
 
-def _plan_table(rows: list[dict[str, Any]], show_gpus: bool, precision: str) -> str:
+def _plan_table(rows: list[dict[str, Any]], show_gpus: bool, precision: str,
+                show_batch: bool = False) -> str:
     """The ranking's rows as text: one column per figure, the plan last."""
     if not rows:
         return "(none)"
     tokens = rows[0]["tokens_per_second"] is not None
-    batches = len({r["global_batch"] for r in rows}) > 1
+    batches = show_batch or len({r["global_batch"] for r in rows}) > 1
     cols: list[tuple[str, Any]] = [("#", lambda r: str(r["rank"]))]
     if show_gpus:
         cols.append(("GPUs", lambda r: str(r["gpus"])))
@@ -418,7 +422,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              timeout: float | None = None,
              executor: Any = None, headroom: float | None = None,
              tokens: float | None = None, price: float | None = None,
-             max_days: float | None = None) -> RankedPlans:
+             max_days: float | None = None, max_batch: bool = False) -> RankedPlans:
     """The ``top`` fastest plans (``objective="time"``) or the cheapest in
     GPU-seconds per iteration over the GPU counts ``gpus / 2^k``
     (``objective="cost"``) that fit in memory, best first.
@@ -457,7 +461,13 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     (needs ``tokens``) keeps only plans that train within that many days:
     with ``objective="cost"`` the cheapest such plans over the GPU counts
     ``gpus / 2^k``, and :meth:`RankedPlans.pareto` the exact time-cost front
-    (the fastest plan of each GPU count is searched separately)."""
+    (the fastest plan of each GPU count is searched separately).
+
+    ``max_batch=True`` takes ``global_batch`` as a maximum, as Calculon does:
+    each plan runs the largest multiple of its data-parallel size not above
+    it, so plans whose dp does not divide it are ranked too (by time per
+    sample, since their batches differ; ``plan.global_batch`` says which
+    batch each runs).  Objective "time" only."""
     m = _as_model(model, profile_batch)
     room = headroom_fraction(headroom)
     tokens = _positive_real("tokens", tokens)
@@ -514,7 +524,12 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     cs = _headroom_cluster(c, room)   # the search judges fits against the usable memory
     t0 = time.perf_counter()
     front: tuple = ()
-    if max_days is not None and tokens is not None and isinstance(m, Transformer):
+    if _bool("max_batch", max_batch):
+        if objective != "time" or max_days is not None or executor is not None:
+            raise ValueError("max_batch=True ranks by time per sample: it takes objective='time' "
+                             "without max_days= or executor=")
+        d = _max_batch_search(mt, cs, opts, timeout, top)
+    elif max_days is not None and tokens is not None and isinstance(m, Transformer):
         d, front_raw = _deadline_search(mt, cs, opts, timeout, executor, top,
                                         max_days * 86400.0 * global_batch * m.seq / tokens)
     elif executor is not None:
@@ -545,7 +560,37 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
         front = _pareto(ranked_plan(0, pt, balanced) for pt, _t, _s, balanced in front_raw)
     stats = {k: int(v) for k, v in d.items() if k != "plans"}
     return RankedPlans(m, c, int(global_batch), objective, tuple(ranked), stats, elapsed,
-                       precision, room, tokens, price, max_days, front)
+                       precision, room, tokens, price, max_days, front, bool(max_batch))
+
+
+def _max_batch_search(mt: tuple, c: Cluster, opts: tuple, timeout: float | None,
+                      top: Any) -> dict:
+    """The ranking when the global batch is a maximum B: a plan with dp data-
+    parallel replicas runs floor(B / dp) dp samples.  Every dp is a divisor
+    of the GPU count; the plans whose dp divides B run B (one search), and
+    each other dp its own batch (one search with that dp fixed).  Each search
+    is exact at its batch, where time per sample orders plans as time does,
+    so the ``top`` plans by time per sample are among the ``top`` of each
+    search: merged by (time per sample, search, rank), they are exact."""
+    B = int(opts[0])
+    n = int(opts[1] or c.gpus)
+    fixed_dp = int(opts[11])
+    dps = [fixed_dp] if fixed_dp >= 0 else [k for k in range(1, n + 1) if n % k == 0]
+    batches = [(B, -1)] if fixed_dp < 0 else []
+    batches += [(B // k * k, k) for k in dps if (fixed_dp >= 0 or B % k) and B >= k]
+    merged: list[tuple] = []
+    stats: dict[str, int] = {}
+    for j, (b, k) in enumerate(batches):
+        o = list(opts)
+        o[0], o[11] = b, k
+        d = _core._autoplan(mt, c._tuple(), tuple(o), timeout)
+        for key_, v in d.items():
+            if key_ != "plans":
+                stats[key_] = stats.get(key_, 0) + int(v)
+        for i, entry in enumerate(d["plans"]):
+            merged.append((entry[1] / b, j, i, entry))
+    merged.sort(key=lambda x: x[:3])
+    return dict(stats, plans=[e for *_k, e in merged[:int(top)]])
 
 
 def _deadline_search(mt: tuple, c: Cluster, opts: tuple, timeout: float | None, executor: Any,

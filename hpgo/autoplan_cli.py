@@ -158,8 +158,13 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
                "--objective cost --max-days 60")
     add_model_options(p)
     add_cluster_options(p)
-    p.add_argument("--global-batch", type=int, required=True, metavar="N",
-                   help="sequences (samples) per iteration")
+    batch = p.add_mutually_exclusive_group(required=True)
+    batch.add_argument("--global-batch", type=int, metavar="N",
+                       help="sequences (samples) per iteration; dp must divide it")
+    batch.add_argument("--max-global-batch", type=int, metavar="N",
+                       help="at most N sequences per iteration: each plan runs the largest "
+                            "multiple of its dp not above N (as Calculon), ranked by time per "
+                            "sample; the table shows each plan's batch")
     p.add_argument("--gpus", type=int, help="GPUs to use (default: the whole cluster)")
     p.add_argument("--objective", choices=("time", "cost"), default="time",
                    help="rank by iteration time (default) or by GPU-seconds per iteration over "
@@ -243,6 +248,7 @@ def run_autoplan(args) -> int:
     _positive("--gpus", args.gpus)
     _positive("--top", args.top)
     _positive("--global-batch", args.global_batch)
+    _positive("--max-global-batch", args.max_global_batch)
     model = model_from_args(args)
     cluster = cluster_from_args(args)
     fixed = {k: getattr(args, k) for k in ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_stages",
@@ -254,7 +260,8 @@ def run_autoplan(args) -> int:
         raise UsageError(f"--zero must be 0, 1, 2 or 3, got {fixed['zero']}")
     if sys.stderr.isatty() and not args.json:
         print("searching ...", end="\r", file=sys.stderr, flush=True)
-    r = hpgo.autoplan(model, cluster, args.global_batch, gpus=args.gpus,
+    r = hpgo.autoplan(model, cluster, args.global_batch or args.max_global_batch, gpus=args.gpus,
+                      max_batch=args.max_global_batch is not None,
                       objective=args.objective, precision=args.precision, top=args.top,
                       timeout=args.timeout, overlap_moe_comm=args.overlap_moe_comm,
                       moe_dispatcher=args.moe_dispatcher, fp8_params=args.fp8_params,

@@ -430,3 +430,29 @@ def test_tables_say_their_assumptions(capsys):
                                  "dgx-h100")
     assert "measured curves" in hpgo.autoplan("llama3-8b", cal, 64, top=1).table()
     assert math.isfinite(r[0].result.tflops_per_gpu)
+
+
+# ---- batches as users state them ---------------------------------------------------
+
+
+def test_max_batch_ranks_every_dp_exactly(capsys):
+    m = hpgo.transformer(hidden=512, ffn=2048, heads=8, layers=4, seq=512, vocab=1000)
+    c = hpgo.Cluster.preset("dgx-a100-40gb", nodes=3).with_gpu(memory_bytes=4e9)
+    B = 50
+    r = hpgo.autoplan(m, c, B, max_batch=True, top=12)
+    assert r.max_batch and "at most 50" in r.table()
+    for rp in r:
+        assert rp.plan.global_batch == B // rp.plan.dp * rp.plan.dp
+    assert any(B % rp.plan.dp for rp in r)           # dp not dividing 50 is ranked too
+    # brute force: every dp of the 24 GPUs at its own batch, every plan, by time per sample
+    every = []
+    for dp in (k for k in range(1, 25) if 24 % k == 0 and B >= k):
+        every += list(hpgo.autoplan(m, c, B // dp * dp, dp=dp, top=1000, exhaustive=True))
+    per = sorted(rp.iteration_time / rp.plan.global_batch for rp in every)
+    assert [rp.iteration_time / rp.plan.global_batch for rp in r] == pytest.approx(per[:12])
+    with pytest.raises(ValueError, match="objective='time'"):
+        hpgo.autoplan(m, c, B, max_batch=True, objective="cost")
+    assert main(["autoplan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes", "3",
+                 "--max-global-batch", "500", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "at most 500" in out and " batch " in out.splitlines()[2]
