@@ -221,7 +221,8 @@ def _agg_plt():
     try:
         import matplotlib
     except ImportError:
-        raise CliError("plots need matplotlib: pip install 'hpgo[plot]'") from None
+        raise CliError("plots need matplotlib: pip install -e '.[plot]' from the hpgo "
+                       "clone") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -407,7 +408,9 @@ def run_sweep(args: Any, out: Optional[TextIO] = None, err: Optional[TextIO] = N
         from . import plot
 
         _agg_plt()
-        _save_fig(plot.speedup_vs_gbs(res), args.plot)
+        name = os.path.basename(os.path.dirname(os.path.abspath(path))) or path
+        _save_fig(plot.speedup_vs_gbs(res, title=f"{name} (pbs {args.pbs}): speedup against "
+                                                 "global batch size"), args.plot)
         print(f"wrote {args.plot}", file=err)
     return 0
 

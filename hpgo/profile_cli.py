@@ -140,7 +140,8 @@ def _run_torch(args) -> int:
     try:
         import torch
     except ImportError:
-        raise _UsageError("PyTorch is not installed (pip install 'hpgo[torch]')") from None
+        raise _UsageError("PyTorch is not installed (pip install -e '.[torch]' from the "
+                          "hpgo clone)") from None
     from . import profiler
     from .graphfile import write_profile
 

@@ -122,7 +122,8 @@ class SweepResult(list):
         try:
             import pandas as pd
         except ImportError as e:  # pragma: no cover - depends on the environment
-            raise ImportError("to_pandas() needs pandas: pip install 'hpgo[pandas]'") from e
+            raise ImportError("to_pandas() needs pandas: pip install -e '.[pandas]' from "
+                              "the hpgo clone") from e
         return pd.DataFrame(self.to_dicts())
 
 

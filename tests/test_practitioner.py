@@ -456,3 +456,45 @@ def test_max_batch_ranks_every_dp_exactly(capsys):
                  "--max-global-batch", "500", "--top", "3"]) == 0
     out = capsys.readouterr().out
     assert "at most 500" in out and " batch " in out.splitlines()[2]
+
+
+# ---- notebooks ---------------------------------------------------------------------
+
+
+def test_the_notebook_extra_installs_what_every_notebook_imports():
+    import ast
+    import sys
+
+    from conftest import ROOT
+
+    text = (ROOT / "pyproject.toml").read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("notebook = "))
+    extra = {x.split(">")[0].split("=")[0].strip('" ') for x in line.split("[", 1)[1]
+             .rstrip("]").split(",")}
+    assert {"nbclient", "ipykernel", "jupyterlab"} <= extra    # runs, and a front end
+    used = set()
+    for nb in (ROOT / "examples").glob("*.ipynb"):
+        for cell in json.loads(nb.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            src = "".join(cell["source"])
+            for node in ast.walk(ast.parse(src)):
+                if isinstance(node, ast.Import):
+                    used |= {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    used.add(node.module.split(".")[0])
+            if ".to_pandas()" in src:
+                used.add("pandas")
+    third = {m for m in used if m not in sys.stdlib_module_names and m not in ("hpgo", "HPGO")}
+    assert third and third <= extra, third - extra
+
+
+def test_install_hints_work_from_a_clone():
+    from hpgo import plot
+
+    import importlib
+    import hpgo.plan as plan_mod
+
+    for mod in (plot, plan_mod, importlib.import_module("hpgo.sweep")):
+        src = open(mod.__file__).read()
+        assert "pip install 'hpgo[" not in src and "pip install -e '.[" in src
