@@ -491,6 +491,11 @@ def add_simulate_subcommand(sub: Any) -> argparse.ArgumentParser:
     o.add_argument("--trace", metavar="JSON", help="write the timeline as Chrome trace / Perfetto JSON")
     o.add_argument("--gantt", metavar="PNG", help="draw the schedule as a Gantt chart (needs matplotlib)")
     o.add_argument("--json", action="store_true", help="print the summary as JSON")
+    o.add_argument("--memory-snapshot", metavar="PICKLE",
+                   help="--model plans: the memory each device allocates and frees, op by op, "
+                        "in PyTorch's memory-visualiser snapshot format (pytorch.org/memory_viz)")
+    o.add_argument("--memory-plot", metavar="PNG",
+                   help="--model plans: draw the memory each device holds over the step")
     p.set_defaults(func=run_simulate)
     return p
 
@@ -507,7 +512,7 @@ def _is_parallel_plan_file(path: str) -> bool:
 
 _STEP_FLAGS = ("model", "hf_config", "cluster", "gpu", "cp", "ep", "vp", "micro_batch",
                "global_batch", "recompute", "zero", "precision", "seq", "memory_headroom",
-               "tokens", "price")
+               "tokens", "price", "memory_snapshot", "memory_plot")
 
 
 def _step_mode(args: Any) -> bool:
@@ -585,7 +590,8 @@ def run_simulate_step(args: Any, out: TextIO) -> int:
         raise CliError(f"the plan uses {plan.gpus} GPUs (tp x cp x pp x dp), the cluster has "
                        f"{cluster.gpus}: give --nodes {-(-plan.gpus // cluster.gpus_per_node)}")
     r = hpgo.simulate(model, cluster, plan, precision=args.precision,
-                      timeline=bool(args.trace or args.gantt), **run_options(args))
+                      timeline=bool(args.trace or args.gantt or args.memory_snapshot
+                                    or args.memory_plot), **run_options(args))
     if args.json:
         out.write(json.dumps(_step_dict(r, model, cluster), indent=1) + "\n")
     else:
@@ -599,6 +605,15 @@ def run_simulate_step(args: Any, out: TextIO) -> int:
         _agg_plt()
         _save_fig(plot.step_gantt(r), args.gantt)
         print(f"wrote {args.gantt}", file=sys.stderr)
+    if args.memory_snapshot:
+        r.to_memory_snapshot(args.memory_snapshot)
+        print(f"wrote {args.memory_snapshot}", file=sys.stderr)
+    if args.memory_plot:
+        from . import plot
+
+        _agg_plt()
+        _save_fig(plot.memory_timeline(r), args.memory_plot)
+        print(f"wrote {args.memory_plot}", file=sys.stderr)
     return 0
 
 
@@ -698,7 +713,8 @@ def run_simulate(args: Any, out: Optional[TextIO] = None) -> int:
 
     if args.threads < 0:
         raise CliError(f"--threads must be >= 0, got {args.threads}")
-    _check_outputs((args.trace, "--trace"), (args.gantt, "--gantt"))
+    _check_outputs((args.trace, "--trace"), (args.gantt, "--gantt"),
+                   (args.memory_snapshot, "--memory-snapshot"), (args.memory_plot, "--memory-plot"))
     if _step_mode(args):
         return run_simulate_step(args, out)
     if args.mlp:

@@ -689,6 +689,129 @@ class StepResult:
         return (f"<p>{html.escape(self.summary())}</p><table><tr><th>device</th><th>busy s</th>"
                 f"<th>bubble</th><th>in flight</th><th>GiB</th><th>fits</th></tr>{rows}{more}</table>")
 
+    # -- memory over time -----------------------------------------------------
+    def memory_events(self, device: int = 0) -> list[tuple[float, float, str]]:
+        """What pipeline device ``device`` allocates and frees over the step,
+        op by op: ``(seconds, +bytes or -bytes, what)``, in time order.
+
+        The model states (weights, gradients, optimizer state) and ``other``
+        are allocated at 0 and held; a forward pass allocates the activations
+        its stage stores for that micro-batch at its start; a backward pass
+        frees them at its end (an input-gradient pass all but what the weight
+        gradient needs, the weight-gradient pass the rest); every compute op
+        holds the device's working set while it runs.  The peak of
+        :meth:`memory_timeline` is the memory model's (``memory[device].total``):
+        the same rules the engine applies, in time."""
+        if self.events is None:
+            raise ValueError("this result has no timeline (simulated with timeline=False)")
+        if isinstance(device, bool) or not isinstance(device, int) or \
+                not 0 <= device < len(self.devices):
+            raise ValueError(f"device must be in 0..{len(self.devices) - 1}, got {device!r}")
+        mem = self.memory[device]
+        work = mem.activations - self._peak_activations(device)
+        out: list[tuple[float, float, str]] = [
+            (0.0, mem.weights, "weights"), (0.0, mem.gradients, "gradients"),
+            (0.0, mem.optimizer, "optimizer state"), (0.0, mem.other, "other")]
+        for start, dur, dev, kind, lane, stage, mb, _peer in self.events:
+            if dev != device or lane != 0 or kind not in _COMPUTE:
+                continue
+            st = self.stages[stage]
+            act, act_w = st["activation_bytes"], st.get("activation_bytes_w", 0.0)
+            what = f"stage {stage} micro-batch {mb}"
+            if work > 0:
+                out.append((start, work, f"{kind} working set, {what}"))
+                out.append((start + dur, -work, f"{kind} working set, {what}"))
+            if kind == "forward":
+                out.append((start, act, f"activations, {what}"))
+            elif kind == "backward":
+                out.append((start + dur, -act, f"activations, {what}"))
+            elif kind == "backward_input":
+                out.append((start + dur, -(act - act_w), f"activations, {what}"))
+            elif kind == "backward_weight":
+                out.append((start + dur, -act_w, f"activations kept for the weight "
+                                                 f"gradient, {what}"))
+        # frees before allocations at the same instant, as the engine orders them
+        return sorted(out, key=lambda e: (e[0], e[1] > 0))
+
+    def _peak_activations(self, device: int) -> float:
+        alive = peak = 0.0
+        for _t, b, what in self._activation_steps(device):
+            alive += b
+            peak = max(peak, alive)
+        return peak
+
+    def _activation_steps(self, device: int) -> list[tuple[float, float, str]]:
+        steps = []
+        for start, dur, dev, kind, lane, stage, mb, _peer in self.events or ():
+            if dev != device or lane != 0 or kind not in _COMPUTE:
+                continue
+            st = self.stages[stage]
+            act, act_w = st["activation_bytes"], st.get("activation_bytes_w", 0.0)
+            if kind == "forward":
+                steps.append((start, act, ""))
+            elif kind == "backward":
+                steps.append((start + dur, -act, ""))
+            elif kind == "backward_input":
+                steps.append((start + dur, -(act - act_w), ""))
+            elif kind == "backward_weight":
+                steps.append((start + dur, -act_w, ""))
+        return sorted(steps, key=lambda e: (e[0], e[1] > 0))
+
+    def memory_timeline(self, device: int = 0) -> list[tuple[float, float]]:
+        """``(seconds, bytes held)`` after each allocation or free of
+        :meth:`memory_events` on ``device``."""
+        total, out = 0.0, []
+        for t, b, _what in self.memory_events(device):
+            total += b
+            out.append((t, total))
+        return out
+
+    def to_memory_snapshot(self, path: str | os.PathLike | None = None) -> dict:
+        """The memory events of every pipeline device in the snapshot format
+        of PyTorch's memory visualiser (``torch.cuda.memory._snapshot()``:
+        ``segments`` with the blocks still held at the end, ``device_traces``
+        with one ``alloc`` / ``free_requested`` / ``free_completed`` entry per
+        event, times in microseconds, the op as the frame's name), written
+        as a pickle of plain dicts and lists when ``path`` is given (open it
+        at pytorch.org/memory_viz)."""
+        import pickle
+
+        segments: list[dict] = []
+        traces: list[list[dict]] = []
+        for d in range(len(self.devices)):
+            base = (d + 1) << 40   # each device's own address range
+            addr, live, trace = base, {}, []
+            for t, b, what in self.memory_events(d):
+                size = int(round(abs(b)))
+                frame = [{"filename": "hpgo.simulate", "line": 0, "name": what}]
+                us = int(round(t * 1e6))
+                if b > 0:
+                    live.setdefault(what, []).append((addr, size))
+                    trace.append({"action": "alloc", "addr": addr, "size": size, "stream": 0,
+                                  "time_us": us, "frames": frame})
+                    addr += max(size, 512)
+                elif b < 0 and live.get(what):
+                    a, sz = live[what].pop(0)
+                    for action in ("free_requested", "free_completed"):
+                        trace.append({"action": action, "addr": a, "size": sz, "stream": 0,
+                                      "time_us": us, "frames": frame})
+            held = [(a, sz, what) for what, blocks in live.items() for a, sz in blocks]
+            total = sum(sz for _a, sz, _w in held)
+            segments.append({
+                "device": d, "address": base, "total_size": max(total, addr - base),
+                "allocated_size": total, "active_size": total, "requested_size": total,
+                "stream": 0, "segment_type": "large", "segment_pool_id": (0, 0),
+                "is_expandable": True, "frames": [],
+                "blocks": [{"address": a, "size": sz, "requested_size": sz,
+                            "state": "active_allocated",
+                            "frames": [{"filename": "hpgo.simulate", "line": 0, "name": w}]}
+                           for a, sz, w in sorted(held)]})
+            traces.append(trace)
+        snap = {"segments": segments, "device_traces": traces}
+        if path is not None:
+            _files.atomic_write(path, pickle.dumps(snap, protocol=2))
+        return snap
+
     def to_chrome_trace(self, path: str | os.PathLike | None = None) -> dict:
         """The timeline as Chrome trace / Perfetto JSON: one process per
         device, one thread per stream (compute, send to the next device, send
@@ -715,6 +838,9 @@ class StepResult:
         if path is not None:
             _files.atomic_write(path, json.dumps(trace))
         return trace
+
+
+_COMPUTE = ("forward", "backward", "backward_input", "backward_weight")
 
 
 def _as_model(model: Any, profile_batch: float | None) -> Transformer | ProfiledModel:

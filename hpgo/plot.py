@@ -808,3 +808,46 @@ def time_vs_memory(plans: Any, *, ax: Any = None, title: Optional[str] = None) -
     what = _what(plans)
     ax.set_title(title or ("time against memory" + (f": {what}" if what else "")), fontsize=10)
     return _finish(fig, own)
+
+
+def memory_timeline(result: Any, *, devices: Optional[Sequence[int]] = None, ax: Any = None,
+                    title: Optional[str] = None) -> Any:
+    """The memory a simulated training step holds over time on each pipeline
+    device (:meth:`hpgo.StepResult.memory_timeline`: model states, then the
+    activations each forward allocates and each backward frees, and each op's
+    working set), with the GPU's memory and the usable part (less the
+    headroom) as lines."""
+    if not hasattr(result, "memory_timeline"):
+        raise TypeError("result must be an hpgo.StepResult")
+    n = len(result.devices)
+    devs = list(range(n)) if devices is None else list(devices)
+    for d in devs:
+        if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < n:
+            raise ValueError(f"devices must be in 0..{n - 1}, got {d!r}")
+    own = ax is None
+    fig, ax = _axes(ax, (9.0, 4.2))
+    _, plt = _mpl()
+    cmap = plt.get_cmap("viridis")
+    g = 2.0 ** 30
+    unit, k = _time_unit(result.iteration_time)
+    for i, d in enumerate(devs):
+        pts = result.memory_timeline(d)
+        xs = [0.0] + [t * k for t, _b in pts] + [result.iteration_time * k]
+        ys = [0.0] + [b / g for _t, b in pts] + [pts[-1][1] / g]
+        ax.step(xs, ys, where="post", color=cmap(0.1 + 0.8 * i / max(1, len(devs) - 1)),
+                lw=1.2, label=f"device {d}: peak {result.memory[d].total / g:.1f} GiB")
+    m = result.memory[devs[0]]
+    ax.axhline(m.capacity / g, color="black", ls="--", lw=1, label="GPU memory")
+    if getattr(m, "headroom", 0.0):
+        ax.axhline((m.capacity - m.headroom) / g, color="black", ls=":", lw=1,
+                   label=f"usable ({m.headroom / m.capacity * 100:g} % kept free)")
+    ax.set_xlim(0, result.iteration_time * k * 1.02)
+    ax.set_ylim(0, max(m.capacity, max(result.memory[d].total for d in devs)) / g * 1.08)
+    ax.set_xlabel(f"time ({unit})")
+    ax.set_ylabel("GiB held")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)
+    p = result.plan
+    ax.set_title(title or f"memory over one step: {str(result.model).split('#')[0]} on "
+                          f"{result.cluster}, {p.describe()}", fontsize=9)
+    return _finish(fig, own)

@@ -498,3 +498,71 @@ def test_install_hints_work_from_a_clone():
     for mod in (plot, plan_mod, importlib.import_module("hpgo.sweep")):
         src = open(mod.__file__).read()
         assert "pip install 'hpgo[" not in src and "pip install -e '.[" in src
+
+
+# ---- memory over a step -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("schedule,v", [("1f1b", 1), ("gpipe", 1), ("interleaved-1f1b", 2),
+                                        ("zb-h1", 1), ("zb-v", 2)])
+def test_memory_timeline_peaks_at_the_memory_models_figure(schedule, v):
+    plan = hpgo.ParallelPlan(global_batch=16, pp=4, dp=2, schedule=schedule, virtual_stages=v,
+                             zero=1, recompute="selective")
+    r = hpgo.simulate("llama3-8b", "dgx-h100", plan)
+    for d in range(4):
+        tl = r.memory_timeline(d)
+        assert [t for t, _b in tl] == sorted(t for t, _b in tl)
+        assert max(b for _t, b in tl) == pytest.approx(r.memory[d].total, rel=1e-12)
+        m = r.memory[d]
+        assert tl[-1][1] == pytest.approx(m.weights + m.gradients + m.optimizer + m.other)
+        assert min(b for _t, b in tl) >= 0
+    with pytest.raises(ValueError, match="device"):
+        r.memory_timeline(4)
+    with pytest.raises(ValueError, match="timeline"):
+        hpgo.simulate("llama3-8b", "dgx-h100", plan, timeline=False).memory_timeline(0)
+
+
+def test_memory_snapshot_is_pytorchs_format(tmp_path):
+    import pickle
+
+    plan = hpgo.ParallelPlan(global_batch=8, pp=2, dp=4, schedule="1f1b", zero=1)
+    r = hpgo.simulate("llama3-8b", "dgx-h100", plan)
+    f = tmp_path / "snap.pickle"
+    snap = r.to_memory_snapshot(f)
+    assert pickle.loads(f.read_bytes()) == snap
+    assert len(snap["device_traces"]) == len(snap["segments"]) == 2
+    for d, (trace, seg) in enumerate(zip(snap["device_traces"], snap["segments"])):
+        live = {}
+        for e in trace:
+            assert set(e) == {"action", "addr", "size", "stream", "time_us", "frames"}
+            if e["action"] == "alloc":
+                assert e["addr"] not in live
+                live[e["addr"]] = e["size"]
+            elif e["action"] == "free_completed":
+                assert live.pop(e["addr"]) == e["size"]
+        # what is still held at the end is the segment's blocks: the model states
+        assert sorted(live.items()) == sorted((b["address"], b["size"]) for b in seg["blocks"])
+        m = r.memory[d]
+        assert sum(live.values()) == pytest.approx(m.weights + m.gradients + m.optimizer + m.other,
+                                                   abs=8)
+        assert all(b["state"] == "active_allocated" for b in seg["blocks"])
+
+
+def test_memory_timeline_from_the_command_line_and_plot(tmp_path, capsys):
+    f = tmp_path / "snap.pickle"
+    assert main(["simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--pp", "2",
+                 "--dp", "4", "--global-batch", "8", "--memory-snapshot", str(f)]) == 0
+    import pickle
+
+    assert len(pickle.loads(f.read_bytes())["device_traces"]) == 2
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    matplotlib.use("Agg")
+    from hpgo import plot
+
+    r = hpgo.simulate("llama3-8b", "dgx-h100", hpgo.ParallelPlan(global_batch=8, pp=2, dp=4))
+    fig = plot.memory_timeline(r)
+    ax = fig.axes[0]
+    steps = [ln for ln in ax.lines if ln.get_label().startswith("device")]
+    assert len(steps) == 2
+    assert max(steps[0].get_ydata()) == pytest.approx(r.memory[0].total / 2 ** 30)
