@@ -585,7 +585,8 @@ def plan_diagram(plan: Any, *, seps: Optional[Sequence[int]] = None, ax: Any = N
     handles = []
     for s in p.stages:
         color = STAGE_COLORS[s.index % len(STAGE_COLORS)]
-        x0, w = s.first_state, s.last_state + 1 - s.first_state
+        x0: float = s.first_state
+        w: float = s.last_state + 1 - s.first_state
         # a stage of a few states among hundreds would be a sliver: draw it at least 1.5 %
         # of the axis wide (its states are in the legend and the x ticks)
         wmin = 0.015 * n_states_total
