@@ -138,7 +138,17 @@ def cluster_from_args(args: Any) -> Any:
 
 
 def run_options(args: Any) -> dict:
-    """headroom=, tokens=, price= from the command line (checked by the API)."""
+    """headroom=, tokens=, price= from the command line, checked under the
+    options' own names."""
+    from .parallel import _positive_real, headroom_fraction
+
+    headroom_fraction(args.memory_headroom, "--memory-headroom")
+    _positive_real("--tokens", args.tokens)
+    _positive_real("--price", args.price)
+    if getattr(args, "max_days", None) is not None:
+        _positive_real("--max-days", args.max_days)
+        if args.tokens is None:
+            raise UsageError("--max-days needs --tokens (the tokens to train on)")
     return {"headroom": args.memory_headroom, "tokens": args.tokens, "price": args.price}
 
 
@@ -258,6 +268,7 @@ def run_autoplan(args) -> int:
         _positive("--" + k.replace("_", "-"), fixed[k])
     if fixed["zero"] is not None and not 0 <= fixed["zero"] <= 3:
         raise UsageError(f"--zero must be 0, 1, 2 or 3, got {fixed['zero']}")
+    opts = run_options(args)
     if sys.stderr.isatty() and not args.json:
         print("searching ...", end="\r", file=sys.stderr, flush=True)
     r = hpgo.autoplan(model, cluster, args.global_batch or args.max_global_batch, gpus=args.gpus,
@@ -265,7 +276,7 @@ def run_autoplan(args) -> int:
                       objective=args.objective, precision=args.precision, top=args.top,
                       timeout=args.timeout, overlap_moe_comm=args.overlap_moe_comm,
                       moe_dispatcher=args.moe_dispatcher, fp8_params=args.fp8_params,
-                      max_days=args.max_days, **run_options(args), **fixed)
+                      max_days=args.max_days, **opts, **fixed)
     if args.output and len(r):
         r[0].plan.save(args.output)
         print(f"wrote {args.output}", file=sys.stderr)
