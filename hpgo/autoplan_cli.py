@@ -4,7 +4,7 @@ headroom, tokens and price), which ``hpgo simulate`` takes too.
 
     hpgo autoplan --model llama3-70b --cluster dgx-h100 --nodes 8 --global-batch 512 --seq 8192
     hpgo autoplan --model deepseek-v3 --cluster dgx-h100 --nodes 128 --global-batch 8192 --precision fp8
-    hpgo autoplan --hf-config config.json --seq 8192 --cluster cluster.json --global-batch 256 --json
+    hpgo autoplan --hf-config config.json --cluster cluster.json --global-batch 256 --json
     hpgo autoplan --model llama3-8b --gpu a100-40gb --nodes 4 --inter-node-gbps 200 --per-node ...
     hpgo autoplan --profile graph.txt --profile-batch 32 --cluster dapple-v100 --global-batch 256
 """
