@@ -11,7 +11,13 @@ docs/training-model.md); every number can be overridden::
     c.save("mycluster.json"); hpgo.Cluster.load("mycluster.json")
 
 Bandwidths are bytes/s per GPU and per direction, latencies seconds,
-``efficiency`` the achieved fraction of the link rate.
+``efficiency`` the achieved fraction of the link rate.  The file format is
+``hpgo/cluster.schema.json`` (a JSON Schema shipped with the package, which
+:meth:`Cluster.load` checks); :meth:`Cluster.build` makes a cluster from a
+GPU name, the GPUs per node and the network speed::
+
+    hpgo.Cluster.build("a100-40gb", nodes=4, gpus_per_node=8, inter_node_gbps=200,
+                       per_node=True)     # one 200 Gb/s NIC shared by a node's 8 GPUs
 """
 from __future__ import annotations
 
@@ -24,7 +30,13 @@ from typing import Any, Mapping
 
 from . import _core, _files
 
-__all__ = ["GPU", "Level", "Cluster"]
+__all__ = ["GPU", "Level", "Cluster", "GPU_TYPES", "resolve"]
+
+#: GPU names :meth:`Cluster.build` takes, and the preset each is read from
+#: (its GPU, its NVLink level, and its inter-node latency and efficiency).
+GPU_TYPES = {"v100": "dgx1-v100", "v100-32gb": "dgx1-v100", "v100-16gb": "dapple-v100",
+             "a100-40gb": "dgx-a100-40gb", "a100-80gb": "dgx-a100-80gb", "a100": "dgx-a100-80gb",
+             "h100": "dgx-h100", "h100-80gb": "dgx-h100", "h200": "dgx-h200"}
 
 _COLL = {"all_reduce": _core.COLL_ALLREDUCE, "reduce_scatter": _core.COLL_REDUCE_SCATTER,
          "all_gather": _core.COLL_ALLGATHER, "all_to_all": _core.COLL_ALLTOALL}
@@ -32,6 +44,34 @@ _DT = {"fp32": 0, "tf32": 1, "bf16": 2, "fp8": 3}          # csrc/cluster.h HPGO
 _KIND = {"vector": 0, "matrix": 1, "attention": 2}         # HPGO_OP_
 _ALGO = {"auto": _core.ALGO_AUTO, "ring": _core.ALGO_RING,
          "hierarchical": _core.ALGO_HIERARCHICAL}
+
+
+def _count(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
+        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+    n = v.__index__()
+    if not 1 <= n <= 1 << 20:
+        raise ValueError(f"{name} must be in 1..1048576, got {n}")
+    return int(n)
+
+
+def resolve(spec: "str | os.PathLike | Cluster", nodes: int | None = None) -> "Cluster":
+    """A cluster from a preset name or a cluster file (``nodes`` resizes
+    either).  A name that is neither: "no such cluster file" when it looks
+    like a path (has a ``/`` or ends in ``.json``), else "unknown cluster
+    preset" with the presets listed."""
+    if isinstance(spec, Cluster):
+        return spec.with_nodes(nodes) if nodes is not None else spec
+    text = os.fspath(spec)
+    if os.path.exists(text):
+        c = Cluster.load(text)
+        return c.with_nodes(nodes) if nodes is not None else c
+    if text in Cluster.presets():
+        return Cluster.preset(text, nodes=nodes)
+    if os.sep in text or "/" in text or text.lower().endswith(".json"):
+        raise FileNotFoundError(2, "no such cluster file", text)
+    raise ValueError(f"unknown cluster preset {text!r} (presets: "
+                     f"{', '.join(Cluster.presets())}; or a cluster file)")
 
 
 def _steps(name: str, v: Any) -> tuple[tuple[float, float], ...]:
@@ -135,6 +175,41 @@ class Cluster:
                 raise ValueError(f"nodes must be in 1..1048576, got {n}")
         return cls._from_tuple(_core._step_cluster_preset(name, n))
 
+    @classmethod
+    def build(cls, gpu: str, *, nodes: int = 1, gpus_per_node: int | None = None,
+              inter_node_gbps: float | None = None, per_node: bool = False,
+              name: str | None = None) -> "Cluster":
+        """A cluster of ``nodes`` nodes of ``gpus_per_node`` GPUs of type
+        ``gpu`` (:data:`GPU_TYPES`: ``"a100-40gb"``, ``"h100"``, ...).  The
+        GPU, the NVLink level and the inter-node latency and efficiency come
+        from the GPU's DGX preset; ``inter_node_gbps`` sets the network in
+        gigabits/s per GPU (a GPU per NIC, as DGX nodes), or per node with
+        ``per_node=True`` (shared by the node's GPUs).  Default: the preset's
+        network."""
+        if not isinstance(gpu, str):
+            raise TypeError(f"gpu must be a GPU name, not {type(gpu).__name__}")
+        key = gpu.strip().lower()
+        if key not in GPU_TYPES:
+            raise ValueError(f"unknown GPU {gpu!r} (known: {', '.join(GPU_TYPES)})")
+        base = cls.preset(GPU_TYPES[key], nodes=1)
+        n = _count("nodes", nodes)
+        g = base.gpus_per_node if gpus_per_node is None else _count("gpus_per_node",
+                                                                       gpus_per_node)
+        inner = dataclasses.replace(base.levels[0], size=g)
+        outer = base.levels[1] if len(base.levels) > 1 else Level(1, 25e9)
+        outer = dataclasses.replace(outer, size=n)
+        if inter_node_gbps is not None:
+            if isinstance(inter_node_gbps, bool) or not isinstance(inter_node_gbps, (int, float)):
+                raise TypeError("inter_node_gbps must be a number (gigabits/s)")
+            if not (0 < inter_node_gbps < float("inf")):
+                raise ValueError(f"inter_node_gbps must be > 0, got {inter_node_gbps!r}")
+            bw = inter_node_gbps * 1e9 / 8 / (g if per_node else 1)   # Gb/s -> bytes/s per GPU
+            outer = dataclasses.replace(outer, bandwidth=bw, collective_bandwidth=bw)
+        label = name or (f"{n}x{g}-{key}" + (f"-{inter_node_gbps:g}gbps"
+                                             + ("-per-node" if per_node else "")
+                                             if inter_node_gbps is not None else ""))
+        return cls(label, base.gpu, (inner, outer))
+
     @staticmethod
     def presets() -> tuple[str, ...]:
         return tuple(_core._step_cluster_presets())
@@ -222,9 +297,16 @@ class Cluster:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, where: str = "cluster") -> "Cluster":
+        """A cluster from its JSON description, checked against
+        ``hpgo/cluster.schema.json`` first: a ValueError names ``where`` and
+        the field (``gpu.memory_bytes``, ``levels[1].bandwidth``)."""
+        from . import _schema
+
+        if isinstance(d, Mapping) and d.get("format") != "hpgo-cluster-1":
+            raise ValueError(f"{where}: not an hpgo-cluster-1 description (its \"format\" is "
+                             f"{d.get('format')!r}; `hpgo cluster dgx-h100` prints an example)")
+        _schema.check(d, _schema.load_schema("cluster"), where)
         try:
-            if d.get("format") != "hpgo-cluster-1":
-                raise ValueError("not an hpgo-cluster-1 description")
             g = dict(d["gpu"])
             gpu = GPU(**g)
             levels = tuple(Level(**dict(x)) for x in d["levels"])
@@ -245,6 +327,22 @@ class Cluster:
         if not isinstance(d, dict):
             raise ValueError(f"{where}: a cluster description is a JSON object")
         return cls.from_dict(d, where=where)
+
+    def describe(self) -> str:
+        """Every figure of the cluster, with its unit (``hpgo cluster`` prints it)."""
+        g = self.gpu
+        out = [f"{self.name}: {self.nodes} node(s) x {self.gpus_per_node} {g.name} = "
+               f"{self.gpus} GPUs",
+               f"  GPU: {g.memory_bytes / 1e9:g} GB HBM at {g.memory_bandwidth / 1e12:g} TB/s; "
+               f"dense peaks bf16 {g.bf16_flops / 1e12:g}, fp8 {g.fp8_flops / 1e12:g}, "
+               f"tf32 {g.tf32_flops / 1e12:g}, fp32 {g.fp32_flops / 1e12:g} TFLOP/s; "
+               f"{'measured' if g.name.endswith('(measured)') else 'preset'} efficiency curves"]
+        names = ["inside a node", "across nodes"] + [f"level {i}" for i in range(2, 8)]
+        for i, lv in enumerate(self.levels):
+            out.append(f"  {names[i]}: {lv.size} x, {lv.bandwidth / 1e9:g} GB/s per GPU "
+                       f"({lv.bandwidth * 8 / 1e9:g} Gb/s), latency {lv.latency * 1e6:g} us, "
+                       f"efficiency {lv.efficiency:g}")
+        return "\n".join(out)
 
     def __repr__(self) -> str:
         lv = " x ".join(str(x.size) for x in self.levels)

@@ -374,6 +374,30 @@ def _presets() -> tuple[str, ...]:
     return tuple(_PRESETS)
 
 
+def _pretrain_seq(cfg: Mapping[str, Any], mt: str) -> int | None:
+    """The sequence length a family's report documents for the bulk of its
+    pretraining (before any long-context extension), capped at the config's
+    position limit; None where the family documents none."""
+    limit = cfg.get("max_position_embeddings") or cfg.get("n_positions")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        return None
+    if mt in ("gpt2", "gpt_neox"):
+        return limit      # GPT-2 (1,024) and Pythia / GPT-NeoX (2,048) train at their limit
+    if mt == "llama":
+        if cfg.get("vocab_size") == 128256:
+            return min(limit, 8192)  # Llama 3 (arXiv 2407.21783, Sec. 3.4): 8K, then 128K
+        if limit <= 4096:
+            return limit  # Llama 1 / 2 (arXiv 2302.13971, 2307.09288): 2K / 4K = their limit
+        return None
+    if mt == "mixtral":
+        return limit      # Mixtral (arXiv 2401.04088, Sec. 2): 32K context = its limit
+    if mt in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
+        return min(limit, 4096)  # Qwen2 (2407.10671, Sec. 3.2), Qwen3 (2505.09388, Sec. 3.2)
+    if mt in ("deepseek_v2", "deepseek_v3"):
+        return min(limit, 4096)  # DeepSeek-V2 (2405.04434) / V3 (2412.19437, Sec. 4.2): 4K
+    return None
+
+
 def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | None = None,
                    name: str | None = None) -> Transformer:
     """A transformer from a Hugging Face ``config.json`` (a path or the parsed
@@ -381,8 +405,10 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
     experts families Mixtral, Qwen2-MoE/Qwen3-MoE, GPT-OSS and DeepSeek-V2/V3
     (latent attention, shared experts, dense first layers, multi-token
     prediction), GPT-2 and GPT-NeoX style (GeLU, LayerNorm).  No weights are
-    read.  ``seq`` defaults to the config's ``max_position_embeddings``
-    (``n_positions`` for GPT-2)."""
+    read.  ``seq`` defaults to the length the family's report documents for
+    pretraining (Llama 3: 8,192, not its 131,072-token position limit; Qwen2
+    and Qwen3, DeepSeek-V2/V3: 4,096; Llama 1/2, Mixtral, GPT-2, GPT-NeoX:
+    their position limit); for other families it must be given."""
     if isinstance(config, Mapping):
         cfg = dict(config)
         where = "config"
@@ -411,7 +437,12 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
     heads = get("num_attention_heads", "n_head")
     layers = get("num_hidden_layers", "n_layer")
     vocab = get("vocab_size")
-    s = seq if seq is not None else get("max_position_embeddings", "n_positions")
+    s = seq if seq is not None else _pretrain_seq(cfg, mt)
+    if s is None:
+        limit = cfg.get("max_position_embeddings") or cfg.get("n_positions")
+        raise ValueError(f"{where}: give seq= (--seq): the {mt or 'unnamed'} family documents no "
+                         f"pretraining sequence length here, and its position limit"
+                         f"{f' ({limit:,})' if isinstance(limit, int) else ''} is not one")
     if gpt2 or neox:
         ffn = get("intermediate_size", "n_inner", default=4 * int(hidden))
         return Transformer(hidden=hidden, ffn=ffn, heads=heads, layers=layers, seq=s, vocab=vocab,

@@ -91,12 +91,16 @@ def test_cost_objective_may_use_fewer_gpus():
 def test_table_names_the_gpus_each_plan_uses():
     c = hpgo.Cluster.preset("dgx-h100", nodes=2)
     part = hpgo.autoplan("llama3-8b", c, 64, gpus=8, top=2).table()
-    assert "(8 of 16 GPUs)" in part.splitlines()[0] and " GPUs " not in part.splitlines()[1]
+    assert "(8 of 16 GPUs)" in part.splitlines()[0] and " GPUs " not in part.splitlines()[2]
     cost = hpgo.autoplan("llama3-8b", c, 64, objective="cost", top=6)
     lines = cost.table().splitlines()
     assert len({rp.plan.gpus for rp in cost}) > 1  # several counts ranked: a column says which
-    assert lines[1].split()[:2] == ["#", "GPUs"]
-    assert [int(x.split()[1]) for x in lines[2:]] == [rp.plan.gpus for rp in cost]
+    assert lines[2].split()[:2] == ["#", "GPUs"]
+    assert [int(x.split()[1]) for x in lines[3:]] == [rp.plan.gpus for rp in cost]
+    # the cost objective always shows the column, one GPU count or several
+    tiny = hpgo.transformer(hidden=512, ffn=2048, heads=8, layers=4, seq=512, vocab=1000)
+    one = hpgo.autoplan(tiny, c, 64, objective="cost", gpus=1, top=1)
+    assert one.table().splitlines()[2].split()[:2] == ["#", "GPUs"]
 
 
 def test_fp8_params_needs_fp8():

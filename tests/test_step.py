@@ -364,7 +364,7 @@ def test_cluster_json_round_trip(tmp_path):
     with pytest.raises(ValueError, match="c.json"):
         hpgo.Cluster.load(p)
     p.write_text(json.dumps({"format": "hpgo-cluster-1", "name": "x"}))
-    with pytest.raises(ValueError, match="malformed"):
+    with pytest.raises(ValueError, match="missing field 'gpu'"):
         hpgo.Cluster.load(p)
 
 

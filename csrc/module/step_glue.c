@@ -554,6 +554,14 @@ static PyObject *result_dict(const hpgo_step_result_t *r)
             "ep_backward", s->ep_b);
         if (!o)
             goto fail;
+        /* bytes the weight gradient still needs after the input gradient (memory timeline) */
+        PyObject *aw = PyFloat_FromDouble(s->act_w);
+        if (!aw || PyDict_SetItemString(o, "activation_bytes_w", aw) < 0) {
+            Py_XDECREF(aw);
+            Py_DECREF(o);
+            goto fail;
+        }
+        Py_DECREF(aw);
         PyList_SET_ITEM(stages, k, o);
     }
     const hpgo_sim_result_t *tl = r->timeline;
