@@ -199,6 +199,9 @@ def _megatron_model(plan: Any, m: Transformer, notes: list[str]) -> list[str]:
                             ("mscale", "--mscale"), ("mscale_all_dim", "--mscale-all-dim")):
                 if k in sc:
                     a.append(f"{flag} {_num(sc[k])}")
+            if "truncate" in sc:  # Hugging Face's truncate: round the correction range
+                a.append("--yarn-correction-range-round-to-int" if sc["truncate"]
+                         else "--no-yarn-correction-range-round-to-int")
         elif kind == "linear":
             raise ValueError("Megatron-LM has no linear rope scaling argument")
     if not m.dropout:

@@ -105,6 +105,11 @@ MEGATRON = Framework(
              f"{_MCORE}/transformer/transformer_config.py __post_init__: 'MTP supports at most "
              "one layer when enabling overlap_moe_expert_parallel_comm'",
              lambda p, m, pr: bool(p.overlap_moe_comm) and m is not None and m.mtp > 1),
+        Rule("experts with biases run without expert tensor parallelism (etp = 1)",
+             f"{_MCORE}/transformer/transformer_config.py __post_init__: 'Bias in Moe is only "
+             "supported when ETP==1'",
+             lambda p, m, pr: m is not None and m.experts > 0 and
+             (m.bias or m.expert_bias) and (p.etp or p.tp) != 1),
         Rule("expert parallelism with tensor parallelism needs sequence parallelism",
              f"{_MCORE}/model_parallel_config.py __post_init__: 'When using expert parallelism "
              "and tensor parallelism for training, sequence parallelism must be used'",
