@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from . import _args, _core
+from . import frameworks as _frameworks
 from .cluster import Cluster
 from .parallel import (DISPATCHERS, DISPATCHERS_BY_CODE, PRECISIONS, RECOMPUTE_MODES, SCHEDULES,
                        MemoryBreakdown, ParallelPlan, StepResult, _as_model, overlap_share,
@@ -305,7 +306,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              ep_placement: str | None = None, overlap_moe_comm: bool | float = False,
              moe_dispatcher: str = "alltoall", fp8_params: bool = False,
              timeout: float | None = None,
-             executor: Any = None) -> RankedPlans:
+             executor: Any = None, framework: str | None = None) -> RankedPlans:
     """The ``top`` fastest plans (``objective="time"``) or the cheapest in
     GPU-seconds per iteration over the GPU counts ``gpus / 2^k``
     (``objective="cost"``) that fit in memory, best first.
@@ -334,7 +335,15 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     divides the GPU count) over a concurrent.futures executor, a
     dask.distributed.Client or a multiprocessing-style pool; the per-task
     top lists merge into exactly the local ranking (``stats`` then sums
-    the tasks' counters; docs/distributed.md)."""
+    the tasks' counters; docs/distributed.md).
+
+    ``framework`` (``"megatron"``, ``"torchtitan"``, ``"deepspeed"``; None:
+    any combination hpgo models) ranks only plans that framework runs
+    (:mod:`hpgo.frameworks`): the search runs once per schedule and ZeRO
+    stage (and recomputation mode) the framework offers, with the sizes a
+    stage needs fixed, and drops plans breaking its other rules, asking each
+    search for more plans until ``top`` remain or none are left; fixed
+    choices it does not offer raise ValueError."""
     m = _as_model(model, profile_batch)
     if seq is not None:
         if not isinstance(m, Transformer):
@@ -374,18 +383,13 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _fixed("ep_placement", ep_placement, {"inner": 0, "outer": 1}),
             int(share > 0), _dispatcher(moe_dispatcher), int(_bool("fp8_params", fp8_params)),
             share)
-    t0 = time.perf_counter()
-    if executor is not None:
-        d = _distributed_search(executor, m._tuple(PRECISIONS[precision]), c, opts, timeout, top)
-    else:
-        d = _core._autoplan(m._tuple(PRECISIONS[precision]), c._tuple(), opts, timeout)
-    elapsed = time.perf_counter() - t0
+    fw = _frameworks.get(framework)
     mid = model_id(m)
-    ranked = []
-    for rank, (pt, _t, _score, balanced) in enumerate(d["plans"], 1):
+
+    def to_plan(pt: tuple) -> ParallelPlan:
         (p_tp, p_pp, p_dp, p_cp, p_ep, v, mb, gb, sch, rc, sp, z, ov, split, p_etp, outer,
          ep_ov, disp, f8p, _share) = pt
-        plan = ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, ep=p_ep,
+        return ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, ep=p_ep,
                             virtual_stages=v, micro_batch=mb, schedule=_SCHED_NAMES[sch],
                             recompute=_RC_NAMES[rc], sequence_parallel=bool(sp), zero=z,
                             overlap_grad_reduce=bool(ov), split=split, model=mid,
@@ -393,8 +397,86 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
                             overlap_moe_comm=overlap_moe_comm if ep_ov else False,
                             moe_dispatcher=DISPATCHERS_BY_CODE[disp],
                             fp8_params=bool(f8p))
+
+    mt = m._tuple(PRECISIONS[precision])
+
+    def search(o: tuple) -> dict:
+        if executor is not None:
+            return _distributed_search(executor, mt, c, o, timeout, o[3])
+        return _core._autoplan(mt, c._tuple(), o, timeout)
+
+    t0 = time.perf_counter()
+    if fw is None:
+        d = search(opts)
+        entries = [(to_plan(e[0]), e[3]) for e in d["plans"]]
+    else:
+        d, entries = _framework_search(fw, m, precision, opts, int(top), search, to_plan,
+                                       dict(schedule=schedule, zero=zero, recompute=recompute,
+                                            pp=pp, ep=ep))
+    elapsed = time.perf_counter() - t0
+    ranked = []
+    for rank, (plan, balanced) in enumerate(entries, 1):
+        plan = _frameworks.apply_defaults(fw, plan)
         res = simulate(m, c, plan, precision=precision, timeline=False,
                        overhead_bytes=overhead_bytes)
         ranked.append(RankedPlan(rank, plan, res, bool(balanced)))
     stats = {k: int(v) for k, v in d.items() if k != "plans"}
     return RankedPlans(m, c, int(global_batch), objective, tuple(ranked), stats, elapsed)
+
+
+# positions in the search options tuple (csrc/module autoplan glue)
+_O_TOP, _O_PP, _O_SCHEDULE, _O_RECOMPUTE, _O_ZERO, _O_EP = 3, 10, 14, 15, 17, 19
+
+
+def _framework_search(fw: Any, m: Any, precision: str, opts: tuple, top: int, search: Any,
+                      to_plan: Any, fixed: dict) -> tuple[dict, list]:
+    """The ``top`` best plans ``fw`` runs.  Each sub-search fixes one
+    schedule x ZeRO stage (x recomputation mode) the framework offers; their
+    plans are disjoint and every plan the framework offers is in one, so
+    merging their rankings by score (ties: more GPUs, then tp, cp, pp, each
+    search's own order, as hpgo.distributed.merge_ranked) and dropping plans
+    that break the framework's other rules ranks exactly the plans it runs
+    -- provided enough remain: while fewer than ``top`` survive and some
+    sub-search returned as many plans as asked, ask every one for four times
+    as many."""
+    _frameworks.refuse_fixed(fw, fixed, precision)
+    spaces = _frameworks.search_spaces(fw, fixed)
+    want = max(top, 1)
+    while True:
+        parts, full = [], False
+        for sp in spaces:
+            o = list(opts)
+            o[_O_TOP] = want
+            o[_O_SCHEDULE] = int(SCHEDULES[sp["schedule"]])
+            o[_O_ZERO] = int(sp["zero"])
+            if sp.get("recompute") is not None:
+                o[_O_RECOMPUTE] = int(RECOMPUTE_MODES[sp["recompute"]])
+            if sp.get("pp") is not None:
+                o[_O_PP] = int(sp["pp"])
+            if sp.get("ep") is not None:
+                o[_O_EP] = int(sp["ep"])
+            d = search(tuple(o))
+            full = full or len(d["plans"]) >= want
+            parts.append(d)
+        keyed, stats = [], {}
+        for d in parts:
+            for rank, entry in enumerate(d["plans"]):
+                pt, _t, score, _b = entry
+                keyed.append(((score, -(pt[0] * pt[1] * pt[2] * pt[3]), pt[0], pt[3], pt[1],
+                               rank), entry))
+            for k, v in d.items():
+                if k != "plans":
+                    stats[k] = stats.get(k, 0) + v
+        keyed.sort(key=lambda e: e[0])
+        seen, out = set(), []
+        for _, (pt, _t, _s, balanced) in keyed:
+            plan = to_plan(pt)
+            if plan in seen:
+                continue
+            seen.add(plan)
+            if not _frameworks.problems(fw, plan, m if isinstance(m, Transformer) else None,
+                                        precision):
+                out.append((plan, balanced))
+        if len(out) >= top or not full:
+            return stats, out[:top]
+        want *= 4

@@ -53,10 +53,19 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
     p.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"))
     p.add_argument("--recompute", choices=("none", "selective", "full"))
     p.add_argument("--timeout", type=float, help="seconds the search may take")
+    p.add_argument("--framework", choices=("megatron", "torchtitan", "deepspeed"),
+                   help="rank only plans this framework runs (docs/exports.md)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the ranking as JSON")
     out.add_argument("--megatron-args", action="store_true",
-                     help="print the Megatron-LM arguments of the best plan")
+                     help="print the Megatron-LM arguments of the best plan (implies "
+                          "--framework megatron)")
+    out.add_argument("--torchtitan", metavar="FILE",
+                     help="write the best plan as a torchtitan configuration module FILE "
+                          "(implies --framework torchtitan)")
+    out.add_argument("--deepspeed", metavar="FILE",
+                     help="write the best plan's DeepSpeed JSON to FILE ('-': print it; "
+                          "implies --framework deepspeed)")
     p.add_argument("--explain", action="store_true", help="also say why the best plan wins")
     p.set_defaults(func=run_autoplan)
     return p
@@ -96,12 +105,20 @@ def run_autoplan(args) -> int:
     fixed = {k: getattr(args, k) for k in ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_stages",
                                            "micro_batch", "zero", "schedule", "recompute",
                                            "ep_placement")}
+    framework = args.framework
+    for flag, name in ((args.megatron_args, "megatron"), (args.torchtitan, "torchtitan"),
+                       (args.deepspeed, "deepspeed")):
+        if flag:
+            if framework not in (None, name):
+                raise ValueError(f"--framework {framework} does not go with the {name} export")
+            framework = name
     if sys.stderr.isatty() and not args.json:
         print("searching ...", end="\r", file=sys.stderr, flush=True)
     r = hpgo.autoplan(model, cluster, args.global_batch, seq=args.seq, gpus=args.gpus,
                       objective=args.objective, precision=args.precision, top=args.top,
                       timeout=args.timeout, overlap_moe_comm=args.overlap_moe_comm,
-                      moe_dispatcher=args.moe_dispatcher, fp8_params=args.fp8_params, **fixed)
+                      moe_dispatcher=args.moe_dispatcher, fp8_params=args.fp8_params,
+                      framework=framework, **fixed)
     if args.json:
         json.dump({"model": getattr(r.model, "name", ""), "cluster": cluster.name,
                    "gpus": cluster.gpus, "global_batch": r.global_batch,
@@ -116,6 +133,25 @@ def run_autoplan(args) -> int:
         print(r[0].plan.megatron_args(model if isinstance(model, hpgo.Transformer) else None,
                                       precision=args.precision if args.precision in
                                       ("bf16", "fp16", "fp8") else "bf16"))
+        return 0
+    if args.torchtitan or args.deepspeed:
+        if not len(r):
+            print(r.table(), file=sys.stderr)
+            return 1
+        best = r[0].plan
+        prec = args.precision or "bf16"
+        if args.torchtitan:
+            stem = os.path.splitext(os.path.basename(args.torchtitan))[0]
+            text = best.torchtitan_config(model, precision=prec, name=stem)
+            from . import _files
+            _files.atomic_write(args.torchtitan, text)
+            print(f"{best.describe()}: torchtitan configuration in {args.torchtitan} (launch: "
+                  f"torchrun ... -m torchtitan.train --module {stem} --config {stem})")
+        elif args.deepspeed == "-":
+            print(best.deepspeed_json(precision=prec), end="")
+        else:
+            best.deepspeed_json(args.deepspeed, precision=prec)
+            print(f"{best.describe()}: DeepSpeed configuration in {args.deepspeed}")
         return 0
     print(r.table())
     if args.explain and len(r):

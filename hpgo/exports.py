@@ -332,7 +332,7 @@ def torchtitan_config(plan: Any, model: Any, *, precision: str = "bf16",
         for k, c in enumerate(counts):
             part = (["tok_embeddings"] if k == 0 else []) + \
                 [f"layers.{i}" for i in range(first, first + c)] + \
-                (["norm", "output"] if k == len(counts) - 1 else [])
+                (["norm", "lm_head"] if k == len(counts) - 1 else [])
             first += c
             fqns.append(part)
         par["pipeline_parallel_schedule"] = _TT_SCHEDULES[plan.schedule]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 __all__ = ["Framework", "Rule", "FRAMEWORKS", "get", "problems", "check", "apply_defaults",
-           "runtime_defaults", "search_spaces"]
+           "runtime_defaults", "search_spaces", "refuse_fixed"]
 
 
 @dataclass(frozen=True)
@@ -347,15 +347,36 @@ def search_spaces(framework: Any, fixed: Mapping[str, Any]) -> list[dict[str, An
     schedules = [fixed["schedule"]] if fixed.get("schedule") is not None else \
         [s for s in fw.schedules if s != "gpipe"]  # the search runs gpipe only when fixed
     zeros = [fixed["zero"]] if fixed.get("zero") is not None else list(fw.zero)
+    # recomputation modes: split only where the framework lacks one of hpgo's three
+    recomputes = [fixed.get("recompute")] if fixed.get("recompute") is not None or \
+        len(fw.recompute) == 3 else list(fw.recompute)
     for s in schedules:
         for z in zeros:
-            space = dict(fixed, schedule=s, zero=z)
-            ok = True
-            for k, v in fw.zero_needs.get(z, {}).items():
-                if space.get(k) is None:
-                    space[k] = v
-                elif space[k] != v:
-                    ok = False
-            if ok:
-                spaces.append(space)
+            for rc in recomputes:
+                space = dict(fixed, schedule=s, zero=z, recompute=rc)
+                ok = True
+                for k, v in fw.zero_needs.get(z, {}).items():
+                    if space.get(k) is None:
+                        space[k] = v
+                    elif space[k] != v:
+                        ok = False
+                if ok:
+                    spaces.append(space)
     return spaces
+
+
+def refuse_fixed(framework: Any, fixed: Mapping[str, Any], precision: str) -> None:
+    """Raise ValueError when a fixed search choice is one the framework
+    does not offer (schedule, ZeRO stage, recomputation, precision)."""
+    fw = get(framework)
+    if fw is None:
+        return
+    for key, offered in (("schedule", fw.schedules), ("zero", fw.zero),
+                         ("recompute", fw.recompute)):
+        v = fixed.get(key)
+        if v is not None and v not in offered:
+            raise ValueError(f"{key}={v!r} is not offered by {fw.title} (offered: "
+                             f"{', '.join(map(str, offered))})")
+    if precision not in fw.precisions:
+        raise ValueError(f"precision {precision!r} is not offered by {fw.title} (offered: "
+                         f"{', '.join(fw.precisions)})")

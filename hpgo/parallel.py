@@ -482,7 +482,8 @@ def _as_model(model: Any, profile_batch: float | None) -> Transformer | Profiled
 
 def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
              precision: str | None = None, timeline: bool = True,
-             overhead_bytes: float | None = None, profile_batch: float | None = None) -> StepResult:
+             overhead_bytes: float | None = None, profile_batch: float | None = None,
+             framework: str | None = None) -> StepResult:
     """Simulate one training step of ``model`` on ``cluster`` with ``plan``.
 
     ``model``: an :func:`hpgo.transformer`, a :func:`hpgo.profile_model`, a
@@ -494,7 +495,9 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     each GPU needs besides model states and activations (default 2 GB: CUDA
     context and communication buffers).  Raises ValueError naming the
     conflict for a plan the model or cluster cannot run, and for a plan made
-    for another model."""
+    for another model.  ``framework`` (``"megatron"``, ``"torchtitan"``,
+    ``"deepspeed"``) refuses, naming the rule, a plan that framework does not
+    run, and sets its runtime defaults on the plan (:mod:`hpgo.frameworks`)."""
     m = _as_model(model, profile_batch)
     c = Cluster.preset(cluster) if isinstance(cluster, str) else cluster
     if not isinstance(c, Cluster):
@@ -511,6 +514,10 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
     if not isinstance(timeline, bool):
         raise TypeError("timeline must be a bool")
+    if framework is not None:
+        from . import frameworks as _frameworks
+        _frameworks.check(framework, plan, m if isinstance(m, Transformer) else None, precision)
+        plan = _frameworks.apply_defaults(framework, plan)
     d = _core._step_simulate(m._tuple(PRECISIONS[precision]), c._tuple(), plan._tuple(), timeline,
                              overhead_bytes)
     mems = tuple(MemoryBreakdown(**dev.pop("memory")) for dev in d["devices"])
