@@ -424,6 +424,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     return RankedPlans(m, c, int(global_batch), objective, tuple(ranked), stats, elapsed)
 
 
+# the search's largest top list (csrc/module autoplan glue): past it a framework
+# ranking holds the plans found among that many of every sub-search
+_MAX_TOP = 1000
 # positions in the search options tuple (csrc/module autoplan glue)
 _O_TOP, _O_PP, _O_SCHEDULE, _O_RECOMPUTE, _O_ZERO, _O_EP = 3, 10, 14, 15, 17, 19
 
@@ -436,14 +439,17 @@ def _framework_search(fw: Any, m: Any, precision: str, opts: tuple, top: int, se
     merging their rankings by score (ties: more GPUs, then tp, cp, pp, each
     search's own order, as hpgo.distributed.merge_ranked) and dropping plans
     that break the framework's other rules ranks exactly the plans it runs
-    -- provided enough remain: while fewer than ``top`` survive and some
-    sub-search returned as many plans as asked, ask every one for four times
-    as many."""
+    -- provided no plan a sub-search left out could rank among them: while
+    one could (the search returned as many plans as asked, its last ranking
+    before the ``top``-th accepted plan or fewer than ``top`` accepted), ask
+    every sub-search for four times as many (at most 1000, the search's
+    largest list)."""
     _frameworks.refuse_fixed(fw, fixed, precision)
     spaces = _frameworks.search_spaces(fw, fixed)
+    model = m if isinstance(m, Transformer) else None
     want = max(top, 1)
     while True:
-        parts, full = [], False
+        keyed, stats, lasts = [], {}, []
         for sp in spaces:
             o = list(opts)
             o[_O_TOP] = want
@@ -456,27 +462,28 @@ def _framework_search(fw: Any, m: Any, precision: str, opts: tuple, top: int, se
             if sp.get("ep") is not None:
                 o[_O_EP] = int(sp["ep"])
             d = search(tuple(o))
-            full = full or len(d["plans"]) >= want
-            parts.append(d)
-        keyed, stats = [], {}
-        for d in parts:
             for rank, entry in enumerate(d["plans"]):
                 pt, _t, score, _b = entry
-                keyed.append(((score, -(pt[0] * pt[1] * pt[2] * pt[3]), pt[0], pt[3], pt[1],
-                               rank), entry))
+                key = (score, -(pt[0] * pt[1] * pt[2] * pt[3]), pt[0], pt[3], pt[1], rank)
+                keyed.append((key, entry))
+                if len(d["plans"]) >= want and rank == len(d["plans"]) - 1:
+                    # this search has more plans, each ranked after this one
+                    lasts.append(key)
             for k, v in d.items():
                 if k != "plans":
                     stats[k] = stats.get(k, 0) + v
         keyed.sort(key=lambda e: e[0])
         seen, out = set(), []
-        for _, (pt, _t, _s, balanced) in keyed:
+        for key, (pt, _t, _s, balanced) in keyed:
             plan = to_plan(pt)
             if plan in seen:
                 continue
             seen.add(plan)
-            if not _frameworks.problems(fw, plan, m if isinstance(m, Transformer) else None,
-                                        precision):
-                out.append((plan, balanced))
-        if len(out) >= top or not full:
-            return stats, out[:top]
-        want *= 4
+            if not _frameworks.problems(fw, plan, model, precision):
+                out.append((key, plan, balanced))
+        # exact when the top accepted plans all rank before every plan a
+        # search left out (those rank after that search's last plan)
+        if (len(out) >= top and all(out[top - 1][0] <= k for k in lasts)) or not lasts \
+                or want >= _MAX_TOP:
+            return stats, [(p, b) for _, p, b in out[:top]]
+        want = min(want * 4, _MAX_TOP)

@@ -238,17 +238,17 @@ DEEPSPEED = Framework(
              "sequence parallelism)", f"{_DS} deepspeed/sequence/layer.py "
              "DistributedAttention",
              lambda p, m, pr: p.cp > 1),
-        Rule("no expert parallelism with pipeline stages in the pipeline engine",
-             f"{_DS} deepspeed/runtime/pipe/engine.py: MoE layers are not PipelineModule "
-             "layers with expert groups",
-             lambda p, m, pr: p.ep > 1 and p.pp > 1),
+        Rule("the expert-parallel group divides the data-parallel group",
+             f"{_DS} deepspeed/utils/groups.py _create_expert_data_and_model_parallel: "
+             "_ensure_divisibility(dp_world_size, expert_parallel_size_)",
+             lambda p, m, pr: p.ep > 1 and p.dp % p.ep != 0),
         Rule("no expert tensor parallelism different from tp",
              f"{_DS} deepspeed/moe/layer.py MoE(enable_expert_tensor_parallelism)",
              lambda p, m, pr: p.etp is not None and p.etp not in (1, p.tp)),
         Rule("all-to-all token dispatch only", f"{_DS} deepspeed/moe/sharded_moe.py _AllToAll",
              lambda p, m, pr: p.moe_dispatcher != "alltoall"),
-        Rule("no overlap of the MoE all-to-alls with another micro-batch",
-             f"{_DS} deepspeed/moe/sharded_moe.py MOELayer.forward",
+        Rule("no overlap of the MoE all-to-alls with another micro-batch (the MoE layer "
+             "runs them in line)", f"{_DS} deepspeed/moe/sharded_moe.py MOELayer.forward",
              lambda p, m, pr: bool(p.overlap_moe_comm)),
         Rule("no fp8-only weights", f"{_DS} deepspeed/runtime/config.py: no fp8 section",
              lambda p, m, pr: p.fp8_params),
