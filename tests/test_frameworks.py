@@ -347,7 +347,12 @@ def test_megatron_core_accepts_the_export(search):
               num_moe_experts=a.num_experts, moe_router_topk=a.moe_router_topk or 2,
               moe_ffn_hidden_size=a.moe_ffn_hidden_size,
               moe_shared_expert_intermediate_size=a.moe_shared_expert_intermediate_size,
-              mtp_num_layers=a.mtp_num_layers,
+              mtp_num_layers=a.mtp_num_layers, moe_grouped_gemm=a.moe_grouped_gemm,
+              moe_token_dispatcher_type=a.moe_token_dispatcher_type or "allgather",
+              moe_router_enable_expert_bias=a.moe_router_enable_expert_bias,
+              moe_router_score_function=a.moe_router_score_function or "softmax",
+              moe_router_num_groups=a.moe_router_num_groups,
+              moe_router_group_topk=a.moe_router_group_topk,
               pipeline_model_parallel_layout=a.pipeline_model_parallel_layout,
               recompute_granularity=a.recompute_granularity,
               recompute_method=a.recompute_method, recompute_num_layers=a.recompute_num_layers)
@@ -356,6 +361,10 @@ def test_megatron_core_accepts_the_export(search):
     if a.num_layers_per_virtual_pipeline_stage:
         kw["virtual_pipeline_model_parallel_size"] = \
             a.num_layers // (a.pipeline_model_parallel_size * a.num_layers_per_virtual_pipeline_stage)
+    if a.window_size:
+        kw["window_size"] = tuple(int(x) for x in a.window_size.split(","))
+        if a.window_attn_skip_freq:
+            kw["window_attn_skip_freq"] = json.loads(a.window_attn_skip_freq)
     if a.softmax_type:
         kw["softmax_type"] = a.softmax_type
     if a.recompute_modules:
@@ -393,6 +402,10 @@ def test_torchtitan_runs_the_export(search, tmp_path, monkeypatch):
     from torchtitan.distributed.parallel_dims import ParallelDims
     from torchtitan.distributed import pipeline_parallel as ttpp
 
+    # the plans are for H100s (SM90): torchtitan's float8 converter checks the
+    # GPU when it converts the model (components/quantization/float8.py)
+    import torchtitan.components.quantization.float8 as tt_float8
+    monkeypatch.setattr(tt_float8, "has_cuda_capability", lambda major, minor: True)
     stem = "hpgo_" + search.replace("-", "_")
     (tmp_path / f"{stem}.py").write_text(plan.torchtitan_config(m, precision=precision,
                                                                  name=stem))
@@ -409,7 +422,11 @@ def test_torchtitan_runs_the_export(search, tmp_path, monkeypatch):
     assert cfg.training.seq_len == m.seq
     with torch.device("meta"):
         model = cfg.model_spec.model.build()
-    assert sum(t.numel() for t in model.parameters()) == m.parameters
+    # DeepSeek-V3's routing bias (e_score_correction_bias in its checkpoints) is
+    # torchtitan's persistent expert_bias_E buffer (models/common/moe.py)
+    biases = sum(b.numel() for n, b in model.named_buffers() if n.endswith("expert_bias_E")) \
+        if m.router_bias and not m.attn_bias else 0
+    assert sum(t.numel() for t in model.parameters()) + biases == m.parameters
     if plan.pp > 1:
         ttpp._get_pipeline_metadata(dims, p, cfg.model_spec.model)  # schedule vs stages
         parts = p.module_fqns_per_model_part
