@@ -385,6 +385,26 @@ def test_megatron_core_accepts_the_export(search):
         layout.validate_layer_layout(m.layers, m.mtp or None)
 
 
+def test_megatron_lm_validates_the_exports():
+    """Megatron-LM's parse_args / validate_args (not on PyPI: a checkout named
+    by MEGATRON_LM, e.g. the core_v0.19.0 tag) on every Megatron winner."""
+    import os
+    from pathlib import Path
+    root = os.environ.get("MEGATRON_LM")
+    if not root or not (Path(root) / "megatron/training/arguments.py").is_file():
+        pytest.skip("MEGATRON_LM names no Megatron-LM checkout")
+    cases = []
+    for s in SEARCHES:
+        if _runs(s, "megatron"):
+            m, plan, precision = winner(s, "megatron")
+            cases.append([plan.megatron_args(m, precision=precision), plan.gpus])
+    r = subprocess.run([sys.executable, str(Path(__file__).with_name("megatron_lm_check.py")),
+                        root], input=json.dumps(cases), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [""] * len(cases)
+
+
 # ---- torchtitan: its ConfigManager, ParallelDims and model code -------------
 
 @pytest.mark.parametrize("search", [s for s in SEARCHES if _runs(s, "torchtitan")])
