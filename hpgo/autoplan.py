@@ -117,6 +117,8 @@ class RankedPlans:
     plans: tuple[RankedPlan, ...]
     stats: dict[str, int]
     search_seconds: float
+    #: the framework the plans are for (None: any combination hpgo models)
+    framework: str | None = None
 
     def __len__(self) -> int:
         return len(self.plans)
@@ -166,6 +168,8 @@ class RankedPlans:
                 f"{getattr(self.model, 'name', '') or 'the model'} on {self.cluster.name} "
                 f"({gpus} GPUs), global batch {self.global_batch}; searched in "
                 f"{self.search_seconds * 1e3:.0f} ms ({self.stats['simulated']} simulated)")
+        if self.framework is not None:
+            head += f"; plans {_frameworks.get(self.framework).version} runs"
         if not self.plans:
             return head + "\nno plan fits: " + self._why_none()
         many = len(used) > 1  # the cost objective ranks several GPU counts: show each
@@ -421,7 +425,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
                        overhead_bytes=overhead_bytes)
         ranked.append(RankedPlan(rank, plan, res, bool(balanced)))
     stats = {k: int(v) for k, v in d.items() if k != "plans"}
-    return RankedPlans(m, c, int(global_batch), objective, tuple(ranked), stats, elapsed)
+    return RankedPlans(m, c, int(global_batch), objective, tuple(ranked), stats, elapsed,
+                       fw.name if fw is not None else None)
 
 
 # the search's largest top list (csrc/module autoplan glue): past it a framework

@@ -121,6 +121,7 @@ def run_autoplan(args) -> int:
                       framework=framework, **fixed)
     if args.json:
         json.dump({"model": getattr(r.model, "name", ""), "cluster": cluster.name,
+                   "framework": r.framework,
                    "gpus": cluster.gpus, "global_batch": r.global_batch,
                    "search_seconds": r.search_seconds, "stats": r.stats, "plans": r.to_dicts()},
                   sys.stdout, indent=1)

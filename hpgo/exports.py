@@ -172,7 +172,8 @@ def _megatron_model(plan: Any, m: Transformer, notes: list[str]) -> list[str]:
         sc = m.rope_scaling_dict
         kind = sc["rope_type"] if sc else None
         if m.mla:
-            a.append(f"--position-embedding-type rope --rope-type {'yarn' if kind == 'yarn' else 'rope'}")
+            rope = "yarn" if kind == "yarn" else "rope"
+            a.append(f"--position-embedding-type rope --rope-type {rope}")
         elif kind == "yarn":
             a.append("--position-embedding-type yarn")
         else:

@@ -329,9 +329,11 @@ def runtime_defaults(framework: Any, plan: Any) -> dict[str, Any]:
 
 def apply_defaults(framework: Any, plan: Any) -> Any:
     """``plan`` with the framework's runtime defaults set on the fields the
-    ParallelPlan has (the others are listed by :func:`runtime_defaults`)."""
-    have = {f.name for f in dataclasses.fields(plan)}
-    changes = {k: v for k, v in runtime_defaults(framework, plan).items() if k in have}
+    ParallelPlan has and leaves at ParallelPlan's own default (a value the
+    plan states is kept; :func:`runtime_defaults` lists every field)."""
+    unset = {f.name: f.default for f in dataclasses.fields(plan)}
+    changes = {k: v for k, v in runtime_defaults(framework, plan).items()
+               if k in unset and getattr(plan, k) == unset[k] and v != unset[k]}
     return plan.with_(**changes) if changes else plan
 
 

@@ -155,8 +155,10 @@ def test_runtime_defaults_follow_the_plan_where_the_framework_does():
     assert not F.runtime_defaults("torchtitan",
                                   P(global_batch=8, pp=2, dp=4))["reshard_after_forward"]
     assert F.runtime_defaults(None, P(global_batch=8)) == {}
+    # a value the plan states is kept; fields this ParallelPlan lacks are skipped
     p = P(global_batch=8, dp=8, overlap_grad_reduce=False)
-    assert F.apply_defaults("megatron", p).overlap_grad_reduce
+    assert F.apply_defaults("megatron", p) == p
+    assert F.apply_defaults("torchtitan", P(global_batch=8, dp=8)) == P(global_batch=8, dp=8)
     with pytest.raises(ValueError, match="framework must be one of"):
         F.get("nemo")
 
@@ -177,6 +179,7 @@ def test_framework_search_equals_filtering_every_plan(name, cluster, nodes, gb, 
     assert ok and len(ok) < len(every)  # the framework refuses some of the winners
     for top in (1, 7):
         got = hpgo.autoplan(m, c, gb, top=top, framework=framework, **kw)
+        assert got.framework == framework and "runs" in got.table()
         # the same plans at the same times (ties between sub-searches may
         # order differently)
         assert sorted((p.result.iteration_time, p.plan.describe()) for p in got) == \
@@ -359,8 +362,8 @@ def test_megatron_core_accepts_the_export(search):
     if a.expert_tensor_parallel_size:
         kw["expert_tensor_parallel_size"] = a.expert_tensor_parallel_size
     if a.num_layers_per_virtual_pipeline_stage:
-        kw["virtual_pipeline_model_parallel_size"] = \
-            a.num_layers // (a.pipeline_model_parallel_size * a.num_layers_per_virtual_pipeline_stage)
+        kw["virtual_pipeline_model_parallel_size"] = a.num_layers // (
+            a.pipeline_model_parallel_size * a.num_layers_per_virtual_pipeline_stage)
     if a.window_size:
         kw["window_size"] = tuple(int(x) for x in a.window_size.split(","))
         if a.window_attn_skip_freq:
