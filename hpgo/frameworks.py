@@ -57,10 +57,6 @@ class Framework:
     launch: str = ""
 
 
-def _moe(model: Any) -> bool:
-    return bool(getattr(model, "experts", 0))
-
-
 # ---------------------------------------------------------------- Megatron
 
 _MLM = "Megatron-LM core_v0.19.0 megatron/training/arguments.py validate_args"

@@ -548,8 +548,15 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
     # Qwen2 (and Qwen2-MoE) project q, k and v with biases, the output without
     # (transformers' Qwen2Attention: bias=True on q_proj/k_proj/v_proj only)
     f["qkv_bias"] = mt in ("qwen2", "qwen2_moe") and not f["attn_bias"]
-    f["rope_theta"] = cfg.get("rope_theta")
-    f["rope_scaling"] = cfg.get("rope_scaling") or None
+    theta, scaling = cfg.get("rope_theta"), cfg.get("rope_scaling") or None
+    if theta is not None and (isinstance(theta, bool) or not isinstance(theta, (int, float))
+                              or not math.isfinite(theta) or theta <= 0):
+        raise ValueError(f"{where}: rope_theta must be a finite number > 0, got {theta!r}")
+    try:
+        f["rope_scaling"] = _rope_scaling(scaling)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: {e}") from None
+    f["rope_theta"] = theta
     if mt in ("qwen3", "qwen3_moe"):
         f["qk_norm"] = True
     experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")

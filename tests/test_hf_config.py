@@ -100,7 +100,12 @@ def test_shape_fields_are_read():
      "rope_scaling type 'dynamic'"),
     (dict(LLAMA31_8B, rope_scaling={"rope_type": "llama3", "factor": 8.0, "alpha": 1.0}),
      "field 'alpha' is not understood"),
-    (dict(LLAMA31_8B, rope_theta=-1.0), "rope_theta"),
+    (dict(LLAMA31_8B, rope_theta=-1.0), "config: rope_theta"),
+    (dict(LLAMA31_8B, rope_theta=float("nan")), "config: rope_theta"),
+    (dict(LLAMA31_8B, rope_theta="500000"), "config: rope_theta"),
+    (dict(LLAMA31_8B, rope_scaling="llama3"), "config: rope_scaling must be a mapping"),
+    (dict(LLAMA31_8B, rope_scaling={"rope_type": "llama3", "factor": float("inf")}),
+     "config: rope_scaling factor must be a finite number"),
 ])
 def test_what_is_not_modelled_is_refused_by_name(cfg, what):
     with pytest.raises(ValueError, match=what):
