@@ -106,6 +106,9 @@ MEGATRON = Framework(
              "supported when ETP==1'",
              lambda p, m, pr: m is not None and m.experts > 0 and
              (m.bias or m.expert_bias) and (p.etp or p.tp) != 1),
+        Rule("context parallelism splits each sequence into 2 x cp equal chunks",
+             f"{_MLM}: assert args.seq_length % (args.context_parallel_size * 2) == 0",
+             lambda p, m, pr: p.cp > 1 and m is not None and m.seq % (2 * p.cp) != 0),
         Rule("expert parallelism with tensor parallelism needs sequence parallelism",
              f"{_MCORE}/model_parallel_config.py __post_init__: 'When using expert parallelism "
              "and tensor parallelism for training, sequence parallelism must be used'",
@@ -182,6 +185,11 @@ TORCHTITAN = Framework(
         Rule("the expert-parallel group is the innermost mesh dimension",
              f"{_TT} torchtitan/distributed/parallel_dims.py: ep last in the sparse mesh",
              lambda p, m, pr: p.ep > 1 and p.ep_placement != "inner"),
+        Rule("context parallelism splits each sequence into 2 x cp equal chunks",
+             "torch/distributed/tensor/experimental/_context_parallel/_load_balancer.py "
+             "_HeadTailLoadBalancer: seq_length % (world_size * 2) != 0 raises (torchtitan's "
+             "context_parallel_load_balancer 'headtail')",
+             lambda p, m, pr: p.cp > 1 and m is not None and m.seq % (2 * p.cp) != 0),
         Rule("one MoE token dispatcher: all-to-all (DeepEP is an experiment)",
              f"{_TT} torchtitan/models/*/__init__.py moe_comm_backend",
              lambda p, m, pr: p.moe_dispatcher != "alltoall"),
@@ -194,8 +202,9 @@ TORCHTITAN = Framework(
         "kernels": "compile",
         # compile.enable_async_tensor_parallel default False
         "tp_overlap": "none",
-        # torch.distributed.tensor.experimental context_parallel: all-gather of
-        # K/V by default (rotate method "allgather")
+        # torchtitan's models use FlexAttention, whose context parallelism
+        # all-gathers K and V (torchtitan/distributed/context_parallel/api.py
+        # flex_cp_allgather)
         "cp_comm": "all_gather",
         # fsdp_reshard_after_forward "default": not pp_enabled
         # (torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy)

@@ -97,6 +97,8 @@ P = hpgo.ParallelPlan
      "bf16", "Bias in Moe"),
     ("megatron", P(global_batch=64, dp=8, ep=8, overlap_moe_comm=True, recompute="full"),
      "mixtral-8x7b", "bf16", "disable full recomputation"),
+    ("megatron", P(global_batch=64, cp=8, dp=1), hpgo.transformer("llama3-8b", seq=8200),
+     "bf16", "context_parallel_size * 2"),
     ("megatron", P(global_batch=64, pp=2, dp=4, schedule="zb-h1"), "llama3-8b", "bf16",
      "schedule 'zb-h1'"),
     ("torchtitan", P(global_batch=64, pp=2, dp=4, schedule="zb-h1"), "llama3-8b", "bf16",
@@ -116,6 +118,8 @@ P = hpgo.ParallelPlan
      "qwen3-30b-a3b", "bf16", "sparse mesh"),
     ("torchtitan", P(global_batch=64, dp=8, ep=8, zero=3, moe_dispatcher="deepep"),
      "qwen3-30b-a3b", "bf16", "moe_comm_backend"),
+    ("torchtitan", P(global_batch=64, cp=8, dp=1), hpgo.transformer("llama3-8b", seq=8200),
+     "bf16", "_HeadTailLoadBalancer"),
     ("torchtitan", P(global_batch=64, dp=8, recompute="selective"), "llama3-8b", "bf16",
      "recompute='selective'"),
     ("deepspeed", P(global_batch=64, pp=2, dp=4, zero=2), "llama3-8b", "bf16",
@@ -130,7 +134,7 @@ P = hpgo.ParallelPlan
     ("deepspeed", P(global_batch=64, dp=8), "llama3-8b", "fp8", "precision 'fp8'"),
 ])
 def test_each_rule_refuses_what_its_source_refuses(fw, plan, model, precision, why):
-    m = hpgo.transformer(model)
+    m = hpgo.transformer(model) if isinstance(model, str) else model
     bad = F.problems(fw, plan, m, precision)
     assert any(why in b for b in bad), bad
     with pytest.raises(ValueError, match="does not run"):
