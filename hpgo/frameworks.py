@@ -106,6 +106,12 @@ MEGATRON = Framework(
              "supported when ETP==1'",
              lambda p, m, pr: m is not None and m.experts > 0 and
              (m.bias or m.expert_bias) and (p.etp or p.tp) != 1),
+        Rule("the key/value heads divide tp or tp divides them",
+             f"{_MCORE}/transformer/transformer_config.py __post_init__: num_query_groups % "
+             "tensor_model_parallel_size != 0 and tensor_model_parallel_size % "
+             "num_query_groups != 0 raises",
+             lambda p, m, pr: m is not None and not m.mla and
+             m.kv_heads % p.tp != 0 and p.tp % m.kv_heads != 0),
         Rule("context parallelism splits each sequence into 2 x cp equal chunks",
              f"{_MLM}: assert args.seq_length % (args.context_parallel_size * 2) == 0",
              lambda p, m, pr: p.cp > 1 and m is not None and m.seq % (2 * p.cp) != 0),
