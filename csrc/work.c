@@ -311,8 +311,8 @@ static double attn_params(const hpgo_xformer_t *x, const xshape_t *s)
              (s->ql * s->q + s->kl * s->a * (s->qkd - s->dr + s->vdh) + s->o * h) / t;
     else
         n += (h * (s->q + s->kw + s->vw) + s->o * h) / t;
-    if (x->bias || x->attn_bias)
-        n += (s->q + s->kw + s->vw) / t + h;
+    if (x->bias || x->attn_bias) /* attn_bias 2: q, k, v only (Qwen2), no output bias */
+        n += (s->q + s->kw + s->vw) / t + (x->bias || x->attn_bias != 2 ? h : 0);
     if (x->qk_norm)
         n += 2 * s->qkd;
     if (x->sinks)

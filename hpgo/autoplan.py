@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from . import _args, _core
+from . import frameworks as _frameworks
 from .cluster import Cluster
 from .parallel import (DISPATCHERS, DISPATCHERS_BY_CODE, PRECISIONS, RECOMPUTE_MODES, SCHEDULES,
                        MemoryBreakdown, ParallelPlan, StepResult, _as_model, _headroom_cluster,
@@ -154,6 +155,8 @@ class RankedPlans:
     max_days: float | None = None
     front: tuple[RankedPlan, ...] = ()
     max_batch: bool = False
+    #: the framework the plans are for (None: any combination hpgo models)
+    framework: str | None = None
 
     def pareto(self) -> tuple[RankedPlan, ...]:
         """The time-cost Pareto front: plans no other plan beats on both
@@ -231,6 +234,8 @@ class RankedPlans:
                 f"({gpus} GPUs), global batch {'at most ' if self.max_batch else ''}"
                 f"{self.global_batch}; searched in "
                 f"{self.search_seconds * 1e3:.0f} ms ({self.stats['simulated']} simulated)")
+        if self.framework is not None:
+            head += f"; plans {_frameworks.get(self.framework).version} runs"
         head += "\n    " + self.setup()
         if not self.plans:
             return head + "\nno plan fits: " + self._why_none()
@@ -422,7 +427,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              timeout: float | None = None,
              executor: Any = None, headroom: float | None = None,
              tokens: float | None = None, price: float | None = None,
-             max_days: float | None = None, max_batch: bool = False) -> RankedPlans:
+             max_days: float | None = None, max_batch: bool = False,
+             framework: str | None = None) -> RankedPlans:
     """The ``top`` fastest plans (``objective="time"``) or the cheapest in
     GPU-seconds per iteration over the GPU counts ``gpus / 2^k``
     (``objective="cost"``) that fit in memory, best first.
@@ -467,7 +473,16 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     each plan runs the largest multiple of its data-parallel size not above
     it, so plans whose dp does not divide it are ranked too (by time per
     sample, since their batches differ; ``plan.global_batch`` says which
-    batch each runs).  Objective "time" only."""
+    batch each runs).  Objective "time" only.
+
+    ``framework`` (``"megatron"``, ``"torchtitan"``, ``"deepspeed"``; None:
+    any combination hpgo models) ranks only plans that framework runs
+    (:mod:`hpgo.frameworks`): the search runs once per schedule and ZeRO
+    stage (and recomputation mode) the framework offers, with the sizes a
+    stage needs fixed, and drops plans breaking its other rules, asking each
+    search for more plans until ``top`` remain or none are left; fixed
+    choices it does not offer raise ValueError.  It does not combine with
+    ``max_batch`` or ``max_days`` (ValueError)."""
     m = _as_model(model, profile_batch)
     room = headroom_fraction(headroom)
     tokens = _positive_real("tokens", tokens)
@@ -520,29 +535,15 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             share)
     if (tokens is not None) and not isinstance(m, Transformer):
         raise ValueError("tokens= needs a transformer model (a profiled model has no tokens)")
+    fw = _frameworks.get(framework)
     mt = m._tuple(PRECISIONS[precision])
     cs = _headroom_cluster(c, room)   # the search judges fits against the usable memory
-    t0 = time.perf_counter()
-    front: tuple = ()
-    if _bool("max_batch", max_batch):
-        if objective != "time" or max_days is not None or executor is not None:
-            raise ValueError("max_batch=True ranks by time per sample: it takes objective='time' "
-                             "without max_days= or executor=")
-        d = _max_batch_search(mt, cs, opts, timeout, top)
-    elif max_days is not None and tokens is not None and isinstance(m, Transformer):
-        d, front_raw = _deadline_search(mt, cs, opts, timeout, executor, top,
-                                        max_days * 86400.0 * global_batch * m.seq / tokens)
-    elif executor is not None:
-        d = _distributed_search(executor, mt, cs, opts, timeout, top)
-    else:
-        d = _core._autoplan(mt, cs._tuple(), opts, timeout)
-    elapsed = time.perf_counter() - t0
     mid = model_id(m)
 
-    def ranked_plan(rank: int, pt: tuple, balanced: Any) -> RankedPlan:
+    def to_plan(pt: tuple) -> ParallelPlan:
         (p_tp, p_pp, p_dp, p_cp, p_ep, v, mb, gb, sch, rc, sp, z, ov, split, p_etp, outer,
          ep_ov, disp, f8p, _share) = pt
-        plan = ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, ep=p_ep,
+        return ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, ep=p_ep,
                             virtual_stages=v, micro_batch=mb, schedule=_SCHED_NAMES[sch],
                             recompute=_RC_NAMES[rc], sequence_parallel=bool(sp), zero=z,
                             overlap_grad_reduce=bool(ov), split=split, model=mid,
@@ -550,17 +551,49 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
                             overlap_moe_comm=overlap_moe_comm if ep_ov else False,
                             moe_dispatcher=DISPATCHERS_BY_CODE[disp],
                             fp8_params=bool(f8p))
+
+    def search(o: tuple) -> dict:
+        if executor is not None:
+            return _distributed_search(executor, mt, cs, o, timeout, o[3])
+        return _core._autoplan(mt, cs._tuple(), o, timeout)
+
+    t0 = time.perf_counter()
+    front_raw: list = []
+    if fw is not None:
+        if _bool("max_batch", max_batch) or max_days is not None:
+            raise ValueError("framework= does not combine with max_batch=True or max_days=")
+        stats, entries = _framework_search(fw, m, precision, opts, int(top), search, to_plan,
+                                           dict(schedule=schedule, zero=zero, recompute=recompute,
+                                                pp=pp, ep=ep))
+    else:
+        if _bool("max_batch", max_batch):
+            if objective != "time" or max_days is not None or executor is not None:
+                raise ValueError("max_batch=True ranks by time per sample: it takes "
+                                 "objective='time' without max_days= or executor=")
+            d = _max_batch_search(mt, cs, opts, timeout, top)
+        elif max_days is not None and tokens is not None and isinstance(m, Transformer):
+            d, front_raw = _deadline_search(mt, cs, opts, timeout, executor, top,
+                                            max_days * 86400.0 * global_batch * m.seq / tokens)
+        else:
+            d = search(opts)
+        stats = {k: int(v) for k, v in d.items() if k != "plans"}
+        entries = [(to_plan(e[0]), e[3]) for e in d["plans"]]
+    elapsed = time.perf_counter() - t0
+
+    def ranked_plan(rank: int, plan: ParallelPlan, balanced: Any) -> RankedPlan:
+        plan = _frameworks.apply_defaults(fw, plan)
         res = simulate(m, c, plan, precision=precision, timeline=False,
                        overhead_bytes=overhead_bytes, headroom=room, tokens=tokens, price=price)
         return RankedPlan(rank, plan, res, bool(balanced))
 
-    ranked = [ranked_plan(rank, pt, balanced)
-              for rank, (pt, _t, _score, balanced) in enumerate(d["plans"], 1)]
+    ranked = [ranked_plan(rank, plan, balanced) for rank, (plan, balanced) in enumerate(entries, 1)]
+    front: tuple = ()
     if max_days is not None:
-        front = _pareto(ranked_plan(0, pt, balanced) for pt, _t, _s, balanced in front_raw)
-    stats = {k: int(v) for k, v in d.items() if k != "plans"}
+        front = _pareto(ranked_plan(0, to_plan(pt), balanced)
+                        for pt, _t, _s, balanced in front_raw)
     return RankedPlans(m, c, int(global_batch), objective, tuple(ranked), stats, elapsed,
-                       precision, room, tokens, price, max_days, front, bool(max_batch))
+                       precision, room, tokens, price, max_days, front, bool(max_batch),
+                       fw.name if fw is not None else None)
 
 
 def _max_batch_search(mt: tuple, c: Cluster, opts: tuple, timeout: float | None,
@@ -635,3 +668,68 @@ def _deadline_search(mt: tuple, c: Cluster, opts: tuple, timeout: float | None, 
     merged.sort(key=lambda x: x[:3])
     stats.setdefault("over_deadline", 0)
     return dict(stats, plans=[e for *_k, e in merged[:int(top)]]), fastest
+
+
+# the search's largest top list (csrc/module autoplan glue): past it a framework
+# ranking holds the plans found among that many of every sub-search
+_MAX_TOP = 1000
+# positions in the search options tuple (csrc/module autoplan glue)
+_O_TOP, _O_PP, _O_SCHEDULE, _O_RECOMPUTE, _O_ZERO, _O_EP = 3, 10, 14, 15, 17, 19
+
+
+def _framework_search(fw: Any, m: Any, precision: str, opts: tuple, top: int, search: Any,
+                      to_plan: Any, fixed: dict) -> tuple[dict, list]:
+    """The ``top`` best plans ``fw`` runs.  Each sub-search fixes one
+    schedule x ZeRO stage (x recomputation mode) the framework offers; their
+    plans are disjoint and every plan the framework offers is in one, so
+    merging their rankings by score (ties: more GPUs, then tp, cp, pp, each
+    search's own order, as hpgo.distributed.merge_ranked) and dropping plans
+    that break the framework's other rules ranks exactly the plans it runs
+    -- provided no plan a sub-search left out could rank among them: while
+    one could (the search returned as many plans as asked, its last ranking
+    before the ``top``-th accepted plan or fewer than ``top`` accepted), ask
+    every sub-search for four times as many (at most 1000, the search's
+    largest list)."""
+    _frameworks.refuse_fixed(fw, fixed, precision)
+    spaces = _frameworks.search_spaces(fw, fixed)
+    model = m if isinstance(m, Transformer) else None
+    want = max(top, 1)
+    while True:
+        keyed, stats, lasts = [], {}, []
+        for sp in spaces:
+            o = list(opts)
+            o[_O_TOP] = want
+            o[_O_SCHEDULE] = int(SCHEDULES[sp["schedule"]])
+            o[_O_ZERO] = int(sp["zero"])
+            if sp.get("recompute") is not None:
+                o[_O_RECOMPUTE] = int(RECOMPUTE_MODES[sp["recompute"]])
+            if sp.get("pp") is not None:
+                o[_O_PP] = int(sp["pp"])
+            if sp.get("ep") is not None:
+                o[_O_EP] = int(sp["ep"])
+            d = search(tuple(o))
+            for rank, entry in enumerate(d["plans"]):
+                pt, _t, score, _b = entry
+                key = (score, -(pt[0] * pt[1] * pt[2] * pt[3]), pt[0], pt[3], pt[1], rank)
+                keyed.append((key, entry))
+                if len(d["plans"]) >= want and rank == len(d["plans"]) - 1:
+                    # this search has more plans, each ranked after this one
+                    lasts.append(key)
+            for k, v in d.items():
+                if k != "plans":
+                    stats[k] = stats.get(k, 0) + v
+        keyed.sort(key=lambda e: e[0])
+        seen, out = set(), []
+        for key, (pt, _t, _s, balanced) in keyed:
+            plan = to_plan(pt)
+            if plan in seen:
+                continue
+            seen.add(plan)
+            if not _frameworks.problems(fw, plan, model, precision):
+                out.append((key, plan, balanced))
+        # exact when the top accepted plans all rank before every plan a
+        # search left out (those rank after that search's last plan)
+        if (len(out) >= top and all(out[top - 1][0] <= k for k in lasts)) or not lasts \
+                or want >= _MAX_TOP:
+            return stats, [(p, b) for _, p, b in out[:top]]
+        want = min(want * 4, _MAX_TOP)

@@ -215,10 +215,19 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
                      help="fp8 training keeps the weights in fp8 only (Megatron's "
                           "--fp8-param-gather)")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="seconds the search may take")
+    p.add_argument("--framework", choices=("megatron", "torchtitan", "deepspeed"),
+                   help="rank only plans this framework runs (docs/exports.md)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the ranking as JSON")
     out.add_argument("--megatron-args", action="store_true",
-                     help="print the Megatron-LM arguments of the best plan")
+                     help="print the Megatron-LM arguments of the best plan (implies "
+                          "--framework megatron)")
+    out.add_argument("--torchtitan", metavar="FILE",
+                     help="write the best plan as a torchtitan configuration module FILE "
+                          "(implies --framework torchtitan)")
+    out.add_argument("--deepspeed", metavar="FILE",
+                     help="write the best plan's DeepSpeed JSON to FILE ('-': print it; "
+                          "implies --framework deepspeed)")
     p.add_argument("--explain", action="store_true", help="also say why the best plan wins")
     p.add_argument("-o", "--output", metavar="PLAN.json",
                    help="save the best plan (hpgo simulate --plan reads it)")
@@ -269,6 +278,13 @@ def run_autoplan(args) -> int:
     if fixed["zero"] is not None and not 0 <= fixed["zero"] <= 3:
         raise UsageError(f"--zero must be 0, 1, 2 or 3, got {fixed['zero']}")
     opts = run_options(args)
+    framework = args.framework
+    for flag, name in ((args.megatron_args, "megatron"), (args.torchtitan, "torchtitan"),
+                       (args.deepspeed, "deepspeed")):
+        if flag:
+            if framework not in (None, name):
+                raise ValueError(f"--framework {framework} does not go with the {name} export")
+            framework = name
     if sys.stderr.isatty() and not args.json:
         print("searching ...", end="\r", file=sys.stderr, flush=True)
     r = hpgo.autoplan(model, cluster, args.global_batch or args.max_global_batch, gpus=args.gpus,
@@ -276,12 +292,13 @@ def run_autoplan(args) -> int:
                       objective=args.objective, precision=args.precision, top=args.top,
                       timeout=args.timeout, overlap_moe_comm=args.overlap_moe_comm,
                       moe_dispatcher=args.moe_dispatcher, fp8_params=args.fp8_params,
-                      max_days=args.max_days, **opts, **fixed)
+                      max_days=args.max_days, framework=framework, **opts, **fixed)
     if args.output and len(r):
         r[0].plan.save(args.output)
         print(f"wrote {args.output}", file=sys.stderr)
     if args.json:
         json.dump({"model": getattr(r.model, "name", ""), "cluster": cluster.name,
+                   "framework": r.framework,
                    "gpus": cluster.gpus, "global_batch": r.global_batch,
                    "seq": getattr(r.model, "seq", None), "precision": r.precision,
                    "memory_headroom": r.headroom, "tokens": r.tokens, "price": r.price,
@@ -297,6 +314,25 @@ def run_autoplan(args) -> int:
         print(r[0].plan.megatron_args(model if isinstance(model, hpgo.Transformer) else None,
                                       precision=args.precision if args.precision in
                                       ("bf16", "fp16", "fp8") else "bf16"))
+        return 0
+    if args.torchtitan or args.deepspeed:
+        if not len(r):
+            print(r.table(), file=sys.stderr)
+            return 1
+        best = r[0].plan
+        prec = args.precision or "bf16"
+        if args.torchtitan:
+            stem = os.path.splitext(os.path.basename(args.torchtitan))[0]
+            text = best.torchtitan_config(model, precision=prec, name=stem)
+            from . import _files
+            _files.atomic_write(args.torchtitan, text)
+            print(f"{best.describe()}: torchtitan configuration in {args.torchtitan} (launch: "
+                  f"torchrun ... -m torchtitan.train --module {stem} --config {stem})")
+        elif args.deepspeed == "-":
+            print(best.deepspeed_json(precision=prec), end="")
+        else:
+            best.deepspeed_json(args.deepspeed, precision=prec)
+            print(f"{best.describe()}: DeepSpeed configuration in {args.deepspeed}")
         return 0
     print(r.table())
     if args.pareto and (len(r) or r.front):

@@ -307,182 +307,54 @@ class ParallelPlan:
         where = os.fspath(path)
         return cls.from_dict(_files.load_json(where, "plan file"), where=where)
 
-    # -- exports ------------------------------------------------------------
-    def _check_layers(self, model: Any) -> None:
-        if model is not None and self.virtual_stages > 1 and \
-                getattr(model, "layers", 0) % (self.pp * self.virtual_stages):
-            raise ValueError("Megatron-LM needs the layers to divide evenly over pp x "
-                             "virtual_stages")
-
+    # -- exports (hpgo/exports.py; the frameworks' rules: hpgo/frameworks.py) --
     def megatron_args(self, model: Transformer | None = None, *, precision: str = "bf16") -> str:
-        """Megatron-LM command-line arguments of this plan (and of the
-        model's shape when a transformer is given)."""
-        if precision not in ("bf16", "fp16", "fp8"):
-            raise ValueError("Megatron-LM trains in bf16, fp16 or fp8")
-        self._check_layers(model)
-        a = [f"--tensor-model-parallel-size {self.tp}"] + \
-            ([f"--context-parallel-size {self.cp}"] if self.cp > 1 else []) + \
-            ([f"--expert-model-parallel-size {self.ep}"] if self.ep > 1 else []) + \
-            ([f"--expert-tensor-parallel-size {self.etp}"]
-             if self.etp is not None and self.etp != self.tp else []) + [
-             f"--pipeline-model-parallel-size {self.pp}",
-             f"--micro-batch-size {self.micro_batch}", f"--global-batch-size {self.global_batch}"]
-        if self.virtual_stages > 1 and self.schedule == "interleaved-1f1b" and model is not None:
-            a.append(f"--num-layers-per-virtual-pipeline-stage "
-                     f"{model.layers // (self.pp * self.virtual_stages)}")
-        if self.sequence_parallel:
-            a.append("--sequence-parallel")
-        if self.recompute == "selective":
-            if isinstance(model, Transformer) and model.flash:
-                # with fused attention hpgo's selective recomputation is
-                # Megatron-Core's module list (docs/moe.md)
-                mods = ["layernorm"] + (["moe_act"] if model.experts else []) + \
-                    (["mla_up_proj"] if model.mla else [])
-                a.append("--recompute-granularity selective --recompute-modules " + " ".join(mods))
-            else:
-                a.append("--recompute-activations")
-        elif self.recompute == "full":
-            a.append("--recompute-granularity full --recompute-method uniform "
-                     "--recompute-num-layers 1")
-        if self.zero == 1 or self.zero == 2:
-            a.append("--use-distributed-optimizer")
-        elif self.zero == 3:
-            a.append("--use-torch-fsdp2")
-        if self.overlap_grad_reduce and self.dp > 1:
-            a.append("--overlap-grad-reduce" + (" --overlap-param-gather" if self.zero else ""))
-        a.append({"bf16": "--bf16", "fp16": "--fp16", "fp8": "--bf16 --fp8-format hybrid"}[precision])
-        if precision == "fp8" and self.fp8_params:
-            a.append("--fp8-param-gather")
-        if isinstance(model, Transformer):
-            a += [f"--num-layers {model.layers}", f"--hidden-size {model.hidden}",
-                  f"--ffn-hidden-size {model.ffn}", f"--num-attention-heads {model.heads}",
-                  f"--seq-length {model.seq}", f"--max-position-embeddings {model.seq}"]
-            if model.kv_heads != model.heads:
-                a.append(f"--group-query-attention --num-query-groups {model.kv_heads}")
-            if model.mlp == "swiglu":
-                a.append("--swiglu")
-            if model.norm == "rmsnorm":
-                a.append("--normalization RMSNorm")
-            if not model.bias:
-                a.append("--disable-bias-linear")
-            if not model.tied:
-                a.append("--untie-embeddings-and-output-weights")
-            if not model.learned_pos:
-                a.append("--position-embedding-type rope")
-            if not model.dropout:
-                a.append("--attention-dropout 0.0 --hidden-dropout 0.0")
-            if model.flash:
-                a.append("--use-flash-attn")
-            if model.experts:
-                a.append(f"--num-experts {model.experts} --moe-router-topk {model.topk} "
-                         f"--moe-ffn-hidden-size {model.expert_ffn} --moe-grouped-gemm "
-                         + ("--moe-token-dispatcher-type flex --moe-enable-deepep"
-                            if self.moe_dispatcher == "deepep"
-                            else "--moe-token-dispatcher-type alltoall"))
-                if model.routing_groups > 1:
-                    a.append(f"--moe-router-num-groups {model.routing_groups} "
-                             f"--moe-router-group-topk {model.routing_group_topk}")
-                if model.shared_experts:
-                    a.append(f"--moe-shared-expert-intermediate-size "
-                             f"{model.shared_experts * model.shared_ffn}")
-                if model.dense_first or model.moe_every > 1:
-                    pattern = [int(i >= model.dense_first and (i + 1) % model.moe_every == 0)
-                               for i in range(model.layers)]
-                    a.append(f"--moe-layer-freq \"[{','.join(map(str, pattern))}]\"")
-                if self.overlap_moe_comm:
-                    a.append("--overlap-moe-expert-parallel-comm")
-                if model.capacity_factor:
-                    a.append(f"--moe-expert-capacity-factor {model.capacity_factor:g}")
-            if model.mla:
-                a.append(f"--multi-latent-attention --q-lora-rank {model.q_lora} "
-                         f"--kv-lora-rank {model.kv_lora} --qk-head-dim {model.qk_nope} "
-                         f"--qk-pos-emb-head-dim {model.qk_rope} --v-head-dim {model.v_head}")
-            if model.qk_norm:
-                a.append("--qk-layernorm")
-            if model.mtp:
-                a.append(f"--mtp-num-layers {model.mtp}")
-        notes = []
-        if self.schedule in ("zb-h1", "zb-v"):
-            notes.append(f"# {self.schedule}: not in upstream Megatron-LM (Sea AI Lab's "
-                         "zero-bubble fork, or torchtitan)")
-        if self.schedule == "gpipe":
-            notes.append("# gpipe: Megatron-LM runs 1F1B (same time, less memory)")
-        if self.split is not None and model is not None:
-            notes.append("# uneven layer split " + ",".join(map(str, self.split)) +
-                         ": see --decoder-first-pipeline-num-layers / "
-                         "--decoder-last-pipeline-num-layers")
-        return " \\\n".join(a) + ("\n" + "\n".join(notes) if notes else "")
+        """Megatron-LM command-line arguments of this plan and, when a
+        transformer is given, of its whole shape (Megatron-LM core_v0.19.0;
+        docs/exports.md).  Raises ValueError naming the rule for a plan
+        Megatron does not run."""
+        from . import exports
+        return exports.megatron_args(self, model, precision=precision)
+
+    def torchtitan_config(self, model: Transformer, *, precision: str = "bf16",
+                          name: str = "hpgo_plan") -> str:
+        """A torchtitan 0.3.0 configuration module (Python source defining
+        ``name()``; launch with ``-m torchtitan.train --module NAME --config
+        NAME``) for one of torchtitan's models (docs/exports.md)."""
+        from . import exports
+        return exports.torchtitan_config(self, model, precision=precision, name=name)
+
+    def torchtitan_toml(self, model: Transformer) -> str:
+        """Deprecated: torchtitan 0.3 reads Python configuration modules
+        (:meth:`torchtitan_config`), not TOML job files."""
+        import warnings
+        warnings.warn("torchtitan 0.3 reads Python configuration modules: use "
+                      "ParallelPlan.torchtitan_config", DeprecationWarning, stacklevel=2)
+        return self.torchtitan_config(model)
+
+    def deepspeed_json(self, path: str | os.PathLike | None = None, *, precision: str = "bf16",
+                       model: Transformer | None = None) -> str:
+        """DeepSpeed configuration JSON text (DeepSpeed 0.19.8, Megatron-
+        DeepSpeed's pipeline engine), written to ``path`` when given."""
+        from . import exports
+        return exports.deepspeed_json(self, path, precision=precision, model=model)
 
     def deepspeed_config(self, *, precision: str = "bf16") -> dict:
-        """A DeepSpeed configuration (JSON-ready dict): batch sizes, ZeRO
-        stage, precision, activation checkpointing.  DeepSpeed takes tp and pp
-        from the model code (Megatron-DeepSpeed's --tensor-model-parallel-size,
-        PipelineModule(num_stages=pp))."""
-        if precision not in ("bf16", "fp16", "fp32"):
-            raise ValueError("DeepSpeed precision: bf16, fp16 or fp32")
-        cfg: dict[str, Any] = {
-            "train_batch_size": self.global_batch,
-            "train_micro_batch_size_per_gpu": self.micro_batch,
-            "gradient_accumulation_steps": self.microbatches,
-            "zero_optimization": {"stage": self.zero,
-                                  "overlap_comm": bool(self.overlap_grad_reduce)},
-        }
-        if precision != "fp32":
-            cfg[precision] = {"enabled": True}
-        if self.recompute != "none":
-            cfg["activation_checkpointing"] = {"partition_activations": self.sequence_parallel,
-                                               "contiguous_memory_optimization": False}
-        return cfg
-
-    def torchtitan_toml(self, model: Transformer | None = None) -> str:
-        """The [parallelism], [training] and [activation_checkpoint] sections
-        of a torchtitan job file."""
-        sched = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B",
-                 "zb-h1": "InterleavedZeroBubble", "zb-v": "ZBVZeroBubble"}[self.schedule]
-        fsdp = self.zero >= 2
-        lines = ["[parallelism]",
-                 f"data_parallel_replicate_degree = {1 if fsdp else self.dp}",
-                 f"data_parallel_shard_degree = {self.dp if fsdp else 1}",
-                 f"tensor_parallel_degree = {self.tp}",
-                 f"pipeline_parallel_degree = {self.pp}",
-                 f'pipeline_parallel_schedule = "{sched}"',
-                 f"pipeline_parallel_microbatch_size = {self.micro_batch}",
-                 f"context_parallel_degree = {self.cp}"]
-        if self.ep > 1:
-            lines.append(f"expert_parallel_degree = {self.ep}")
-        if self.etp is not None and self.etp != self.tp:
-            lines.append(f"expert_tensor_parallel_degree = {self.etp}")
-        lines += ["",
-                 "[training]",
-                 f"global_batch_size = {self.global_batch}",
-                 f"local_batch_size = {self.global_batch // self.dp}"]
-        if model is not None and isinstance(model, Transformer):
-            lines.append(f"seq_len = {model.seq}")
-        lines += ["", "[activation_checkpoint]", f'mode = "{self.recompute}"']
-        return "\n".join(lines) + "\n"
+        """The DeepSpeed configuration of :meth:`deepspeed_json` as a dict."""
+        return json.loads(self.deepspeed_json(precision=precision))
 
     def split_points(self, model: ProfiledModel | Transformer) -> list[tuple[int, int, str]]:
         """(model stage, first layer, that layer's name) of every model stage:
         the split points for torch.distributed.pipelining."""
+        from .exports import stage_layers
+        counts = stage_layers(self, model)
         n = model.layers
-        K = self.pp * self.virtual_stages
-        if self.split is not None:
-            b = list(self.split)
-        else:
-            base, extra = divmod(n, K)
-            counts = [base] * K
-            for k in list(range(1, K - 1)) + [0, K - 1]:
-                if extra == 0:
-                    break
-                counts[k] += 1
-                extra -= 1
-            b = [0]
-            for c in counts:
-                b.append(b[-1] + c)
-        if len(b) != K + 1 or b[-1] != n:
-            raise ValueError(f"the plan's split does not cover the model's {n} layers")
         names = getattr(model, "descs", ()) or tuple(f"layers.{i}" for i in range(n))
-        return [(k, b[k], names[b[k]]) for k in range(K)]
+        out, first = [], 0
+        for k, c in enumerate(counts):
+            out.append((k, first, names[first] if first < n else ""))
+            first += c
+        return out
 
     def describe(self, *, global_batch: bool = True) -> str:
         """The plan in one line: "tp=8 pp=8 dp=1 mb=1 gb=64 1f1b v=3 sp ..."."""
@@ -881,7 +753,8 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
              precision: str | None = None, timeline: bool = True,
              overhead_bytes: float | None = None, profile_batch: float | None = None,
              headroom: float | None = None, tokens: float | None = None,
-             price: float | None = None) -> StepResult:
+             price: float | None = None,
+             framework: str | None = None) -> StepResult:
     """Simulate one training step of ``model`` on ``cluster`` with ``plan``.
 
     ``model``: an :func:`hpgo.transformer`, a :func:`hpgo.profile_model`, a
@@ -900,7 +773,10 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     reserve; 0 judges against the whole memory).  ``tokens`` (to train on)
     and ``price`` (dollars per GPU-hour) add the days, GPU-hours and cost of
     the run (``days``, ``gpu_hours``, ``cost``).  ``mfu`` is against the dense
-    peak of ``precision`` (fp8's for fp8), ``mfu_bf16`` against bf16's."""
+    peak of ``precision`` (fp8's for fp8), ``mfu_bf16`` against bf16's.
+    ``framework`` (``"megatron"``, ``"torchtitan"``, ``"deepspeed"``) refuses,
+    naming the rule, a plan that framework does not run, and sets its runtime
+    defaults on the plan (:mod:`hpgo.frameworks`)."""
     m = _as_model(model, profile_batch)
     room = headroom_fraction(headroom)
     tokens = _positive_real("tokens", tokens)
@@ -920,6 +796,10 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
     if not isinstance(timeline, bool):
         raise TypeError("timeline must be a bool")
+    if framework is not None:
+        from . import frameworks as _frameworks
+        _frameworks.check(framework, plan, m if isinstance(m, Transformer) else None, precision)
+        plan = _frameworks.apply_defaults(framework, plan)
     d = _core._step_simulate(m._tuple(PRECISIONS[precision]), _headroom_cluster(c, room)._tuple(),
                              plan._tuple(), timeline, overhead_bytes)
     mems = tuple(_with_headroom(dev.pop("memory"), c.gpu.memory_bytes) for dev in d["devices"])

@@ -248,15 +248,19 @@ def test_exports():
                  "--recompute-granularity selective --recompute-modules layernorm",
                  "--num-query-groups 8", "--swiglu", "--global-batch-size 256"):
         assert flag in args
-    ds = p.deepspeed_config()
+    # DeepSpeed's pipeline engine runs neither interleaving nor selective recomputation
+    with pytest.raises(ValueError, match="schedule 'interleaved-1f1b' is not offered"):
+        p.deepspeed_config()
+    ds = p.with_(schedule="1f1b", virtual_stages=1, recompute="full").deepspeed_config()
     assert ds["train_batch_size"] == 256 and ds["gradient_accumulation_steps"] == 128
     assert ds["zero_optimization"]["stage"] == 1
-    toml = p.torchtitan_toml(m)
-    assert 'pipeline_parallel_schedule = "Interleaved1F1B"' in toml and "seq_len = 8192" in toml
+    tt = p.with_(zero=3, recompute="full").torchtitan_config(m)
+    assert "pipeline_parallel_schedule='Interleaved1F1B'" in tt and "seq_len = 8192" in tt
     pts = p.split_points(m)
     assert [k for k, _, _ in pts] == list(range(20)) and pts[1][1] == 4
-    with pytest.raises(ValueError, match="divide evenly"):
-        p.megatron_args(m.with_(layers=81))
+    # 81 layers do not divide over 20 stages: the exact split as Megatron's layout
+    args = p.megatron_args(m.with_(layers=81))
+    assert '--pipeline-model-parallel-layout "Etttt|ttttt|' in args
 
 
 def test_plots_of_plans_and_steps():

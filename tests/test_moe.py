@@ -365,7 +365,10 @@ def test_exports_carry_the_expert_layout():
                  "--multi-latent-attention", "--q-lora-rank 1536", "--mtp-num-layers 1",
                  "--moe-shared-expert-intermediate-size 2048", "--moe-layer-freq"):
         assert flag in a
-    assert "expert_parallel_degree = 64" in plan.torchtitan_toml(m)
+    # torchtitan borrows the ep ranks from the FSDP-sharded, cp and tp ranks
+    with pytest.raises(ValueError, match="borrows from the sharded"):
+        plan.torchtitan_config(m)
+    assert "expert_parallel_degree=64" in plan.with_(zero=3).torchtitan_config(m)
     assert "ep=64 etp=1" in plan.describe()
     assert hpgo.ParallelPlan.from_dict(plan.to_dict()) == plan
 

@@ -346,13 +346,15 @@ def test_hpgo_cluster_lists_writes_checks_and_builds(capsys, tmp_path):
 LLAMA31_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
               "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
               "vocab_size": 128256, "max_position_embeddings": 131072, "hidden_act": "silu",
-              "tie_word_embeddings": False, "rope_scaling": {"rope_type": "llama3"}}
+              "tie_word_embeddings": False,
+              "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                               "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
 
 
 def test_hf_config_plans_at_the_pretraining_length(tmp_path, capsys):
     assert hpgo.transformer.from_hf_config(LLAMA31_8B).seq == 8192
     assert hpgo.transformer.from_hf_config(LLAMA31_8B, seq=131072).seq == 131072
-    other = dict(LLAMA31_8B, model_type="olmo2")
+    other = dict(LLAMA31_8B, model_type="mistral", rope_scaling=None)
     with pytest.raises(ValueError, match=r"give seq= \(--seq\).*131,072"):
         hpgo.transformer.from_hf_config(other)
     p = tmp_path / "config.json"
