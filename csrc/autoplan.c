@@ -162,8 +162,9 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
             act = n0 * sc[0].act + sc[K - 1].act;
         }
         hpgo_mem_t mem;
-        hpgo_memory_breakdown(S->c, &p, S->w->precision, params, load.expert_params, maxlayer,
-                              act + transient, S->overhead + load.state_bytes, &mem);
+        hpgo_memory_breakdown2(S->c, &p, S->w->precision, params, load.expert_params, maxlayer,
+                               act + transient, load.max_act + transient,
+                               S->overhead + load.state_bytes, &mem);
         if (mem.total > mem.capacity * (1 + 1e-9))
             fits = 0;
         /* the device's lowest stage is d: nothing reaches it before the
@@ -179,7 +180,8 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
             t += back[d];
         else if (p.schedule == HPGO_PS_ZBH1 && before[d] + busy - wsum + back[d] > t)
             t = before[d] + busy - wsum + back[d];
-        t += hpgo_step_optimizer_time(S->c, hpgo_step_shard_params(&p, params, load.expert_params));
+        t += hpgo_step_optimizer_seconds(S->c, &p,
+                                         hpgo_step_shard_params(&p, params, load.expert_params));
         if (t > lb)
             lb = t;
     }
@@ -496,6 +498,7 @@ static int enumerate(search_t *S, int64_t N, hpgo_err_t *err)
                 base.cp = (int32_t)cp, base.ep = 1, base.micro_batch = mb, base.global_batch = B;
                 base.overlap_grad_reduce = 1;
                 base.fp8_params = o->fp8_params == 1;
+                base.reshard_after_forward = 1; /* ZeRO-3 as DeepSpeed and FSDP's default */
                 /* schedules and their vstages */
                 static const int order[] = {HPGO_PS_1F1B, HPGO_PS_ZBH1, HPGO_PS_INTERLEAVED,
                                             HPGO_PS_ZBV, HPGO_PS_GPIPE};

@@ -97,6 +97,22 @@ static void gpu_h100(hpgo_gpu_t *g, double hbm, double bw, const char *name)
     calculon_curves(g, 794.5 / 989.0);
 }
 
+
+/* The host side of a node: CPU memory per node, the GPU's host link
+ * (PCIe x16 per GPU, per direction: Gen3 16 GB/s, Gen4 32 GB/s, Gen5 64
+ * GB/s, PCI-SIG link rates) and the node's CPU memory bandwidth (channels x
+ * transfer rate x 8 bytes of both sockets, from the CPUs' datasheets). */
+static hpgo_system_t host(double mem, double link, double cpu_bw)
+{
+    /* allocator reserve 0: the large-scale stacks run the caching allocator
+     * with expandable segments (torchtitan's run_train.sh sets
+     * PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), which maps pages
+     * into one growing segment as GMLake's stitching does; no measured
+     * figure for what it still loses (HPGO_ALLOC_FRAG_GMLAKE: without it) */
+    hpgo_system_t s = {mem, link, cpu_bw, 0, 0, 1};
+    return s;
+}
+
 static hpgo_level_t level(int32_t size, double bw, double coll_bw, double latency, double eff)
 {
     hpgo_level_t l = {size, bw, coll_bw, latency, eff};
@@ -128,7 +144,7 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
         gpu_v100(&c.gpu, 16e9); /* HPGO's fixed 16 GB */
         c.levels[0] = level(8, HPGO_NVLINK_BW, HPGO_NVLINK_BW, 0, 1);
         c.levels[1] = level(2, HPGO_ETHERNET_BW, HPGO_ETHERNET_NCCL_BW, 0, 1);
-        dflt = 2;
+        dflt = 2; /* HPGO's constants only: no host, allocator or NCCL model */
     } else if (strcmp(name, "dgx1-v100") == 0) {
         /* DGX-1: NVLink2 6 x 25 GB/s per direction per GPU; 4 x 100 Gb/s EDR
          * per node = 6.25 GB/s per GPU.  Efficiencies: Calculon's defaults
@@ -136,6 +152,9 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
         gpu_v100(&c.gpu, 32e9);
         c.levels[0] = level(8, 150e9, 150e9, 10e-6, 0.65);
         c.levels[1] = level(1, 6.25e9, 6.25e9, 20e-6, 0.9);
+        /* DGX-1 datasheet: 512 GB DDR4, 2 x Xeon E5-2698 v4 (4 x DDR4-2400
+         * channels each: 2 x 76.8 GB/s), PCIe Gen3 */
+        c.sys = host(512e9, 16e9, 153.6e9);
     } else if (strcmp(name, "dgx-a100-40gb") == 0 || strcmp(name, "dgx-a100-80gb") == 0) {
         /* DGX A100 (Selene): NVLink3 300 GB/s per direction, measured
          * all-reduce bus bandwidth 200-210 GB/s (nccl-tests #149, #178): 0.68;
@@ -147,6 +166,9 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
             gpu_a100(&c.gpu, 80e9, 2039e9);
         c.levels[0] = level(8, 300e9, 300e9, 10e-6, 0.68);
         c.levels[1] = level(1, 25e9, 25e9, 20e-6, 0.85);
+        /* DGX A100 datasheet: 1 TB (2 TB option), 2 x AMD EPYC 7742 (8 x
+         * DDR4-3200 channels each: 2 x 204.8 GB/s), PCIe Gen4 */
+        c.sys = host(1e12, 32e9, 409.6e9);
     } else if (strcmp(name, "dgx-h100") == 0 || strcmp(name, "dgx-h200") == 0) {
         /* DGX H100/H200: NVLink4 450 GB/s per direction, ring bus bandwidth
          * about 370 GB/s (nccl-tests #212): 0.82; 8 x 400 Gb/s ConnectX-7 =
@@ -157,6 +179,9 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
             gpu_h100(&c.gpu, 141e9, 4.8e12, "H200-SXM-141GB");
         c.levels[0] = level(8, 450e9, 450e9, 10e-6, 0.82);
         c.levels[1] = level(1, 50e9, 50e9, 20e-6, 0.9);
+        /* DGX H100 datasheet: 2 TB, 2 x Xeon Platinum 8480C (8 x DDR5-4800
+         * channels each: 2 x 307.2 GB/s), PCIe Gen5 */
+        c.sys = host(2e12, 64e9, 614.4e9);
     } else {
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "unknown cluster preset '%.60s' (known: dapple-v100, dgx1-v100, "
@@ -214,6 +239,17 @@ int hpgo_cluster_check(const hpgo_cluster_t *c, hpgo_err_t *err)
             return hpgo_err_set(err, HPGO_E_INVALID, 0,
                                 "gpu %s efficiency: the last step's threshold must be 0", cv[w]);
     }
+    const hpgo_system_t *y = &c->sys;
+    if (bad_num(y->host_memory) || bad_num(y->host_bandwidth) || bad_num(y->host_mem_bandwidth))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "host_memory, host_bandwidth and host_memory_bandwidth must be "
+                            "finite numbers >= 0");
+    if (!(y->alloc_frag >= 0 && y->alloc_frag <= 0.9))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "allocator_fragmentation must be in [0, 0.9]");
+    if (!(y->jitter >= 0 && y->jitter <= 10))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "jitter must be in [0, 10]");
+    if (y->nccl_latency != 0 && y->nccl_latency != 1)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "nccl_latency must be 0 or 1");
     if (c->n_levels < 1 || c->n_levels > HPGO_CLUSTER_MAX_LEVELS)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "a cluster needs 1 to %d levels",
                             HPGO_CLUSTER_MAX_LEVELS);

@@ -384,7 +384,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     ranked = []
     for rank, (pt, _t, _score, balanced) in enumerate(d["plans"], 1):
         (p_tp, p_pp, p_dp, p_cp, p_ep, v, mb, gb, sch, rc, sp, z, ov, split, p_etp, outer,
-         ep_ov, disp, f8p, _share) = pt
+         ep_ov, disp, f8p, _share, *_rest) = pt
         plan = ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, ep=p_ep,
                             virtual_stages=v, micro_batch=mb, schedule=_SCHED_NAMES[sch],
                             recompute=_RC_NAMES[rc], sequence_parallel=bool(sp), zero=z,

@@ -12,6 +12,21 @@ docs/training-model.md); every number can be overridden::
 
 Bandwidths are bytes/s per GPU and per direction, latencies seconds,
 ``efficiency`` the achieved fraction of the link rate.
+
+Beyond the GPU and its links a cluster carries the host side and the
+runtime: ``host_memory_bytes`` (CPU memory per node), ``host_bandwidth``
+(bytes/s per GPU and direction over its PCIe link) and
+``host_memory_bandwidth`` (a node's CPU memory bandwidth), which price
+offloading; ``allocator_fragmentation`` (the share of the caching
+allocator's reserved memory it cannot reuse: 0 by default, the
+expandable segments torchtitan and NeMo run with;
+``hpgo.cluster.ALLOCATOR_FRAGMENTATION``, GMLake's 9.2 of 80 GB, for the
+stock allocator); ``jitter`` (the coefficient of variation of one GPU's time
+between two synchronisations; the step waits for the slowest of its GPUs;
+0 by default: the published figures disagree, see docs/training-model.md)
+and ``nccl_latency`` (price collective latency with NCCL's own tuning
+model by algorithm, protocol, ranks and nodes instead of ``latency`` per
+ring step).
 """
 from __future__ import annotations
 
@@ -24,7 +39,11 @@ from typing import Any, Mapping
 
 from . import _core, _files
 
-__all__ = ["GPU", "Level", "Cluster"]
+__all__ = ["GPU", "Level", "Cluster", "ALLOCATOR_FRAGMENTATION"]
+
+#: share of reserved memory the PyTorch caching allocator cannot reuse
+#: (GMLake, ASPLOS'24: 9.2 GB of an 80 GB A100 on average; csrc/cluster.h)
+ALLOCATOR_FRAGMENTATION: float = _core.ALLOC_FRAG_GMLAKE
 
 _COLL = {"all_reduce": _core.COLL_ALLREDUCE, "reduce_scatter": _core.COLL_REDUCE_SCATTER,
          "all_gather": _core.COLL_ALLGATHER, "all_to_all": _core.COLL_ALLTOALL}
@@ -32,6 +51,10 @@ _DT = {"fp32": 0, "tf32": 1, "bf16": 2, "fp8": 3}          # csrc/cluster.h HPGO
 _KIND = {"vector": 0, "matrix": 1, "attention": 2}         # HPGO_OP_
 _ALGO = {"auto": _core.ALGO_AUTO, "ring": _core.ALGO_RING,
          "hierarchical": _core.ALGO_HIERARCHICAL}
+
+
+_SYSTEM = ("host_memory_bytes", "host_bandwidth", "host_memory_bandwidth",
+           "allocator_fragmentation", "jitter", "nccl_latency")
 
 
 def _steps(name: str, v: Any) -> tuple[tuple[float, float], ...]:
@@ -108,10 +131,23 @@ class Cluster:
     name: str
     gpu: GPU
     levels: tuple[Level, ...]
+    host_memory_bytes: float = 0.0
+    host_bandwidth: float = 0.0
+    host_memory_bandwidth: float = 0.0
+    allocator_fragmentation: float = 0.0
+    jitter: float = 0.0
+    nccl_latency: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.gpu, GPU):
             raise TypeError("gpu must be an hpgo.GPU")
+        if not isinstance(self.nccl_latency, bool):
+            raise TypeError("nccl_latency must be a bool")
+        for f in ("host_memory_bytes", "host_bandwidth", "host_memory_bandwidth",
+                  "allocator_fragmentation", "jitter"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TypeError(f"{f} must be a number")
         lv = tuple(self.levels)
         if not all(isinstance(x, Level) for x in lv):
             raise TypeError("levels must be hpgo.Level values")
@@ -141,11 +177,14 @@ class Cluster:
 
     @classmethod
     def _from_tuple(cls, t: tuple) -> "Cluster":
-        name, gname, peaks, vec, hbm, hbw, ms, vs, mems, levels, f8, att, sms = t
+        name, gname, peaks, vec, hbm, hbw, ms, vs, mems, levels, f8, att, sms, sy = t
         gpu = GPU(gname, *peaks, vec, hbm, hbw, ms, vs, mems, f8, att, sms)
         lv = tuple(Level(size=s, bandwidth=b, collective_bandwidth=cb, latency=lat, efficiency=e)
                    for s, b, cb, lat, e in levels)
-        return cls(name, gpu, lv)
+        hm, hb, hmb, frag, jit, nccl = sy
+        return cls(name, gpu, lv, host_memory_bytes=hm, host_bandwidth=hb,
+                   host_memory_bandwidth=hmb, allocator_fragmentation=frag, jitter=jit,
+                   nccl_latency=bool(nccl))
 
     def _tuple(self) -> tuple:
         g = self.gpu
@@ -155,7 +194,10 @@ class Cluster:
                 g.memory_efficiency,
                 tuple((lv.size, lv.bandwidth, lv.collective_bandwidth, lv.latency, lv.efficiency)
                       for lv in self.levels),
-                g.fp8_matrix_efficiency, g.attention_efficiency, g.multiprocessors)
+                g.fp8_matrix_efficiency, g.attention_efficiency, g.multiprocessors,
+                (float(self.host_memory_bytes), float(self.host_bandwidth),
+                 float(self.host_memory_bandwidth), float(self.allocator_fragmentation),
+                 float(self.jitter), int(self.nccl_latency)))
 
     # -- shape ----------------------------------------------------------------
     @property
@@ -218,7 +260,8 @@ class Cluster:
     def to_dict(self) -> dict:
         return {"format": "hpgo-cluster-1", "name": self.name,
                 "gpu": dataclasses.asdict(self.gpu),
-                "levels": [dataclasses.asdict(lv) for lv in self.levels]}
+                "levels": [dataclasses.asdict(lv) for lv in self.levels],
+                **{f: getattr(self, f) for f in _SYSTEM}}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, where: str = "cluster") -> "Cluster":
@@ -228,7 +271,8 @@ class Cluster:
             g = dict(d["gpu"])
             gpu = GPU(**g)
             levels = tuple(Level(**dict(x)) for x in d["levels"])
-            return cls(str(d["name"]), gpu, levels)
+            sysf = {f: d[f] for f in _SYSTEM if f in d}
+            return cls(str(d["name"]), gpu, levels, **sysf)
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"{where}: malformed cluster description ({e})") from None
         except ValueError as e:
