@@ -1,16 +1,47 @@
-"""The training-step model against published H100 pretraining runs
-(Megatron-Bridge's performance summaries; hpgo.validation): prints, case by
-case, the published and simulated tokens/s per GPU, the error, the
-recomputation needed to fit and the fullest GPU's memory; with --kernels,
-the same again on a GPU calibrated to kernels measured on an H100
-(hpgo.calibrate; profiles/h100-sxm5-kernels.json).
+"""The training-step model against published, measured pretraining runs:
+every row of a measured-runs CSV file (default
+../shared/reference/published_runs.csv: the Megatron-LM README's H100
+table, torchtitan's H100 benchmarks, MegaScale's Megatron-LM baseline,
+BLOOM-176B; hpgo.validation.load_runs), then Megatron-Bridge's H100
+performance summaries and NVIDIA's MoE tables (hpgo.validation): prints,
+case by case, the published and simulated tokens/s per GPU, the error, the
+recomputation needed to fit, the fullest GPU's memory (and the measured
+peak where published); with --kernels, the same again on a GPU calibrated
+to kernels measured on an H100 (hpgo.calibrate;
+profiles/h100-sxm5-kernels.json).
 
-    python benchmarks/validate_published.py [--kernels profiles/h100-sxm5-kernels.json]
+    python benchmarks/validate_published.py [--runs FILE.csv] [--kernels profiles/h100-sxm5-kernels.json]
 """
 import argparse
+import pathlib
 import statistics
 
 from hpgo import calibrate, validation
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RUNS = ROOT.parent / "shared" / "reference" / "published_runs.csv"
+
+
+def runs_table(checks, title):
+    """One line per measured run; the summary the targets are stated in."""
+    print(title)
+    print(f"{'run':18s} {'GPUs':>5s} {'prec':4s} {'TP PP DP CP VP MBS GBS ZeRO':28s} {'rc':9s} "
+          f"{'published':>10s} {'simulated':>10s} {'error':>7s} {'GiB':>6s} {'measured':>8s}")
+    for c in checks:
+        r = c.run
+        cfg = f"{r.tp} {r.pp} {r.dp} {r.cp} {r.vp} {r.mbs} {r.gbs} {r.zero}"
+        meas = (f"{r.measured_mem_gib:5.1f} {c.memory_error * 100:+4.0f}%"
+                if c.memory_error is not None else "")
+        print(f"{r.source_id:18s} {r.gpus:5d} {r.precision:4s} {cfg:28s} {c.recompute:9s} "
+              f"{c.published:10,.1f} {c.simulated:10,.1f} {c.error * 100:+6.1f}% "
+              f"{c.memory_gib:5.1f}{' ' if c.fits else '*'} {meas}")
+    errs = [abs(c.error) for c in checks]
+    mems = [abs(c.memory_error) for c in checks if c.memory_error is not None]
+    print(f"\n{len(checks)} runs: median |error| {statistics.median(errs) * 100:.1f} %, "
+          f"{sum(e <= 0.10 for e in errs)} within 10 %, {sum(e <= 0.25 for e in errs)} within 25 %, "
+          f"max {max(errs) * 100:.1f} %; {sum(c.fits for c in checks)} fit as published (* does not)"
+          + (f"; measured peaks: median |error| {statistics.median(mems) * 100:.1f} %, "
+             f"{sum(e <= 0.15 for e in mems)} of {len(mems)} within 15 %" if mems else "") + "\n")
 
 
 def _release(r):
@@ -45,7 +76,13 @@ def table(rows, title):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernels", help="a kernel profile (hpgo profile kernels) to calibrate the GPU")
+    ap.add_argument("--runs", default=str(RUNS), help="a measured-runs CSV file (default: %(default)s)")
     a = ap.parse_args()
+    if pathlib.Path(a.runs).exists():
+        runs = validation.load_runs(a.runs)
+        runs_table(validation.check_runs(runs), f"Measured runs of {a.runs}; the GPUs' presets:")
+    else:
+        print(f"({a.runs} absent: the measured-runs table is skipped)\n")
     gpus = [(None, "dgx-h100 preset (Calculon's curves, capped at the best GEMM rate)")]
     if a.kernels:
         prof = calibrate.load(a.kernels)

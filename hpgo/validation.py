@@ -31,7 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PublishedRun", "MEGATRON_BRIDGE_H100", "MEGATRON_MOE_MODELZOO_H100",
+__all__ = ["PublishedRun", "MEGATRON_BRIDGE_H100", "MEGATRON_MOE_MODELZOO_H100", "MeasuredRun",
+           "RunCheck", "load_runs", "check_runs",
            "MEGATRON_BRIDGE_EP_OVERLAP_H100", "MCORE_MOE_TRACKER_H100", "Check", "check"]
 
 
@@ -264,4 +265,292 @@ def check(runs: tuple[PublishedRun, ...] = MEGATRON_BRIDGE_H100, *,
         out.append(Check(run, t0, t0 / pub - 1, base.fits,
                          max(x.total for x in base.memory) / 2 ** 30, least, t1, t1 / pub - 1,
                          max(x.total for x in fit.memory) / 2 ** 30, fit.fits))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Measured runs from a CSV file (one row per run, every assumption named)
+# ---------------------------------------------------------------------------
+
+# the columns of a measured-runs file (the reference file's header)
+_RUN_COLUMNS = ("source_id", "model", "params_b", "layers", "hidden", "ffn", "heads", "kv_heads",
+                "vocab", "mlp", "seq", "gpu", "gpus", "gpus_per_node", "internode_gbps",
+                "precision", "tp", "pp", "dp", "cp", "vp", "mbs", "gbs", "recompute",
+                "sequence_parallel", "zero_or_fsdp", "tflops_per_gpu", "mfu",
+                "tokens_per_s_per_gpu", "iter_s", "metric", "flops_def", "arch", "gpu_mem_gb",
+                "split", "measured_mem_gib", "notes")
+# the GPU column's names -> cluster presets
+_RUN_GPUS = {"h100": "dgx-h100", "a100-80gb": "dgx-a100-80gb", "a100-40gb": "dgx-a100-40gb",
+             "h200": "dgx-h200", "v100": "dgx1-v100"}
+_RECOMPUTE_ORDER = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """One measured pretraining run: the model's shape, the cluster, the
+    plan and what was measured, as a row of a measured-runs CSV file
+    (:func:`load_runs`; the reference file and its column meanings:
+    ``../shared/reference/published_runs.csv``)."""
+
+    source_id: str
+    model: str
+    params_b: float          # parameters the source names, billions
+    layers: int
+    hidden: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    mlp: str
+    seq: int
+    gpu: str
+    gpus: int
+    gpus_per_node: int
+    internode_gbps: float | None
+    precision: str
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    vp: int
+    mbs: int
+    gbs: int
+    recompute: str           # none | selective | full | auto (the least that fits)
+    sequence_parallel: bool
+    zero: int                # hpgo's ZeRO stage of the closest technique (3: FSDP)
+    tflops_per_gpu: float | None
+    mfu: float | None
+    tokens_per_s_per_gpu: float | None
+    iter_s: float | None
+    metric: str              # the measured column compared
+    flops_def: str           # how the source counts FLOPs for tflops_per_gpu / mfu
+    arch: str
+    gpu_mem_gb: float | None
+    split: tuple[int, ...] | None
+    measured_mem_gib: float | None
+    notes: str = ""
+
+    def transformer(self) -> Any:
+        """The model: ``arch`` is a family (``gpt``: LayerNorm, biases, GeLU,
+        learned positions, dropout, tied embeddings; ``llama``: RMSNorm, no
+        biases, untied, RoPE, fused attention, causal model FLOPs) with
+        ``;key=0|1`` overrides (tied, bias, flash, dropout, pos)."""
+        from .workmodel import Transformer
+        parts = [p.strip() for p in self.arch.split(";") if p.strip()]
+        if not parts or parts[0] not in ("gpt", "llama"):
+            raise ValueError(f"run {self.source_id}: arch must start with 'gpt' or 'llama', "
+                             f"got {self.arch!r}")
+        llama = parts[0] == "llama"
+        f = dict(tied=not llama, bias=not llama, norm="rmsnorm" if llama else "layernorm",
+                 dropout=not llama, flash=llama, causal_flops=llama, learned_pos=not llama)
+        keys = {"tied": "tied", "bias": "bias", "flash": "flash", "dropout": "dropout",
+                "pos": "learned_pos"}
+        for p in parts[1:]:
+            k, _, v = p.partition("=")
+            if k not in keys or v not in ("0", "1"):
+                raise ValueError(f"run {self.source_id}: arch override {p!r} is not one of "
+                                 f"{', '.join(k + '=0|1' for k in keys)}")
+            f[keys[k]] = v == "1"
+        return Transformer(hidden=self.hidden, ffn=self.ffn, heads=self.heads,
+                           kv_heads=self.kv_heads, layers=self.layers, seq=self.seq,
+                           vocab=self.vocab, mlp=self.mlp, name=self.model, **f)
+
+    def cluster(self, gpu: Any = None) -> Any:
+        """The cluster: the GPU's DGX preset sized to ``gpus``, with the
+        published inter-node bandwidth per GPU and GPU memory where given;
+        ``gpu`` replaces the preset's GPU (e.g. a calibrated one)."""
+        import dataclasses
+
+        from .cluster import Cluster
+        if self.gpu not in _RUN_GPUS:
+            raise ValueError(f"run {self.source_id}: gpu {self.gpu!r} is not one of "
+                             f"{', '.join(_RUN_GPUS)}")
+        c = Cluster.preset(_RUN_GPUS[self.gpu])
+        if c.gpus_per_node != self.gpus_per_node:
+            raise ValueError(f"run {self.source_id}: {self.gpus_per_node} GPUs per node, the "
+                             f"preset {c.name} has {c.gpus_per_node}")
+        c = c.with_nodes(max(1, -(-self.gpus // self.gpus_per_node)))
+        if gpu is not None:
+            c = dataclasses.replace(c, gpu=gpu)
+        if self.gpu_mem_gb:
+            c = c.with_gpu(memory_bytes=self.gpu_mem_gb * 1e9)
+        if self.internode_gbps and len(c.levels) > 1:
+            bw = self.internode_gbps * 1e9 / 8
+            lv = list(c.levels)
+            lv[1] = dataclasses.replace(lv[1], bandwidth=bw, collective_bandwidth=bw)
+            c = dataclasses.replace(c, levels=tuple(lv))
+        return c
+
+    def plan(self, recompute: str | None = None) -> Any:
+        """The published plan (``recompute`` replaces an ``auto`` one)."""
+        from .parallel import ParallelPlan
+        rc = recompute or self.recompute
+        if rc == "auto":
+            rc = "none"
+        return ParallelPlan(global_batch=self.gbs, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp,
+                            virtual_stages=self.vp, micro_batch=self.mbs,
+                            schedule="interleaved-1f1b" if self.vp > 1 else "1f1b",
+                            recompute=rc, sequence_parallel=self.sequence_parallel,
+                            zero=self.zero, split=self.split)
+
+    def megatron_flops_per_token(self) -> float:
+        """Model FLOPs per token as Megatron-LM counts them
+        (``num_floating_point_operations`` of megatron/training/training.py,
+        core_r0.8.0: forward + backward, no recomputation, the full s x s
+        attention square, gated MLPs x 3/2)."""
+        h, L, s = self.hidden, self.layers, self.seq
+        gated = 1.5 if self.mlp == "swiglu" else 1.0
+        return 12 * L * h * h * ((1 + self.kv_heads / self.heads + s / h)
+                                 + self.ffn / h * gated + self.vocab / (2 * L * h))
+
+    def narayanan_flops_per_token(self) -> float:
+        """Hardware FLOPs per token with full recomputation (Narayanan et al.
+        2021, eq. 3: 96 B s l h^2 (1 + s / 6h + V / 16 l h) per iteration)."""
+        h, L, s = self.hidden, self.layers, self.seq
+        return 96 * L * h * h * (1 + s / (6 * h) + self.vocab / (16 * L * h))
+
+    def published_tokens_per_gpu(self) -> float:
+        """The measured throughput as tokens / s / GPU, converted from the
+        ``metric`` column with the source's own FLOP count."""
+        tokens = self.gbs * self.seq
+        if self.metric == "iter_s":
+            return tokens / (self.iter_s * self.gpus)
+        if self.metric == "tokens_per_s_per_gpu":
+            return float(self.tokens_per_s_per_gpu)
+        per_token = {"megatron": self.megatron_flops_per_token,
+                     "narayanan_hw": self.narayanan_flops_per_token}
+        if self.flops_def not in per_token:
+            raise ValueError(f"run {self.source_id}: flops_def {self.flops_def!r} is not one of "
+                             f"{', '.join(per_token)} (needed for metric {self.metric})")
+        if self.metric == "tflops_per_gpu":
+            return self.tflops_per_gpu * 1e12 / per_token[self.flops_def]()
+        if self.metric == "mfu":
+            peak = self.cluster().gpu.peak("bf16")
+            return self.mfu * peak / per_token[self.flops_def]()
+        raise ValueError(f"run {self.source_id}: unknown metric {self.metric!r}")
+
+
+def _cell(row: dict, col: str, kind: Any, where: str, optional: bool = False) -> Any:
+    v = (row.get(col) or "").strip()
+    if not v:
+        if optional:
+            return None
+        raise ValueError(f"{where}: column {col} is empty")
+    try:
+        if kind is int:
+            x = float(v)
+            if not x.is_integer():
+                raise ValueError
+            return int(x)
+        if kind is float:
+            x = float(v)
+            if x != x or x in (float("inf"), float("-inf")):
+                raise ValueError
+            return x
+    except ValueError:
+        raise ValueError(f"{where}: column {col} must be {kind.__name__ if kind is int else 'a number'}"
+                         f", got {v!r}") from None
+    return v
+
+
+def load_runs(path: Any) -> list[MeasuredRun]:
+    """The runs of a measured-runs CSV file (``#`` lines are comments; the
+    header names the columns of :class:`MeasuredRun`).  Raises ValueError
+    naming the file, the row and the column for a malformed value."""
+    import csv
+    import io
+    import os
+
+    from . import _files
+    name = os.fspath(path)
+    text = _files.read_text(name, "measured-runs CSV")
+    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    if not rows:
+        raise ValueError(f"{name}: no runs")
+    missing = [c for c in _RUN_COLUMNS if c not in rows[0]]
+    if missing:
+        raise ValueError(f"{name}: missing columns {', '.join(missing)}")
+    out = []
+    for row in rows:
+        where = f"{name}, run {row.get('source_id') or '?'}"
+        i = {c: _cell(row, c, int, where) for c in ("layers", "hidden", "ffn", "heads", "kv_heads",
+                                                     "vocab", "seq", "gpus", "gpus_per_node", "tp",
+                                                     "pp", "dp", "cp", "vp", "mbs", "gbs",
+                                                     "sequence_parallel", "zero_or_fsdp")}
+        o = {c: _cell(row, c, float, where, True)
+             for c in ("params_b", "internode_gbps", "tflops_per_gpu", "mfu", "tokens_per_s_per_gpu",
+                       "iter_s", "gpu_mem_gb", "measured_mem_gib")}
+        split = (row.get("split") or "").strip()
+        rc = _cell(row, "recompute", str, where)
+        if rc not in _RECOMPUTE_ORDER + ("auto",):
+            raise ValueError(f"{where}: column recompute must be none, selective, full or auto, "
+                             f"got {rc!r}")
+        metric = _cell(row, "metric", str, where)
+        if metric not in ("iter_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu") \
+                or o.get(metric) is None:
+            raise ValueError(f"{where}: column metric names {metric!r}, which must be a filled "
+                             "column of iter_s, tokens_per_s_per_gpu, tflops_per_gpu or mfu")
+        if i["tp"] * i["pp"] * i["dp"] * i["cp"] != i["gpus"]:
+            raise ValueError(f"{where}: tp x pp x dp x cp = "
+                             f"{i['tp'] * i['pp'] * i['dp'] * i['cp']} is not gpus = {i['gpus']}")
+        try:
+            sp = tuple(int(b) for b in split.split(",")) if split else None
+        except ValueError:
+            raise ValueError(f"{where}: column split must be comma-separated ints") from None
+        out.append(MeasuredRun(
+            source_id=_cell(row, "source_id", str, where), model=_cell(row, "model", str, where),
+            params_b=o["params_b"] or 0.0, layers=i["layers"], hidden=i["hidden"], ffn=i["ffn"], heads=i["heads"],
+            kv_heads=i["kv_heads"], vocab=i["vocab"], mlp=_cell(row, "mlp", str, where),
+            seq=i["seq"], gpu=_cell(row, "gpu", str, where), gpus=i["gpus"],
+            gpus_per_node=i["gpus_per_node"], internode_gbps=o["internode_gbps"],
+            precision=_cell(row, "precision", str, where), tp=i["tp"], pp=i["pp"], dp=i["dp"],
+            cp=i["cp"], vp=i["vp"], mbs=i["mbs"], gbs=i["gbs"], recompute=rc,
+            sequence_parallel=bool(i["sequence_parallel"]), zero=i["zero_or_fsdp"],
+            tflops_per_gpu=o["tflops_per_gpu"], mfu=o["mfu"],
+            tokens_per_s_per_gpu=o["tokens_per_s_per_gpu"], iter_s=o["iter_s"], metric=metric,
+            flops_def=(row.get("flops_def") or "").strip(), arch=_cell(row, "arch", str, where),
+            gpu_mem_gb=o["gpu_mem_gb"], split=sp, measured_mem_gib=o["measured_mem_gib"],
+            notes=(row.get("notes") or "").strip()))
+    return out
+
+
+@dataclass(frozen=True)
+class RunCheck:
+    run: MeasuredRun
+    recompute: str          # the recomputation simulated (auto: the least that fits)
+    published: float        # tokens / s / GPU, converted from the published metric
+    simulated: float        # tokens / s / GPU
+    error: float            # simulated / published - 1
+    fits: bool
+    memory_gib: float       # the fullest GPU's simulated peak
+    memory_error: float | None  # memory_gib / measured_mem_gib - 1, where measured
+
+    def __repr__(self) -> str:
+        mem = (f", memory {self.memory_gib:.1f} GiB vs measured {self.run.measured_mem_gib:.1f} "
+               f"({self.memory_error * 100:+.1f} %)" if self.memory_error is not None else "")
+        return (f"{self.run.source_id}: published {self.published:,.1f}, simulated "
+                f"{self.simulated:,.1f} tokens/s/GPU ({self.error * 100:+.1f} %), "
+                f"recompute {self.recompute}, {'fits' if self.fits else 'DOES NOT FIT'}{mem}")
+
+
+def check_runs(runs: Any, *, gpu: Any = None) -> list[RunCheck]:
+    """Simulate each measured run as published (``recompute="auto"``: the
+    least recomputation that fits in hpgo's memory model) and compare its
+    tokens / s / GPU and, where measured, its peak memory.  ``gpu`` replaces
+    the presets' GPU."""
+    from .parallel import simulate
+    out = []
+    for run in runs:
+        m, c = run.transformer(), run.cluster(gpu)
+        modes = _RECOMPUTE_ORDER if run.recompute == "auto" else (run.recompute,)
+        for rc in modes:
+            r = simulate(m, c, run.plan(rc), precision=run.precision, timeline=False)
+            if r.fits:
+                break
+        pub = run.published_tokens_per_gpu()
+        sim = r.tokens_per_second / run.gpus
+        mem = max(x.total for x in r.memory) / 2 ** 30
+        merr = mem / run.measured_mem_gib - 1 if run.measured_mem_gib else None
+        out.append(RunCheck(run, rc, pub, sim, sim / pub - 1, r.fits, mem, merr))
     return out
