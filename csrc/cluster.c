@@ -109,7 +109,10 @@ static hpgo_system_t host(double mem, double link, double cpu_bw)
      * PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), which maps pages
      * into one growing segment as GMLake's stitching does; no measured
      * figure for what it still loses (HPGO_ALLOC_FRAG_GMLAKE: without it) */
-    hpgo_system_t s = {mem, link, cpu_bw, 0, 0, 1};
+    /* latency: `latency` per ring step (Calculon's figures, which the
+     * Korthikanti reproduction is checked with); NCCL's tuning model is the
+     * alternative (nccl_latency = 1, cost.c) */
+    hpgo_system_t s = {mem, link, cpu_bw, 0, 0, 0};
     return s;
 }
 

@@ -391,7 +391,11 @@ class MeasuredRun:
                             virtual_stages=self.vp, micro_batch=self.mbs,
                             schedule="interleaved-1f1b" if self.vp > 1 else "1f1b",
                             recompute=rc, sequence_parallel=self.sequence_parallel,
-                            zero=self.zero, split=self.split)
+                            zero=self.zero, split=self.split,
+                            # FSDP under pipelining keeps the gathered weights to the
+                            # backward: torchtitan's default reshard policy is
+                            # "not pp_enabled" (torchtitan/distributed/fsdp.py)
+                            reshard_after_forward=not (self.zero >= 3 and self.pp > 1))
 
     def megatron_flops_per_token(self) -> float:
         """Model FLOPs per token as Megatron-LM counts them
