@@ -105,7 +105,8 @@ typedef struct hpgo_cluster {
 } hpgo_cluster_t;
 
 /* Fill *out with the preset `name` ("dapple-v100", "dgx1-v100",
- * "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "dgx-h200") with `nodes`
+ * "dgx1-v100-16gb", "dgx2h-v100", "dgx-a100-40gb", "dgx-a100-80gb",
+ * "dgx-h100", "dgx-h200", "grand-teton-h100", "h100-pcie", "dgx-b200") with `nodes`
  * nodes (0: the preset's own count).  HPGO_E_INVALID for an unknown name or
  * a bad node count. */
 int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hpgo_err_t *err);
