@@ -345,6 +345,41 @@ static int free_or(int32_t fixed, int32_t v) { return fixed < 0 || fixed == v; }
 
 /* Candidates sharing (tp, pp, dp, micro-batch, schedule, vstages): the
  * recomputation, sp, ZeRO and split variants. */
+/* The sharding and offloading variants of a plan (each an independent
+ * candidate, bounded and simulated like the others). */
+static int enum_memory(search_t *S, hpgo_parplan_t *p, int64_t off, hpgo_err_t *err)
+{
+    const hpgo_autoplan_opts_t *o = S->o;
+    int host = S->c->sys.host_bandwidth > 0 && S->c->sys.host_mem_bandwidth > 0;
+    static const double act_shares[3] = {0, 0.5, 1};
+    for (int32_t nr = 0; nr <= 1; nr++) {
+        if (nr == 1 && p->zero < 3)
+            break;
+        if (!(o->no_reshard < 0 || o->no_reshard == nr || (p->zero < 3 && nr == 0)))
+            continue;
+        p->reshard_after_forward = !nr;
+        for (int32_t oo = 0; oo <= 1; oo++) {
+            if (!(o->offload_optimizer < 0 || o->offload_optimizer == oo) || (oo && !host))
+                continue;
+            p->offload_optimizer = oo;
+            for (int ai = 0; ai < 3; ai++) {
+                double a = o->offload_activations >= 0 ? o->offload_activations : act_shares[ai];
+                if (ai > 0 && o->offload_activations >= 0)
+                    break;
+                if (a > 0 && !host)
+                    continue;
+                p->offload_activations = a;
+                int r = add_cand(S, p, -1, 0, err);
+                if (r == HPGO_OK && off >= 0)
+                    r = add_cand(S, p, off, 1, err);
+                if (r != HPGO_OK)
+                    return r;
+            }
+        }
+    }
+    return HPGO_OK;
+}
+
 static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *tmp_split,
                      hpgo_err_t *err)
 {
@@ -391,9 +426,13 @@ static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *
                 if (!free_or(o->zero, z))
                     continue;
                 p.zero = z;
-                int r = add_cand(S, &p, -1, 0, err);
-                if (r == HPGO_OK && off >= 0)
-                    r = add_cand(S, &p, off, 1, err);
+                p.shard_size = 0;
+                if (o->shard_size > 0 && z > 0) {
+                    if (((int64_t)p.dp * p.cp) % o->shard_size)
+                        continue;
+                    p.shard_size = o->shard_size;
+                }
+                int r = enum_memory(S, &p, off, err);
                 if (r != HPGO_OK)
                     return r;
             }
@@ -561,6 +600,11 @@ static int cmp_keyed(const void *a, const void *b)
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
+static int host_ok(const hpgo_cluster_t *c)
+{
+    return c->sys.host_bandwidth > 0 && c->sys.host_mem_bandwidth > 0;
+}
+
 void hpgo_autoplan_result_free(hpgo_autoplan_result_t *r)
 {
     if (!r)
@@ -600,6 +644,13 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
     if (o->schedule >= HPGO_PS__COUNT || o->recompute > HPGO_RC_FULL || o->zero > 3 ||
         o->sequence_parallel > 1)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "a fixed choice is out of range");
+    if (o->no_reshard < -1 || o->no_reshard > 1 || o->offload_optimizer < -1 ||
+        o->offload_optimizer > 1 || o->shard_size < 0 || !(o->offload_activations <= 1) ||
+        ((o->offload_activations > 0 || o->offload_optimizer == 1) && !host_ok(c)))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "reshard (-1, 0, 1), offload_optimizer (-1, 0, 1), shard_size (>= 0) "
+                            "or offload_activations (<= 1) out of range, or offloading asked of "
+                            "a cluster without host_bandwidth and host_memory_bandwidth");
 
     search_t S;
     memset(&S, 0, sizeof S);

@@ -257,6 +257,31 @@ def _fixed(name: str, v: Any, table: dict | None = None) -> int:
     return int(i)
 
 
+def _memory_opts(c: Cluster, reshard: Any, shard_size: Any, off_opt: Any,
+                 off_act: Any) -> tuple:
+    """autoplan's sharding and offloading options as the C search takes them."""
+    def tri(name: str, v: Any, on: int) -> int:
+        if v is None:
+            return -1
+        return on if _bool(name, v) else 1 - on
+    if isinstance(shard_size, bool) or not hasattr(shard_size, "__index__") or shard_size < 0:
+        raise ValueError(f"shard_size must be an int >= 0, got {shard_size!r}")
+    if off_act is None:
+        act = -1.0
+    else:
+        if isinstance(off_act, bool) or not isinstance(off_act, (int, float)):
+            raise TypeError("offload_activations must be a number in [0, 1] or None")
+        if not 0.0 <= float(off_act) <= 1.0:
+            raise ValueError(f"offload_activations must be in [0, 1], got {off_act}")
+        act = float(off_act)
+    oo = tri("offload_optimizer", off_opt, 1)
+    host = c.host_bandwidth > 0 and c.host_memory_bandwidth > 0
+    if (oo == 1 or act > 0) and not host:
+        raise ValueError(f"offloading needs the cluster's host_bandwidth and "
+                         f"host_memory_bandwidth ({c.name} has none)")
+    return (tri("reshard_after_forward", reshard, 0), int(shard_size), oo, act)
+
+
 def _distributed_search(executor: Any, mt: tuple, c: Cluster, opts: tuple,
                         timeout: float | None, top: Any) -> dict:
     from . import distributed as _dist
@@ -304,6 +329,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              cp: int | None = None, ep: int | None = None, etp: int | None = None,
              ep_placement: str | None = None, overlap_moe_comm: bool | float = False,
              moe_dispatcher: str = "alltoall", fp8_params: bool = False,
+             reshard_after_forward: bool | None = True, shard_size: int = 0,
+             offload_optimizer: bool | None = False,
+             offload_activations: float | None = 0.0,
              timeout: float | None = None,
              executor: Any = None) -> RankedPlans:
     """The ``top`` fastest plans (``objective="time"``) or the cheapest in
@@ -325,6 +353,12 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     :class:`ParallelPlan`);
     ``moe_dispatcher`` (``"alltoall"`` or ``"deepep"``) with that dispatcher;
     ``fp8_params=True`` keeps fp8 weights only (see :class:`ParallelPlan`).
+    Sharding and offloading (see :class:`ParallelPlan`): ``reshard_after_forward``
+    (ZeRO-3 plans; ``None`` searches both), ``shard_size`` (hybrid sharding of
+    every ZeRO plan; plans whose ``dp x cp`` it does not divide are skipped),
+    ``offload_optimizer`` (``None`` searches both) and ``offload_activations``
+    (a share, or ``None`` to search 0, 0.5 and 1); offloading needs the
+    cluster's ``host_bandwidth`` and ``host_memory_bandwidth``.
     ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
     search with KeyboardInterrupt.  Raises ValueError for impossible arguments; a search with no
     plan that fits returns an empty ranking whose ``table()`` says why.
@@ -373,7 +407,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _fixed("ep", ep), _fixed("etp", etp),
             _fixed("ep_placement", ep_placement, {"inner": 0, "outer": 1}),
             int(share > 0), _dispatcher(moe_dispatcher), int(_bool("fp8_params", fp8_params)),
-            share)
+            share, *_memory_opts(c, reshard_after_forward, shard_size, offload_optimizer,
+                                 offload_activations))
     t0 = time.perf_counter()
     if executor is not None:
         d = _distributed_search(executor, m._tuple(PRECISIONS[precision]), c, opts, timeout, top)
@@ -384,7 +419,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     ranked = []
     for rank, (pt, _t, _score, balanced) in enumerate(d["plans"], 1):
         (p_tp, p_pp, p_dp, p_cp, p_ep, v, mb, gb, sch, rc, sp, z, ov, split, p_etp, outer,
-         ep_ov, disp, f8p, _share, *_rest) = pt
+         ep_ov, disp, f8p, _share, reshard, shard, off_opt, off_act) = pt
         plan = ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, ep=p_ep,
                             virtual_stages=v, micro_batch=mb, schedule=_SCHED_NAMES[sch],
                             recompute=_RC_NAMES[rc], sequence_parallel=bool(sp), zero=z,
@@ -392,7 +427,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
                             etp=p_etp or None, ep_placement="outer" if outer else "inner",
                             overlap_moe_comm=overlap_moe_comm if ep_ov else False,
                             moe_dispatcher=DISPATCHERS_BY_CODE[disp],
-                            fp8_params=bool(f8p))
+                            fp8_params=bool(f8p), reshard_after_forward=bool(reshard),
+                            shard_size=shard, offload_optimizer=bool(off_opt),
+                            offload_activations=off_act)
         res = simulate(m, c, plan, precision=precision, timeline=False,
                        overhead_bytes=overhead_bytes)
         ranked.append(RankedPlan(rank, plan, res, bool(balanced)))

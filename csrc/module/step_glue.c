@@ -701,7 +701,8 @@ PyDoc_STRVAR(autoplan_doc,
              "opts: (global_batch, gpus, objective, top, exhaustive, threads, max_micro_batch,\n"
              "max_vstages, overhead_bytes or None, tp, pp, dp, vstages, micro_batch, schedule,\n"
              "recompute, sequence_parallel, zero, cp, ep, etp, ep_outer, overlap_moe_comm,\n"
-             "moe_dispatcher, fp8_params, overlap_share) with -1 for a free choice\n"
+             "moe_dispatcher, fp8_params, overlap_share, no_reshard, shard_size,\n"
+             "offload_optimizer, offload_activations) with -1 for a free choice\n"
              "(overlap_moe_comm, fp8_params: -1 is off; moe_dispatcher: -1 is the\n"
              "all-to-all; overlap_share: a float, used with overlap_moe_comm 1).  The GIL is\n"
              "released while\n"
@@ -721,7 +722,7 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     double *arrays = NULL;
     PyObject *res = NULL;
     memset(&o, 0, sizeof o);
-    const Py_ssize_t N = 26;
+    const Py_ssize_t N = 30;
     if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c) < 0)
         goto done;
     if (get_i64(ot, 0, N, "global_batch", &o.global_batch) < 0 ||
@@ -742,7 +743,11 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     for (int i = 0; i < 16; i++)
         if (get_i32(ot, 9 + i, N, "fixed choice", fixed[i]) < 0)
             goto done;
-    if (get_f(ot, 25, N, "overlap_share", &o.overlap_share) < 0)
+    if (get_f(ot, 25, N, "overlap_share", &o.overlap_share) < 0 ||
+        get_i32(ot, 26, N, "reshard_after_forward", &o.no_reshard) < 0 ||
+        get_i32(ot, 27, N, "shard_size", &o.shard_size) < 0 ||
+        get_i32(ot, 28, N, "offload_optimizer", &o.offload_optimizer) < 0 ||
+        get_f(ot, 29, N, "offload_activations", &o.offload_activations) < 0)
         goto done;
     hpgo_cancel_t cancel;
     hpgo_cancel_init(&cancel);
