@@ -347,9 +347,21 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                  * the backward when they were resharded after the forward */
                 if (p->zero >= 3 && replicas &&
                     (op.kind == HPGO_OP_F || (op.kind != HPGO_OP_W && p->reshard_after_forward))) {
+                    /* gathered layer by layer, each prefetched behind the one
+                     * before (FSDP2's implicit forward and explicit backward
+                     * prefetch); the first layer's gather has nothing before it
+                     * to hide behind (MegaScale section 3.2: the first
+                     * all-gather is the exposed part) */
                     double ag = grad_coll(&e, HPGO_COLL_ALLGATHER, st->params, st->expert_params, 2);
                     if (ag > dur)
                         dur = ag;
+                    dur += ag / (st->n_layers > 0 ? st->n_layers : 1);
+                    /* FSDP2 copies the shards into the all-gather buffer and the
+                     * gathered buffer out into the parameters
+                     * (_fsdp_collectives.py foreach_all_gather{,_copy_out}): (2 + 4)
+                     * bytes per gathered parameter of HBM traffic (spec 3.1) */
+                    dur += hpgo_gpu_op_time(&c->gpu, HPGO_DT_BF16, HPGO_OP_VECTOR, 0,
+                                            6 * st->params);
                 }
                 if (p->offload_activations > 0 && op.kind != HPGO_OP_W) {
                     double mv = p->offload_activations * st->act / host_bw;
