@@ -153,12 +153,12 @@ def test_straggler_expected_maximum():
     c = hpgo.Cluster.preset("dgx-h100", nodes=1)
     plan = hpgo.ParallelPlan(global_batch=8, dp=8, zero=1)
     base = sim(plan, c).iteration_time
-    for nodes, gpus, e in ((1, 8, 1.4236), (128, 1024, 3.2455), (2048, 16384, 3.9682)):
+    for nodes, gpus, e in ((1, 8, 1.42360), (128, 1024, 3.24824), (2048, 16384, 3.97135)):
         cl = dataclasses.replace(hpgo.Cluster.preset("dgx-h100", nodes=nodes), jitter=0.01)
         p = plan.with_(dp=gpus, global_batch=gpus)
         t0 = sim(p, dataclasses.replace(cl, jitter=0.0)).iteration_time
         t1 = sim(p, cl).iteration_time
-        assert t1 / t0 == pytest.approx(1 + 0.01 * e, abs=2e-4)
+        assert t1 / t0 == pytest.approx(1 + 0.01 * e, abs=2e-5)
     assert base > 0
     with pytest.raises(ValueError, match="jitter"):
         dataclasses.replace(c, jitter=-1.0)
