@@ -50,6 +50,16 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
                    help="MoE token dispatcher: NCCL all-to-all, or DeepEP's node-deduplicating one")
     p.add_argument("--fp8-params", action="store_true",
                    help="fp8 training keeps the weights in fp8 only (Megatron's --fp8-param-gather)")
+    p.add_argument("--reshard-after-forward", choices=("yes", "no", "search"), default="yes",
+                   help="ZeRO-3 plans free the gathered weights after the forward (FSDP's "
+                        "default), keep them to the backward, or both are searched")
+    p.add_argument("--shard-size", type=int, default=0, metavar="K",
+                   help="hybrid sharding: shard the model states inside groups of K replicas")
+    p.add_argument("--offload-optimizer", choices=("no", "yes", "search"), default="no",
+                   help="optimizer state and step on the host (ZeRO-Offload)")
+    p.add_argument("--offload-activations", default="0", metavar="SHARE|search",
+                   help="share of stored activations kept in host memory, or 'search' "
+                        "(0, 0.5, 1)")
     p.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"))
     p.add_argument("--recompute", choices=("none", "selective", "full"))
     p.add_argument("--timeout", type=float, help="seconds the search may take")
@@ -73,6 +83,21 @@ def _share(text: str) -> float:
         return overlap_share(v, "the value")
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _memory_args(args: argparse.Namespace) -> dict:
+    """autoplan's sharding and offloading keywords from the flags."""
+    tri = {"yes": True, "no": False, "search": None}
+    if args.offload_activations == "search":
+        act = None
+    else:
+        try:
+            act = float(args.offload_activations)
+        except ValueError:
+            raise ValueError("--offload-activations takes a share in [0, 1] or 'search', not "
+                             f"{args.offload_activations!r}") from None
+    return dict(reshard_after_forward=tri[args.reshard_after_forward], shard_size=args.shard_size,
+                offload_optimizer=tri[args.offload_optimizer], offload_activations=act)
 
 
 def run_autoplan(args) -> int:
@@ -101,7 +126,8 @@ def run_autoplan(args) -> int:
     r = hpgo.autoplan(model, cluster, args.global_batch, seq=args.seq, gpus=args.gpus,
                       objective=args.objective, precision=args.precision, top=args.top,
                       timeout=args.timeout, overlap_moe_comm=args.overlap_moe_comm,
-                      moe_dispatcher=args.moe_dispatcher, fp8_params=args.fp8_params, **fixed)
+                      moe_dispatcher=args.moe_dispatcher, fp8_params=args.fp8_params,
+                      **_memory_args(args), **fixed)
     if args.json:
         json.dump({"model": getattr(r.model, "name", ""), "cluster": cluster.name,
                    "gpus": cluster.gpus, "global_batch": r.global_batch,

@@ -198,3 +198,20 @@ def test_gpu_presets_with_their_published_figures():
                                                    recompute="full"),
                           precision="fp16" if "v100" in n else "bf16", timeline=False)
         assert r.iteration_time > 0 and math.isfinite(r.mfu)
+
+
+def test_autoplan_command_line_sharding_and_offloading_flags():
+    import subprocess
+    import sys
+    base = [sys.executable, "-m", "hpgo", "autoplan", "--model", "llama3-8b", "--cluster",
+            "dgx-a100-40gb", "--global-batch", "16", "--json", "--top", "2"]
+    out = subprocess.run(base + ["--offload-optimizer", "yes", "--reshard-after-forward", "no",
+                                 "--zero", "3", "--shard-size", "4"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    plans = json.loads(out.stdout)["plans"]
+    assert plans and all(p["plan"]["offload_optimizer"] and not p["plan"]["reshard_after_forward"]
+                         and p["plan"]["shard_size"] == 4 for p in plans)
+    bad = subprocess.run(base + ["--offload-activations", "lots"], capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode != 0 and "--offload-activations" in bad.stderr
