@@ -12,7 +12,7 @@ Environment switches (read at build time):
 * ``HPGO_WERROR=1``: turn warnings into errors (CI does this).
 
 The wheel also ships the profiles named in ``hpgo/examples/__init__.py``
-(``SHIPPED``, and the GPU kernel profiles of ``KERNELS``), copied from ``profiles/`` into ``hpgo/examples/`` at build
+(``SHIPPED``, and the GPU kernel and step profiles of ``KERNELS`` and ``STEPS``), copied from ``profiles/`` into ``hpgo/examples/`` at build
 time so that the repository keeps one copy of each.
 """
 import ast
@@ -76,7 +76,7 @@ class BuildPyWithProfiles(build_py):
             os.makedirs(dst, exist_ok=True)
             for fn in ("graph.txt", "profile.json"):
                 shutil.copyfile(os.path.join(src, fn), os.path.join(dst, fn))
-        for fn in _shipped("KERNELS"):
+        for fn in _shipped("KERNELS") + _shipped("STEPS"):
             shutil.copyfile(os.path.join(HERE, "profiles", fn),
                             os.path.join(self.build_lib, "hpgo", "examples", fn))
 

@@ -44,7 +44,7 @@ def add_profile_subcommand(subparsers) -> argparse.ArgumentParser:
     """Add ``profile`` (with ``zoo`` and ``torch``) to an argparse subparsers object."""
     p = subparsers.add_parser("profile", help="make a per-layer profile (graph.txt + JSON)",
                               description="Make a per-layer profile: analytic (zoo) or measured (torch).")
-    sub = p.add_subparsers(dest="profile_source", metavar="{zoo,torch,kernels}")
+    sub = p.add_subparsers(dest="profile_source", metavar="{zoo,torch,kernels,step}")
     sub.required = True
 
     z = sub.add_parser("zoo", help="analytic roofline profile of a standard architecture")
@@ -82,6 +82,17 @@ def add_profile_subcommand(subparsers) -> argparse.ArgumentParser:
                                    "(JSON) for `hpgo calibrate`.")
     k.add_argument("-o", "--output", required=True, help="kernel profile to write (JSON)")
     k.add_argument("--quick", action="store_true", help="a few shapes of each kind (seconds; coarse)")
+
+    st = sub.add_parser("step", help="time whole training steps of Llama-style models on one GPU, "
+                                     "eager and compiled (needs torch)",
+                        description="Time training steps of Llama-style models on this machine's "
+                                    "GPU in eager PyTorch and with torch.compile; write a step "
+                                    "profile (JSON) to check hpgo's kernel sets against.")
+    st.add_argument("-o", "--output", required=True, help="step profile to write (JSON)")
+    st.add_argument("--quick", action="store_true", help="one tiny model (a smoke test)")
+    st.add_argument("--modes", default="eager,compile",
+                    help="comma-separated: eager, compile (default: both)")
+    st.add_argument("--device", help="a torch device (default: cuda if present, else cpu)")
     p.set_defaults(func=run_profile)
     return p
 
@@ -192,6 +203,17 @@ def _run_kernels(args) -> int:
     return 0
 
 
+def _run_step(args) -> int:
+    from .profiler import step
+
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    if not modes or any(m not in ("eager", "compile") for m in modes):
+        raise _UsageError(f"--modes takes eager and/or compile, got {args.modes!r}")
+    doc = step.measure(args.output, quick=args.quick, modes=modes, device=args.device)
+    print(f"{len(doc['samples'])} steps timed on {doc['device']} -> {args.output}")
+    return 0
+
+
 def run_profile(args) -> int:
     """Run ``hpgo profile ...`` from parsed args; returns the exit status."""
     try:
@@ -199,6 +221,8 @@ def run_profile(args) -> int:
             return _run_zoo(args)
         if args.profile_source == "kernels":
             return _run_kernels(args)
+        if args.profile_source == "step":
+            return _run_step(args)
         return _run_torch(args)
     except (_UsageError, ValueError, TypeError, OSError, ImportError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__

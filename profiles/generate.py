@@ -120,7 +120,10 @@ def write_index() -> None:
             "\n`h100-sxm5-kernels.json` and `h200-sxm-kernels.json` are not model profiles but GPUs': kernels (copies, bf16\n"
             "and fp8 GEMMs, MoE expert GEMMs, fused attention, whole layers) timed on an H100 SXM5 and an H200\n"
             "by `hpgo profile kernels`; `hpgo calibrate` fits a GPU's efficiency curves to\n"
-            "each (docs/training-model.md, \"Measured GPU curves\").\n")
+            "each (docs/training-model.md, \"Measured GPU curves\").\n"
+            "`h100-sxm5-steps.json` holds whole training steps of Llama-style models timed on one H100 SXM5\n"
+            "in eager PyTorch and with torch.compile by `hpgo profile step`, to check the kernel sets\n"
+            "against (docs/training-model.md, \"Kernel sets\").\n")
     with open(os.path.join(HERE, "README.md"), "w", encoding="utf-8") as f:
         f.write(text)
 

@@ -22,7 +22,8 @@ import json
 from pathlib import Path
 from typing import List, Optional
 
-__all__ = ["SHIPPED", "KERNELS", "names", "folder", "path", "batch_size", "metadata", "kernels"]
+__all__ = ["SHIPPED", "KERNELS", "STEPS", "names", "folder", "path", "batch_size", "metadata",
+           "kernels", "steps"]
 
 #: Folders of ``profiles/`` the wheel ships (setup.py copies them into
 #: hpgo/examples/ at build time; keep it small: about 300 kB in all).
@@ -39,6 +40,8 @@ SHIPPED = (
 
 #: GPU kernel profiles of ``profiles/`` the wheel ships (hpgo profile kernels).
 KERNELS = ("h100-sxm5-kernels.json", "h200-sxm-kernels.json")
+# training steps of Llama-style models timed on one GPU (hpgo profile step)
+STEPS = ("h100-sxm5-steps.json",)
 
 _HERE = Path(__file__).resolve().parent
 _CHECKOUT = _HERE.parents[1] / "profiles"
@@ -114,13 +117,24 @@ def batch_size(name: str) -> Optional[int]:
 def kernels(name: str = "h100-sxm5") -> Path:
     """Path of the GPU kernel profile ``name`` (``profiles/NAME-kernels.json``,
     measured by ``hpgo profile kernels``), for :mod:`hpgo.calibrate`."""
+    return _measured(name, "kernels", "kernel profile")
+
+
+def steps(name: str = "h100-sxm5") -> Path:
+    """Path of the step profile ``name`` (``profiles/NAME-steps.json``: whole
+    training steps of Llama-style models timed on one GPU, eager and
+    compiled, by ``hpgo profile step``)."""
+    return _measured(name, "steps", "step profile")
+
+
+def _measured(name: str, kind: str, what: str) -> Path:
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, not {type(name).__name__}")
     plain = bool(name) and not set(name) & set("/\\") and ".." not in name   # no paths
     for root in _roots() if plain else ():
-        p = root / f"{name}-kernels.json"
+        p = root / f"{name}-{kind}.json"
         if p.is_file():
             return p
-    have = sorted({q.name[: -len("-kernels.json")] for root in _roots()
-                   for q in root.glob("*-kernels.json")})
-    raise ValueError(f"no kernel profile {name!r}; available: {', '.join(have) or 'none'}")
+    have = sorted({q.name[: -len(f"-{kind}.json")] for root in _roots()
+                   for q in root.glob(f"*-{kind}.json")})
+    raise ValueError(f"no {what} {name!r}; available: {', '.join(have) or 'none'}")

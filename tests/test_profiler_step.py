@@ -1,0 +1,63 @@
+"""hpgo profile step (hpgo.profiler.step): whole training steps timed on one
+GPU, eager and compiled.  The timing itself needs a GPU; here: the CLI's
+checks, a CPU smoke run of the eager path (with PyTorch), and the shipped
+H100 step profile against hpgo's own description of the same models."""
+import json
+
+import pytest
+
+import hpgo
+from hpgo import cli
+from optional_deps import need
+
+
+def test_cli_refuses_unknown_modes(capsys):
+    assert cli.main(["profile", "step", "-o", "x.json", "--modes", "eager,jit"]) == 2
+    assert "--modes takes eager and/or compile" in capsys.readouterr().err
+
+
+def test_cpu_smoke_run_writes_what_it_returns(tmp_path):
+    need("torch")
+    from hpgo.profiler import step
+    out = tmp_path / "steps.json"
+    doc = step.measure(str(out), quick=True, modes=("eager",), device="cpu")
+    assert json.loads(out.read_text()) == doc
+    assert doc["format"] == step.FORMAT and doc["device"] == "cpu"
+    (row,) = doc["samples"]
+    assert row["mode"] == "eager" and row["steps"] == 3
+    assert row["tokens_per_second"] == pytest.approx(row["micro_batch"] * row["seq"]
+                                                     / row["step_seconds"])
+    assert 0 < row["step_seconds_min"] <= row["step_seconds"]
+    assert len(doc["attention"]) == 2
+    assert all(a["fwd_bwd_seconds"] > 0 for a in doc["attention"])
+
+
+def _model(s):
+    return hpgo.transformer(hidden=s["hidden"], ffn=s["ffn"], heads=s["heads"],
+                            kv_heads=s["kv_heads"], layers=s["layers"], vocab=s["vocab"],
+                            seq=s["seq"], tied=s["tied"], mlp="swiglu", norm="rmsnorm",
+                            bias=False, learned_pos=False, dropout=False, flash=True,
+                            causal_flops=True)
+
+
+def test_shipped_h100_step_profile():
+    from hpgo.profiler import step
+    doc = json.loads(hpgo.examples.steps("h100-sxm5").read_text())
+    assert doc["format"] == step.FORMAT and "H100" in doc["device"]
+    got = {(s["name"], s["seq"], s["mode"]) for s in doc["samples"]}
+    want = {(m[0], seq, mode) for m in step.MODELS for seq, _ in m[8]
+            for mode in ("eager", "compile")}
+    assert got == want
+    for s in doc["samples"]:
+        # the timed model is the one hpgo describes with the same shape
+        assert _model(s).parameters == s["parameters"], s["name"]
+        assert s["fwd_bwd_seconds"] + s["optimizer_seconds"] == pytest.approx(s["step_seconds"],
+                                                                              rel=0.02)
+        assert s["peak_reserved_bytes"] >= s["peak_allocated_bytes"]
+        if s["mode"] == "compile":
+            assert s["compiled_graphs"] == 2     # one block graph for every block, one loss
+
+
+def test_steps_lookup_refuses_paths():
+    with pytest.raises(ValueError, match="no step profile"):
+        hpgo.examples.steps("../h100-sxm5")
