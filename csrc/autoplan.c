@@ -345,12 +345,18 @@ static int free_or(int32_t fixed, int32_t v) { return fixed < 0 || fixed == v; }
 
 /* Candidates sharing (tp, pp, dp, micro-batch, schedule, vstages): the
  * recomputation, sp, ZeRO and split variants. */
+/* The cluster has the host figures offloading needs. */
+static int host_ok(const hpgo_cluster_t *c)
+{
+    return c->sys.host_bandwidth > 0 && c->sys.host_mem_bandwidth > 0 && c->sys.host_memory > 0;
+}
+
 /* The sharding and offloading variants of a plan (each an independent
  * candidate, bounded and simulated like the others). */
 static int enum_memory(search_t *S, hpgo_parplan_t *p, int64_t off, hpgo_err_t *err)
 {
     const hpgo_autoplan_opts_t *o = S->o;
-    int host = S->c->sys.host_bandwidth > 0 && S->c->sys.host_mem_bandwidth > 0;
+    int host = host_ok(S->c);
     static const double act_shares[3] = {0, 0.5, 1};
     for (int32_t nr = 0; nr <= 1; nr++) {
         if (nr == 1 && p->zero < 3)
@@ -600,11 +606,6 @@ static int cmp_keyed(const void *a, const void *b)
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
-static int host_ok(const hpgo_cluster_t *c)
-{
-    return c->sys.host_bandwidth > 0 && c->sys.host_mem_bandwidth > 0;
-}
-
 void hpgo_autoplan_result_free(hpgo_autoplan_result_t *r)
 {
     if (!r)
@@ -650,7 +651,8 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "reshard (-1, 0, 1), offload_optimizer (-1, 0, 1), shard_size (>= 0) "
                             "or offload_activations (<= 1) out of range, or offloading asked of "
-                            "a cluster without host_bandwidth and host_memory_bandwidth");
+                            "a cluster without host_memory_bytes, host_bandwidth and "
+                            "host_memory_bandwidth");
 
     search_t S;
     memset(&S, 0, sizeof S);

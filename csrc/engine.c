@@ -308,14 +308,10 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
      * back before the backward on the GPU's host link, beside the compute
      * (Megatron's fine-grained activation offloading, spec 6) */
     double host_bw = c->sys.host_bandwidth;
-    if (p->offload_activations > 0 && !(host_bw > 0)) {
+    if ((p->offload_activations > 0 || p->offload_optimizer) &&
+        !(host_bw > 0 && c->sys.host_mem_bandwidth > 0 && c->sys.host_memory > 0)) {
         rc = hpgo_err_set(err, HPGO_E_INVALID, 0,
-                          "offload_activations needs the cluster's host_bandwidth");
-        goto fail;
-    }
-    if (p->offload_optimizer && !(host_bw > 0 && c->sys.host_mem_bandwidth > 0)) {
-        rc = hpgo_err_set(err, HPGO_E_INVALID, 0,
-                          "offload_optimizer needs the cluster's host_bandwidth and "
+                          "offloading needs the cluster's host_memory_bytes, host_bandwidth and "
                           "host_memory_bandwidth");
         goto fail;
     }

@@ -26,7 +26,8 @@
  *    reserved = allocated / (1 - alloc_frag).  The CUDA context and NCCL's
  *    buffers (`other` as passed in) are not the allocator's.
  * Offloaded optimizer states (ZeRO-Offload) and activations are counted in
- * `host`, not in the GPU's total.  The verdict compares the total with the
+ * `host`, not in the GPU's total; the plan fits only if a node's GPUs'
+ * `host` bytes fit its CPU memory.  The verdict compares the total with the
  * GPU's memory; no hidden margin. */
 #include "memory.h"
 
@@ -83,6 +84,9 @@ void hpgo_memory_breakdown2(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
     out->capacity = c->gpu.hbm_bytes;
     out->margin = out->capacity - out->total;
     out->fits = out->total <= out->capacity;
+    /* what a node's GPUs offload must fit its CPU memory */
+    if (out->host > 0 && out->host * (double)c->levels[0].size > c->sys.host_memory)
+        out->fits = 0;
 }
 
 void hpgo_memory_breakdown(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,

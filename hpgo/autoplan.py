@@ -275,9 +275,9 @@ def _memory_opts(c: Cluster, reshard: Any, shard_size: Any, off_opt: Any,
             raise ValueError(f"offload_activations must be in [0, 1], got {off_act}")
         act = float(off_act)
     oo = tri("offload_optimizer", off_opt, 1)
-    host = c.host_bandwidth > 0 and c.host_memory_bandwidth > 0
+    host = c.host_bandwidth > 0 and c.host_memory_bandwidth > 0 and c.host_memory_bytes > 0
     if (oo == 1 or act > 0) and not host:
-        raise ValueError(f"offloading needs the cluster's host_bandwidth and "
+        raise ValueError(f"offloading needs the cluster's host_memory_bytes, host_bandwidth and "
                          f"host_memory_bandwidth ({c.name} has none)")
     return (tri("reshard_after_forward", reshard, 0), int(shard_size), oo, act)
 

@@ -536,7 +536,9 @@ class MemoryBreakdown:
                 f"gradients {self.gradients / g:.1f}, optimizer {self.optimizer / g:.1f}, "
                 f"activations {self.activations / g:.1f}, other {self.other / g:.1f}, "
                 f"allocator reserve {self.reserved / g:.1f}"
-                + (f"; on the host {self.host / g:.1f}" if self.host else "") + ")")
+                + (f"; on the host {self.host / g:.1f}" if self.host else "")
+                + ("; more than the node's CPU memory holds"
+                   if self.host and not self.fits and self.total <= self.capacity else "") + ")")
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,13 @@ def test_offloading_prices_and_memory():
     assert a1.iteration_time >= a0.iteration_time
     with pytest.raises(ValueError, match=r"offload_activations must be in \[0, 1\]"):
         p.with_(offload_activations=1.5)
+    # what a node's 8 GPUs offload must fit its CPU memory
+    small = dataclasses.replace(c, host_memory_bytes=8 * on.memory[0].host * 0.99)
+    r = sim(plan.with_(offload_optimizer=True), small)
+    assert not r.fits and r.memory[0].total <= r.memory[0].capacity
+    assert "CPU memory" in repr(r.memory[0])
+    assert sim(plan.with_(offload_optimizer=True),
+               dataclasses.replace(small, host_memory_bytes=8 * on.memory[0].host)).fits
     bare = hpgo.Cluster.preset("grand-teton-h100")
     with pytest.raises(ValueError, match="host_bandwidth"):
         sim(plan.with_(offload_optimizer=True), bare)
