@@ -158,7 +158,7 @@ double hpgo_cost_collective(const hpgo_cluster_t *c, int op, int64_t size, int64
         double nodes = 1;
         for (int32_t l = 1; l < c->n_levels; l++)
             nodes *= (double)fan[l];
-        /* V100 (no bf16 peak) is the only pre-Ampere GPU of the presets */
+        /* V100 (no tf32 peak) is the only pre-Ampere GPU of the presets */
         lat_nccl = hpgo_cost_nccl_latency(op, n, nodes, !(c->gpu.peak[HPGO_DT_TF32] > 0));
     }
     double ring = bus_factor(op, n) * bytes / level_bw(&c->levels[top]) +

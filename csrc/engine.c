@@ -46,7 +46,7 @@ double hpgo_step_optimizer_seconds(const hpgo_cluster_t *c, const hpgo_parplan_t
     return 28 * params / (c->sys.host_mem_bandwidth / gpn) + 4 * params / c->sys.host_bandwidth;
 }
 
-#define M_PI_VALUE 3.14159265358979323846
+static const double PI = 3.14159265358979323846;
 
 double hpgo_step_straggler_factor(const hpgo_cluster_t *c, int64_t gpus)
 {
@@ -61,7 +61,7 @@ double hpgo_step_straggler_factor(const hpgo_cluster_t *c, int64_t gpus)
     for (int i = 0; i <= steps; i++) {
         double x = -10 + i * h;
         double F = 0.5 * erfc(-x / sqrt(2.0));
-        double y = x * n * exp(-0.5 * x * x) / sqrt(2 * M_PI_VALUE) *
+        double y = x * n * exp(-0.5 * x * x) / sqrt(2 * PI) *
                    exp((n - 1) * log(F > 1e-300 ? F : 1e-300));
         double wgt = (i == 0 || i == steps) ? 1 : (i % 2 ? 4 : 2);
         e += wgt * y;
