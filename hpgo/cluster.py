@@ -220,6 +220,30 @@ class Cluster:
         lv[1] = dataclasses.replace(lv[1], size=nodes)
         return dataclasses.replace(self, levels=tuple(lv))
 
+    def with_spine(self, pod_nodes: int, oversubscription: float) -> "Cluster":
+        """The same cluster with its nodes grouped into pods of ``pod_nodes``
+        at full bisection and an oversubscribed tier above them: a new top
+        level whose bandwidths are the node level's divided by
+        ``oversubscription`` (Llama 3's fabric: 3,072-GPU pods, 1:7 above),
+        so that groups spanning pods share the spine."""
+        if len(self.levels) != 2:
+            raise ValueError("with_spine needs a two-level cluster (GPUs in nodes, nodes)")
+        if isinstance(pod_nodes, bool) or not hasattr(pod_nodes, "__index__"):
+            raise TypeError("pod_nodes must be an int")
+        k = pod_nodes.__index__()
+        nodes = self.levels[1].size
+        if k < 1 or nodes % k:
+            raise ValueError(f"pod_nodes must divide the {nodes} nodes, got {k}")
+        if isinstance(oversubscription, bool) or not isinstance(oversubscription, (int, float)) \
+                or not 1.0 <= oversubscription < math.inf:
+            raise ValueError(f"oversubscription must be a number >= 1, got {oversubscription!r}")
+        net = self.levels[1]
+        pod = dataclasses.replace(net, size=k)
+        spine = dataclasses.replace(net, size=nodes // k,
+                                    bandwidth=net.bandwidth / oversubscription,
+                                    collective_bandwidth=net.collective_bandwidth / oversubscription)
+        return dataclasses.replace(self, levels=(self.levels[0], pod, spine))
+
     def with_gpu(self, **changes: Any) -> "Cluster":
         """The same cluster with GPU fields changed (``memory_bytes=``, ...)."""
         return dataclasses.replace(self, gpu=dataclasses.replace(self.gpu, **changes))

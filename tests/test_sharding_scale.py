@@ -222,3 +222,20 @@ def test_autoplan_command_line_sharding_and_offloading_flags():
     bad = subprocess.run(base + ["--offload-activations", "lots"], capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode != 0 and "--offload-activations" in bad.stderr
+
+
+def test_spine_oversubscription():
+    c = hpgo.Cluster.preset("dgx-h100", nodes=8)
+    sp = c.with_spine(4, 7)
+    assert [lv.size for lv in sp.levels] == [8, 4, 2] and sp.gpus == c.gpus
+    assert sp.levels[2].bandwidth == pytest.approx(50e9 / 7)
+    # a data-parallel group inside a pod is unchanged, one across pods slower
+    S = 1e9
+    assert sp.collective_time("all_reduce", 4, S, stride=8) == \
+        pytest.approx(c.collective_time("all_reduce", 4, S, stride=8))
+    assert sp.collective_time("all_reduce", 8, S, stride=8) > \
+        c.collective_time("all_reduce", 8, S, stride=8)
+    with pytest.raises(ValueError, match="pod_nodes must divide"):
+        c.with_spine(3, 7)
+    with pytest.raises(ValueError, match="oversubscription"):
+        c.with_spine(4, 0.5)
