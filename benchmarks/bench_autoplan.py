@@ -27,7 +27,10 @@ CASES = [
 
 
 def search(model, cluster, gb, threads, exhaustive=False, precision="bf16"):
-    opts = (gb, 0, _core.OBJECTIVE_TIME, 10, int(exhaustive), threads, 16, 8, None, *[-1] * 16)
+    # fixed choices free (-1), overlap share 1.0 (unused), FSDP resharding,
+    # full sharding and no offloading (autoplan's defaults)
+    opts = (gb, 0, _core.OBJECTIVE_TIME, 10, int(exhaustive), threads, 16, 8, None, *[-1] * 16,
+            1.0, 0, 0, 0, 0.0)
     return _core._autoplan(model._tuple(PRECISIONS[precision]), cluster._tuple(), opts, None)
 
 

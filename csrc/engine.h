@@ -80,6 +80,7 @@ void hpgo_step_result_free(hpgo_step_result_t *r);
 typedef struct hpgo_device_load {
     double work, params, max_layer_params, transient, min_act, sum_act;
     double expert_params; /* part of params in routed experts */
+    double max_act;       /* largest activation bytes of one of its chunks' micro-batch */
     double state_bytes;   /* persistent bytes besides the model states (fp8 scaling state) */
 } hpgo_device_load_t;
 
@@ -93,5 +94,15 @@ void hpgo_step_device_load(const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc,
 /* Seconds of the optimizer step of `params` local parameters (30 bytes each
  * read or written at the GPU's memory bandwidth).  Thread-safe. */
 double hpgo_step_optimizer_time(const hpgo_cluster_t *c, double params);
+/* The plan's optimizer step: on the GPU as above, or on the host with
+ * offload_optimizer (28 bytes a parameter over the node's CPU memory
+ * bandwidth shared by its GPUs, plus 4 bytes over the GPU's host link);
+ * INFINITY when the cluster has no host figures.  Thread-safe. */
+double hpgo_step_optimizer_seconds(const hpgo_cluster_t *c, const hpgo_parplan_t *p,
+                                   double params);
+/* 1 + jitter x the expected maximum of `gpus` independent standard normal
+ * variables: what the slowest GPU adds to a synchronous step whose per-GPU
+ * time varies with coefficient of variation c->sys.jitter.  Thread-safe. */
+double hpgo_step_straggler_factor(const hpgo_cluster_t *c, int64_t gpus);
 
 #endif

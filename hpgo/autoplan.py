@@ -377,6 +377,31 @@ def _fixed(name: str, v: Any, table: dict | None = None) -> int:
     return int(i)
 
 
+def _memory_opts(c: Cluster, reshard: Any, shard_size: Any, off_opt: Any,
+                 off_act: Any) -> tuple:
+    """autoplan's sharding and offloading options as the C search takes them."""
+    def tri(name: str, v: Any, on: int) -> int:
+        if v is None:
+            return -1
+        return on if _bool(name, v) else 1 - on
+    if isinstance(shard_size, bool) or not hasattr(shard_size, "__index__") or shard_size < 0:
+        raise ValueError(f"shard_size must be an int >= 0, got {shard_size!r}")
+    if off_act is None:
+        act = -1.0
+    else:
+        if isinstance(off_act, bool) or not isinstance(off_act, (int, float)):
+            raise TypeError("offload_activations must be a number in [0, 1] or None")
+        if not 0.0 <= float(off_act) <= 1.0:
+            raise ValueError(f"offload_activations must be in [0, 1], got {off_act}")
+        act = float(off_act)
+    oo = tri("offload_optimizer", off_opt, 1)
+    host = c.host_bandwidth > 0 and c.host_memory_bandwidth > 0 and c.host_memory_bytes > 0
+    if (oo == 1 or act > 0) and not host:
+        raise ValueError(f"offloading needs the cluster's host_memory_bytes, host_bandwidth and "
+                         f"host_memory_bandwidth ({c.name} has none)")
+    return (tri("reshard_after_forward", reshard, 0), int(shard_size), oo, act)
+
+
 def _distributed_search(executor: Any, mt: tuple, c: Cluster, opts: tuple,
                         timeout: float | None, top: Any) -> dict:
     from . import distributed as _dist
@@ -424,6 +449,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              cp: int | None = None, ep: int | None = None, etp: int | None = None,
              ep_placement: str | None = None, overlap_moe_comm: bool | float = False,
              moe_dispatcher: str = "alltoall", fp8_params: bool = False,
+             reshard_after_forward: bool | None = True, shard_size: int = 0,
+             offload_optimizer: bool | None = False,
+             offload_activations: float | None = 0.0,
              timeout: float | None = None,
              executor: Any = None, headroom: float | None = None,
              tokens: float | None = None, price: float | None = None,
@@ -448,6 +476,12 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     :class:`ParallelPlan`);
     ``moe_dispatcher`` (``"alltoall"`` or ``"deepep"``) with that dispatcher;
     ``fp8_params=True`` keeps fp8 weights only (see :class:`ParallelPlan`).
+    Sharding and offloading (see :class:`ParallelPlan`): ``reshard_after_forward``
+    (ZeRO-3 plans; ``None`` searches both), ``shard_size`` (hybrid sharding of
+    every ZeRO plan; plans whose ``dp x cp`` it does not divide are skipped),
+    ``offload_optimizer`` (``None`` searches both) and ``offload_activations``
+    (a share, or ``None`` to search 0, 0.5 and 1); offloading needs the
+    cluster's ``host_bandwidth`` and ``host_memory_bandwidth``.
     ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
     search with KeyboardInterrupt.  Raises ValueError for impossible arguments; a search with no
     plan that fits returns an empty ranking whose ``table()`` says why.
@@ -532,7 +566,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _fixed("ep", ep), _fixed("etp", etp),
             _fixed("ep_placement", ep_placement, {"inner": 0, "outer": 1}),
             int(share > 0), _dispatcher(moe_dispatcher), int(_bool("fp8_params", fp8_params)),
-            share)
+            share, *_memory_opts(c, reshard_after_forward, shard_size, offload_optimizer,
+                                 offload_activations))
     if (tokens is not None) and not isinstance(m, Transformer):
         raise ValueError("tokens= needs a transformer model (a profiled model has no tokens)")
     fw = _frameworks.get(framework)
@@ -542,7 +577,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
 
     def to_plan(pt: tuple) -> ParallelPlan:
         (p_tp, p_pp, p_dp, p_cp, p_ep, v, mb, gb, sch, rc, sp, z, ov, split, p_etp, outer,
-         ep_ov, disp, f8p, _share) = pt
+         ep_ov, disp, f8p, _share, reshard, shard, off_opt, off_act) = pt
         return ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, ep=p_ep,
                             virtual_stages=v, micro_batch=mb, schedule=_SCHED_NAMES[sch],
                             recompute=_RC_NAMES[rc], sequence_parallel=bool(sp), zero=z,
@@ -550,7 +585,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
                             etp=p_etp or None, ep_placement="outer" if outer else "inner",
                             overlap_moe_comm=overlap_moe_comm if ep_ov else False,
                             moe_dispatcher=DISPATCHERS_BY_CODE[disp],
-                            fp8_params=bool(f8p))
+                            fp8_params=bool(f8p), reshard_after_forward=bool(reshard),
+                            shard_size=shard, offload_optimizer=bool(off_opt),
+                            offload_activations=off_act)
 
     def search(o: tuple) -> dict:
         if executor is not None:
@@ -562,9 +599,11 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     if fw is not None:
         if _bool("max_batch", max_batch) or max_days is not None:
             raise ValueError("framework= does not combine with max_batch=True or max_days=")
+        unset = {k for k, v in (("reshard_after_forward", reshard_after_forward),)
+                 if v is True}
         stats, entries = _framework_search(fw, m, precision, opts, int(top), search, to_plan,
                                            dict(schedule=schedule, zero=zero, recompute=recompute,
-                                                pp=pp, ep=ep))
+                                                pp=pp, ep=ep), unset)
     else:
         if _bool("max_batch", max_batch):
             if objective != "time" or max_days is not None or executor is not None:
@@ -675,10 +714,30 @@ def _deadline_search(mt: tuple, c: Cluster, opts: tuple, timeout: float | None, 
 _MAX_TOP = 1000
 # positions in the search options tuple (csrc/module autoplan glue)
 _O_TOP, _O_PP, _O_SCHEDULE, _O_RECOMPUTE, _O_ZERO, _O_EP = 3, 10, 14, 15, 17, 19
+_O_NO_RESHARD = 26
+
+
+def _framework_options(fw: Any, opts: tuple, unset: set) -> tuple:
+    """``opts`` with the framework's runtime defaults that the search prices
+    set where the caller left autoplan's own default (``unset``), so that
+    the ranking is of the plans as the framework runs them."""
+    o = list(opts)
+    d = fw.defaults
+    if "reshard_after_forward" in unset and "reshard_after_forward" in d:
+        v = d["reshard_after_forward"]
+        if callable(v):
+            # the only policy the C search knows: reshard unless pipelined
+            probe = ParallelPlan(global_batch=2, dp=2, zero=3)
+            if not (v(probe) and not v(probe.with_(pp=2, dp=1))):
+                raise ValueError(f"{fw.name}: reshard_after_forward policy not searchable")
+            o[_O_NO_RESHARD] = 2
+        else:
+            o[_O_NO_RESHARD] = 0 if v else 1
+    return tuple(o)
 
 
 def _framework_search(fw: Any, m: Any, precision: str, opts: tuple, top: int, search: Any,
-                      to_plan: Any, fixed: dict) -> tuple[dict, list]:
+                      to_plan: Any, fixed: dict, unset: set) -> tuple[dict, list]:
     """The ``top`` best plans ``fw`` runs.  Each sub-search fixes one
     schedule x ZeRO stage (x recomputation mode) the framework offers; their
     plans are disjoint and every plan the framework offers is in one, so
@@ -689,9 +748,11 @@ def _framework_search(fw: Any, m: Any, precision: str, opts: tuple, top: int, se
     one could (the search returned as many plans as asked, its last ranking
     before the ``top``-th accepted plan or fewer than ``top`` accepted), ask
     every sub-search for four times as many (at most 1000, the search's
-    largest list)."""
+    largest list).  The framework's runtime defaults the search prices
+    (:func:`_framework_options`) are set for every sub-search."""
     _frameworks.refuse_fixed(fw, fixed, precision)
     spaces = _frameworks.search_spaces(fw, fixed)
+    opts = _framework_options(fw, opts, unset)
     model = m if isinstance(m, Transformer) else None
     want = max(top, 1)
     while True:

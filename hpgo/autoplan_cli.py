@@ -214,6 +214,17 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
     moe.add_argument("--fp8-params", action="store_true",
                      help="fp8 training keeps the weights in fp8 only (Megatron's "
                           "--fp8-param-gather)")
+    shard = p.add_argument_group("sharding and offloading")
+    shard.add_argument("--reshard-after-forward", choices=("yes", "no", "search"), default="yes",
+                       help="ZeRO-3 plans free the gathered weights after the forward (FSDP's "
+                            "default), keep them to the backward, or both are searched")
+    shard.add_argument("--shard-size", type=int, default=0, metavar="K",
+                       help="hybrid sharding: shard the model states inside groups of K replicas")
+    shard.add_argument("--offload-optimizer", choices=("no", "yes", "search"), default="no",
+                       help="optimizer state and step on the host (ZeRO-Offload)")
+    shard.add_argument("--offload-activations", default="0", metavar="SHARE|search",
+                       help="share of stored activations kept in host memory, or 'search' "
+                            "(0, 0.5, 1)")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="seconds the search may take")
     p.add_argument("--framework", choices=("megatron", "torchtitan", "deepspeed"),
                    help="rank only plans this framework runs (docs/exports.md)")
@@ -260,6 +271,21 @@ def _check_output(path: str | None, what: str) -> None:
         raise UsageError(f"{what} {path!r}: no such folder {d!r}")
 
 
+def _memory_args(args: argparse.Namespace) -> dict:
+    """autoplan's sharding and offloading keywords from the flags."""
+    tri = {"yes": True, "no": False, "search": None}
+    if args.offload_activations == "search":
+        act = None
+    else:
+        try:
+            act = float(args.offload_activations)
+        except ValueError:
+            raise ValueError("--offload-activations takes a share in [0, 1] or 'search', not "
+                             f"{args.offload_activations!r}") from None
+    return dict(reshard_after_forward=tri[args.reshard_after_forward], shard_size=args.shard_size,
+                offload_optimizer=tri[args.offload_optimizer], offload_activations=act)
+
+
 def run_autoplan(args) -> int:
     import hpgo
 
@@ -292,7 +318,8 @@ def run_autoplan(args) -> int:
                       objective=args.objective, precision=args.precision, top=args.top,
                       timeout=args.timeout, overlap_moe_comm=args.overlap_moe_comm,
                       moe_dispatcher=args.moe_dispatcher, fp8_params=args.fp8_params,
-                      max_days=args.max_days, framework=framework, **opts, **fixed)
+                      max_days=args.max_days, framework=framework, **_memory_args(args), **opts,
+                      **fixed)
     if args.output and len(r):
         r[0].plan.save(args.output)
         print(f"wrote {args.output}", file=sys.stderr)

@@ -18,6 +18,23 @@ GPU name, the GPUs per node and the network speed::
 
     hpgo.Cluster.build("a100-40gb", nodes=4, gpus_per_node=8, inter_node_gbps=200,
                        per_node=True)     # one 200 Gb/s NIC shared by a node's 8 GPUs
+
+``efficiency`` the achieved fraction of the link rate.
+
+Beyond the GPU and its links a cluster carries the host side and the
+runtime: ``host_memory_bytes`` (CPU memory per node), ``host_bandwidth``
+(bytes/s per GPU and direction over its PCIe link) and
+``host_memory_bandwidth`` (a node's CPU memory bandwidth), which price
+offloading; ``allocator_fragmentation`` (the share of the caching
+allocator's reserved memory it cannot reuse: 0 by default, the
+expandable segments torchtitan and NeMo run with;
+``hpgo.cluster.ALLOCATOR_FRAGMENTATION``, GMLake's 9.2 of 80 GB, for the
+stock allocator); ``jitter`` (the coefficient of variation of one GPU's time
+between two synchronisations; the step waits for the slowest of its GPUs;
+0 by default: the published figures disagree, see docs/training-model.md)
+and ``nccl_latency`` (price collective latency with NCCL's own tuning
+model by algorithm, protocol, ranks and nodes instead of ``latency`` per
+ring step).
 """
 from __future__ import annotations
 
@@ -30,13 +47,18 @@ from typing import Any, Mapping
 
 from . import _core, _files
 
-__all__ = ["GPU", "Level", "Cluster", "GPU_TYPES", "resolve"]
+__all__ = ["GPU", "Level", "Cluster", "GPU_TYPES", "resolve", "ALLOCATOR_FRAGMENTATION"]
 
 #: GPU names :meth:`Cluster.build` takes, and the preset each is read from
 #: (its GPU, its NVLink level, and its inter-node latency and efficiency).
-GPU_TYPES = {"v100": "dgx1-v100", "v100-32gb": "dgx1-v100", "v100-16gb": "dapple-v100",
+GPU_TYPES = {"v100": "dgx1-v100", "v100-32gb": "dgx1-v100", "v100-16gb": "dgx1-v100-16gb",
              "a100-40gb": "dgx-a100-40gb", "a100-80gb": "dgx-a100-80gb", "a100": "dgx-a100-80gb",
-             "h100": "dgx-h100", "h100-80gb": "dgx-h100", "h200": "dgx-h200"}
+             "h100": "dgx-h100", "h100-80gb": "dgx-h100", "h100-96gb": "grand-teton-h100",
+             "h100-pcie": "h100-pcie", "h200": "dgx-h200", "b200": "dgx-b200"}
+
+#: share of reserved memory the PyTorch caching allocator cannot reuse
+#: (GMLake, ASPLOS'24: 9.2 GB of an 80 GB A100 on average; csrc/cluster.h)
+ALLOCATOR_FRAGMENTATION: float = _core.ALLOC_FRAG_GMLAKE
 
 _COLL = {"all_reduce": _core.COLL_ALLREDUCE, "reduce_scatter": _core.COLL_REDUCE_SCATTER,
          "all_gather": _core.COLL_ALLGATHER, "all_to_all": _core.COLL_ALLTOALL}
@@ -72,6 +94,10 @@ def resolve(spec: "str | os.PathLike | Cluster", nodes: int | None = None) -> "C
         raise FileNotFoundError(2, "no such cluster file", text)
     raise ValueError(f"unknown cluster preset {text!r} (presets: "
                      f"{', '.join(Cluster.presets())}; or a cluster file)")
+
+
+_SYSTEM = ("host_memory_bytes", "host_bandwidth", "host_memory_bandwidth",
+           "allocator_fragmentation", "jitter", "nccl_latency")
 
 
 def _steps(name: str, v: Any) -> tuple[tuple[float, float], ...]:
@@ -148,10 +174,23 @@ class Cluster:
     name: str
     gpu: GPU
     levels: tuple[Level, ...]
+    host_memory_bytes: float = 0.0
+    host_bandwidth: float = 0.0
+    host_memory_bandwidth: float = 0.0
+    allocator_fragmentation: float = 0.0
+    jitter: float = 0.0
+    nccl_latency: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.gpu, GPU):
             raise TypeError("gpu must be an hpgo.GPU")
+        if not isinstance(self.nccl_latency, bool):
+            raise TypeError("nccl_latency must be a bool")
+        for f in ("host_memory_bytes", "host_bandwidth", "host_memory_bandwidth",
+                  "allocator_fragmentation", "jitter"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TypeError(f"{f} must be a number")
         lv = tuple(self.levels)
         if not all(isinstance(x, Level) for x in lv):
             raise TypeError("levels must be hpgo.Level values")
@@ -216,11 +255,14 @@ class Cluster:
 
     @classmethod
     def _from_tuple(cls, t: tuple) -> "Cluster":
-        name, gname, peaks, vec, hbm, hbw, ms, vs, mems, levels, f8, att, sms = t
+        name, gname, peaks, vec, hbm, hbw, ms, vs, mems, levels, f8, att, sms, sy = t
         gpu = GPU(gname, *peaks, vec, hbm, hbw, ms, vs, mems, f8, att, sms)
         lv = tuple(Level(size=s, bandwidth=b, collective_bandwidth=cb, latency=lat, efficiency=e)
                    for s, b, cb, lat, e in levels)
-        return cls(name, gpu, lv)
+        hm, hb, hmb, frag, jit, nccl = sy
+        return cls(name, gpu, lv, host_memory_bytes=hm, host_bandwidth=hb,
+                   host_memory_bandwidth=hmb, allocator_fragmentation=frag, jitter=jit,
+                   nccl_latency=bool(nccl))
 
     def _tuple(self) -> tuple:
         g = self.gpu
@@ -230,7 +272,10 @@ class Cluster:
                 g.memory_efficiency,
                 tuple((lv.size, lv.bandwidth, lv.collective_bandwidth, lv.latency, lv.efficiency)
                       for lv in self.levels),
-                g.fp8_matrix_efficiency, g.attention_efficiency, g.multiprocessors)
+                g.fp8_matrix_efficiency, g.attention_efficiency, g.multiprocessors,
+                (float(self.host_memory_bytes), float(self.host_bandwidth),
+                 float(self.host_memory_bandwidth), float(self.allocator_fragmentation),
+                 float(self.jitter), int(self.nccl_latency)))
 
     # -- shape ----------------------------------------------------------------
     @property
@@ -252,6 +297,30 @@ class Cluster:
         lv = list(self.levels)
         lv[1] = dataclasses.replace(lv[1], size=nodes)
         return dataclasses.replace(self, levels=tuple(lv))
+
+    def with_spine(self, pod_nodes: int, oversubscription: float) -> "Cluster":
+        """The same cluster with its nodes grouped into pods of ``pod_nodes``
+        at full bisection and an oversubscribed tier above them: a new top
+        level whose bandwidths are the node level's divided by
+        ``oversubscription`` (Llama 3's fabric: 3,072-GPU pods, 1:7 above),
+        so that groups spanning pods share the spine."""
+        if len(self.levels) != 2:
+            raise ValueError("with_spine needs a two-level cluster (GPUs in nodes, nodes)")
+        if isinstance(pod_nodes, bool) or not hasattr(pod_nodes, "__index__"):
+            raise TypeError("pod_nodes must be an int")
+        k = pod_nodes.__index__()
+        nodes = self.levels[1].size
+        if k < 1 or nodes % k:
+            raise ValueError(f"pod_nodes must divide the {nodes} nodes, got {k}")
+        if isinstance(oversubscription, bool) or not isinstance(oversubscription, (int, float)) \
+                or not 1.0 <= oversubscription < math.inf:
+            raise ValueError(f"oversubscription must be a number >= 1, got {oversubscription!r}")
+        net = self.levels[1]
+        pod = dataclasses.replace(net, size=k)
+        spine = dataclasses.replace(net, size=nodes // k,
+                                    bandwidth=net.bandwidth / oversubscription,
+                                    collective_bandwidth=net.collective_bandwidth / oversubscription)
+        return dataclasses.replace(self, levels=(self.levels[0], pod, spine))
 
     def with_gpu(self, **changes: Any) -> "Cluster":
         """The same cluster with GPU fields changed (``memory_bytes=``, ...)."""
@@ -293,7 +362,8 @@ class Cluster:
     def to_dict(self) -> dict:
         return {"format": "hpgo-cluster-1", "name": self.name,
                 "gpu": dataclasses.asdict(self.gpu),
-                "levels": [dataclasses.asdict(lv) for lv in self.levels]}
+                "levels": [dataclasses.asdict(lv) for lv in self.levels],
+                **{f: getattr(self, f) for f in _SYSTEM}}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, where: str = "cluster") -> "Cluster":
@@ -310,7 +380,8 @@ class Cluster:
             g = dict(d["gpu"])
             gpu = GPU(**g)
             levels = tuple(Level(**dict(x)) for x in d["levels"])
-            return cls(str(d["name"]), gpu, levels)
+            sysf = {f: d[f] for f in _SYSTEM if f in d}
+            return cls(str(d["name"]), gpu, levels, **sysf)
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"{where}: malformed cluster description ({e})") from None
         except ValueError as e:

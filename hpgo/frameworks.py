@@ -213,8 +213,9 @@ TORCHTITAN = Framework(
         # flex_cp_allgather)
         "cp_comm": "all_gather",
         # fsdp_reshard_after_forward "default": not pp_enabled
-        # (torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy)
-        "reshard_after_forward": lambda p: p.pp == 1,
+        # (torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy);
+        # it matters only where FSDP shards the weights (zero 3)
+        "reshard_after_forward": lambda p: p.pp == 1 or p.zero < 3,
         "shard_size": 0,
         "overlap_grad_reduce": True,
     },

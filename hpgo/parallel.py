@@ -144,6 +144,18 @@ class ParallelPlan:
     training) keeps the weights in fp8 only, as Megatron's
     ``--fp8-param-gather``: 2 bytes per parameter (the fp8 weight and its
     transpose) instead of 4 with the 16-bit copy.
+
+    Sharded data parallelism as PyTorch FSDP2 runs it (``zero=3``):
+    ``reshard_after_forward=False`` keeps each layer's gathered weights from
+    its forward to its backward (no second all-gather, the whole device's
+    16-bit weights held; torchtitan's choice under pipelining, Llama 3's);
+    ``shard_size=k`` shards the model states inside groups of ``k``
+    data-parallel replicas and replicates them across the groups (hybrid
+    sharding, FSDP2's HSDP; 0: shard over all ``dp x cp`` replicas).
+    Offloading: ``offload_optimizer=True`` keeps the optimizer state on the
+    host and steps it there (ZeRO-Offload, Megatron's CPU optimizer);
+    ``offload_activations=f`` keeps that share of the stored activations in
+    host memory until their backward (over the cluster's host link).
     """
 
     global_batch: int
@@ -166,6 +178,10 @@ class ParallelPlan:
     overlap_moe_comm: bool | float = False
     moe_dispatcher: str = "alltoall"
     fp8_params: bool = False
+    reshard_after_forward: bool = True
+    shard_size: int = 0
+    offload_optimizer: bool = False
+    offload_activations: float = 0.0
 
     def __post_init__(self) -> None:
         for f in ("global_batch", "tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch"):
@@ -187,9 +203,22 @@ class ParallelPlan:
         if self.recompute not in RECOMPUTE_MODES:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}; "
                              f"got {self.recompute!r}")
-        for f in ("sequence_parallel", "overlap_grad_reduce", "fp8_params"):
+        for f in ("sequence_parallel", "overlap_grad_reduce", "fp8_params",
+                  "reshard_after_forward", "offload_optimizer"):
             if not isinstance(getattr(self, f), bool):
                 raise TypeError(f"{f} must be a bool")
+        object.__setattr__(self, "shard_size", _int("shard_size", self.shard_size, 0, 1 << 24))
+        if self.shard_size and (self.dp * self.cp) % self.shard_size:
+            raise ValueError(f"shard_size {self.shard_size} must divide dp x cp = "
+                             f"{self.dp * self.cp} (0: shard over all replicas)")
+        if self.shard_size and self.shard_size < self.dp * self.cp and self.zero < 1:
+            raise ValueError("shard_size (hybrid sharding) needs zero >= 1")
+        oa = self.offload_activations
+        if isinstance(oa, bool) or not isinstance(oa, (int, float)):
+            raise TypeError("offload_activations must be a number in [0, 1]")
+        if not 0.0 <= float(oa) <= 1.0:
+            raise ValueError(f"offload_activations must be in [0, 1], got {oa}")
+        object.__setattr__(self, "offload_activations", float(oa))
         overlap_share(self.overlap_moe_comm)
         if not isinstance(self.overlap_moe_comm, bool):
             object.__setattr__(self, "overlap_moe_comm", float(self.overlap_moe_comm))
@@ -220,7 +249,9 @@ class ParallelPlan:
                 int(self.sequence_parallel), self.zero, int(self.overlap_grad_reduce),
                 self.split, self.etp or 0, int(self.ep_placement == "outer"),
                 int(bool(self.overlap_moe_comm)), DISPATCHERS[self.moe_dispatcher],
-                int(self.fp8_params), overlap_share(self.overlap_moe_comm))
+                int(self.fp8_params), overlap_share(self.overlap_moe_comm),
+                int(self.reshard_after_forward), self.shard_size, int(self.offload_optimizer),
+                self.offload_activations)
 
     @property
     def expert_data_parallel(self) -> int:
@@ -381,6 +412,14 @@ class ParallelPlan:
             parts.append(f"recompute={self.recompute}")
         if self.fp8_params:
             parts.append("fp8-params")
+        if not self.reshard_after_forward:
+            parts.append("no-reshard")
+        if self.shard_size:
+            parts.append(f"shard={self.shard_size}")
+        if self.offload_optimizer:
+            parts.append("offload-optimizer")
+        if self.offload_activations:
+            parts.append(f"offload-activations={self.offload_activations:g}")
         return " ".join(parts)
 
     def __repr__(self) -> str:
@@ -400,6 +439,8 @@ class MemoryBreakdown:
     capacity: float
     margin: float
     fits: bool
+    reserved: float = 0.0  # the caching allocator's reserve beyond the allocated bytes
+    host: float = 0.0      # bytes offloaded to host memory (optimizer state, activations)
     headroom: float = 0.0
 
     @property
@@ -414,7 +455,11 @@ class MemoryBreakdown:
         return (f"MemoryBreakdown({self.total / g:.1f} of {self.capacity / g:.1f} GiB{room}, "
                 f"{'fits' if self.fits else 'DOES NOT FIT'}: weights {self.weights / g:.1f}, "
                 f"gradients {self.gradients / g:.1f}, optimizer {self.optimizer / g:.1f}, "
-                f"activations {self.activations / g:.1f}, other {self.other / g:.1f})")
+                f"activations {self.activations / g:.1f}, other {self.other / g:.1f}, "
+                f"allocator reserve {self.reserved / g:.1f}"
+                + (f"; on the host {self.host / g:.1f}" if self.host else "")
+                + ("; more than the node's CPU memory holds"
+                   if self.host and not self.fits and self.total <= self.capacity else "") + ")")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """hpgo.autoplan: exact under the model (pruned search = exhaustive search on
 random small cases), only plans that fit, fixed choices respected, never
 slower than published or HPGO configurations simulated by the same engine."""
+import dataclasses
 import random
 
 import pytest
@@ -40,6 +41,48 @@ def test_pruned_search_equals_exhaustive(seed):
     assert key(fast) == key(slow)
     assert slow.stats["simulated"] == slow.stats["candidates"] - slow.stats["rejected"]
     assert fast.stats["simulated"] <= slow.stats["simulated"]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_pruned_equals_exhaustive_with_sharding_and_offloading_searched(seed):
+    # reshard after forward, offloaded optimizer and activations searched,
+    # hybrid sharding, straggler jitter, NCCL latency and the allocator's
+    # reserve: every new price and memory term goes through the bounds
+    rng = random.Random(500 + seed)
+    model = random_transformer(rng)
+    preset = rng.choice(["dgx-a100-40gb", "dgx-h100", "dgx1-v100", "dgx-b200"])
+    cluster = hpgo.Cluster.preset(preset, nodes=rng.choice([1, 2, 4]))
+    cluster = cluster.with_gpu(memory_bytes=rng.choice([2e9, 4e9, 16e9]))
+    cluster = dataclasses.replace(cluster, jitter=rng.choice([0.0, 0.02]),
+                                  nccl_latency=rng.random() < 0.5,
+                                  allocator_fragmentation=rng.choice([0.0, 0.115]))
+    gb = rng.choice([8, 16, 32])
+    top = rng.choice([1, 5, 20])
+    kw = dict(reshard_after_forward=None, offload_optimizer=None, offload_activations=None,
+              shard_size=rng.choice([0, 0, 2]))
+    fast = hpgo.autoplan(model, cluster, gb, top=top, threads=rng.choice([1, 2]), **kw)
+    slow = hpgo.autoplan(model, cluster, gb, top=top, exhaustive=True, threads=1, **kw)
+    assert key(fast) == key(slow)
+    assert fast.stats["simulated"] <= slow.stats["simulated"]
+    for rp in fast:
+        assert rp.result.fits
+        assert rp.plan.shard_size in (0, kw["shard_size"])
+
+
+def test_autoplan_searches_offloading_where_memory_needs_it():
+    # a 1.3B model with Adam on 8 GPUs of 20 GB: weights and gradients (6 B a
+    # parameter) fit, the optimizer state (12 B) does not without sharding;
+    # ZeRO-Offload-style plans appear when searched
+    m = hpgo.transformer(hidden=2048, ffn=8192, heads=16, layers=24, seq=2048, vocab=32000)
+    c = hpgo.Cluster.preset("dgx-a100-40gb").with_gpu(memory_bytes=20e9)
+    kw = dict(zero=0, tp=1, pp=1, top=3)
+    assert len(hpgo.autoplan(m, c, 8, **kw)) == 0
+    found = hpgo.autoplan(m, c, 8, offload_optimizer=None, offload_activations=None,
+                          recompute="full", **kw)
+    assert len(found) > 0 and all(rp.plan.offload_optimizer for rp in found)
+    assert found[0].result.memory[0].host > 0
+    with pytest.raises(ValueError, match="host_bandwidth"):
+        hpgo.autoplan(m, hpgo.Cluster.preset("grand-teton-h100"), 8, offload_optimizer=True)
 
 
 @pytest.mark.parametrize("seed", range(4))

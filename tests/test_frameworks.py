@@ -160,7 +160,9 @@ def test_runtime_defaults_follow_the_plan_where_the_framework_does():
     # get_fsdp_reshard_after_forward_policy "default": not pp_enabled)
     assert F.runtime_defaults("torchtitan", P(global_batch=8, dp=8))["reshard_after_forward"]
     assert not F.runtime_defaults("torchtitan",
-                                  P(global_batch=8, pp=2, dp=4))["reshard_after_forward"]
+                                  P(global_batch=8, pp=2, dp=4, zero=3))["reshard_after_forward"]
+    # it matters only where the weights are sharded
+    assert F.runtime_defaults("torchtitan", P(global_batch=8, pp=2, dp=4))["reshard_after_forward"]
     assert F.runtime_defaults(None, P(global_batch=8)) == {}
     # a value the plan states is kept; fields this ParallelPlan lacks are skipped
     p = P(global_batch=8, dp=8, overlap_grad_reduce=False)
@@ -180,9 +182,16 @@ def test_runtime_defaults_follow_the_plan_where_the_framework_does():
 def test_framework_search_equals_filtering_every_plan(name, cluster, nodes, gb, kw, framework):
     c = hpgo.Cluster.preset(cluster, nodes=nodes)
     m = hpgo.transformer(name)
-    every = hpgo.autoplan(m, c, gb, top=1000, exhaustive=True, **kw)
+    # every plan, with and without resharding after forward (ZeRO-3), kept
+    # where the framework's own default says
+    every = hpgo.autoplan(m, c, gb, top=1000, exhaustive=True, reshard_after_forward=None, **kw)
     assert len(every) < 1000  # every plan that fits is in the list
-    ok = [p for p in every if not F.problems(framework, p.plan, m)]
+
+    def as_run(p):
+        want = F.runtime_defaults(framework, p)["reshard_after_forward"]
+        return p.zero < 3 or p.reshard_after_forward == want
+
+    ok = [p for p in every if not F.problems(framework, p.plan, m) and as_run(p.plan)]
     assert ok and len(ok) < len(every)  # the framework refuses some of the winners
     for top in (1, 7):
         got = hpgo.autoplan(m, c, gb, top=top, framework=framework, **kw)

@@ -234,8 +234,8 @@ def test_cluster_from_a_gpu_type_and_network_speed():
 def test_missing_cluster_file_is_not_an_unknown_preset(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such cluster file"):
         resolve(str(tmp_path / "nofile.json"))
-    with pytest.raises(ValueError, match="unknown cluster preset 'dgx-b200'.*dgx-h100"):
-        resolve("dgx-b200")
+    with pytest.raises(ValueError, match="unknown cluster preset 'dgx-b300'.*dgx-h100"):
+        resolve("dgx-b300")
     assert main(["autoplan", "--model", "llama3-8b", "--cluster", "nofile.json",
                  "--global-batch", "8"]) == 2
 
