@@ -202,8 +202,9 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
             act = n0 * sc[0].act + sc[K - 1].act;
         }
         hpgo_mem_t mem;
-        hpgo_memory_breakdown(S->c, &p, S->w->precision, params, load.expert_params, maxlayer,
-                              act + transient, S->overhead + load.state_bytes, &mem);
+        hpgo_memory_breakdown2(S->c, &p, S->w->precision, params, load.expert_params, maxlayer,
+                               act + transient, load.max_act + transient,
+                               S->overhead + load.state_bytes, &mem);
         if (mem.total > mem.capacity * (1 + 1e-9))
             fits = 0;
         /* the device's lowest stage is d: nothing reaches it before the
@@ -219,8 +220,8 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
             t += back[d];
         else if (p.schedule == HPGO_PS_ZBH1 && before[d] + busy - wsum + back[d] > t)
             t = before[d] + busy - wsum + back[d];
-        t += hpgo_step_optimizer_time(S->c, &p,
-                                      hpgo_step_shard_params(&p, params, load.expert_params));
+        t += hpgo_step_optimizer_seconds(S->c, &p,
+                                         hpgo_step_shard_params(&p, params, load.expert_params));
         if (t > lb)
             lb = t;
     }
@@ -384,6 +385,51 @@ static int free_or(int32_t fixed, int32_t v) { return fixed < 0 || fixed == v; }
 
 /* Candidates sharing (tp, pp, dp, micro-batch, schedule, vstages): the
  * recomputation, sp, ZeRO and split variants. */
+/* The cluster has the host figures offloading needs. */
+static int host_ok(const hpgo_cluster_t *c)
+{
+    return c->sys.host_bandwidth > 0 && c->sys.host_mem_bandwidth > 0 && c->sys.host_memory > 0;
+}
+
+/* The sharding and offloading variants of a plan (each an independent
+ * candidate, bounded and simulated like the others). */
+static int enum_memory(search_t *S, hpgo_parplan_t *p, int64_t off, hpgo_err_t *err)
+{
+    const hpgo_autoplan_opts_t *o = S->o;
+    int host = host_ok(S->c);
+    static const double act_shares[3] = {0, 0.5, 1};
+    for (int32_t nr = 0; nr <= 1; nr++) {
+        if (nr == 1 && p->zero < 3)
+            break;
+        /* no_reshard 2: torchtitan's default policy, keep the weights
+         * gathered exactly when the plan pipelines (fsdp.py,
+         * get_fsdp_reshard_after_forward_policy "default": not pp_enabled) */
+        int32_t want = o->no_reshard == 2 ? (p->pp > 1) : o->no_reshard;
+        if (!(want < 0 || want == nr || (p->zero < 3 && nr == 0)))
+            continue;
+        p->reshard_after_forward = !nr;
+        for (int32_t oo = 0; oo <= 1; oo++) {
+            if (!(o->offload_optimizer < 0 || o->offload_optimizer == oo) || (oo && !host))
+                continue;
+            p->offload_optimizer = oo;
+            for (int ai = 0; ai < 3; ai++) {
+                double a = o->offload_activations >= 0 ? o->offload_activations : act_shares[ai];
+                if (ai > 0 && o->offload_activations >= 0)
+                    break;
+                if (a > 0 && !host)
+                    continue;
+                p->offload_activations = a;
+                int r = add_cand(S, p, -1, 0, err);
+                if (r == HPGO_OK && off >= 0)
+                    r = add_cand(S, p, off, 1, err);
+                if (r != HPGO_OK)
+                    return r;
+            }
+        }
+    }
+    return HPGO_OK;
+}
+
 static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *tmp_split,
                      hpgo_err_t *err)
 {
@@ -432,9 +478,13 @@ static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *
                 if (!free_or(o->zero, z))
                     continue;
                 p.zero = z;
-                int r = add_cand(S, &p, -1, 0, err);
-                if (r == HPGO_OK && off >= 0)
-                    r = add_cand(S, &p, off, 1, err);
+                p.shard_size = 0;
+                if (o->shard_size > 0 && z > 0) {
+                    if (((int64_t)p.dp * p.cp) % o->shard_size)
+                        continue;
+                    p.shard_size = o->shard_size;
+                }
+                int r = enum_memory(S, &p, off, err);
                 if (r != HPGO_OK)
                     return r;
             }
@@ -539,6 +589,7 @@ static int enumerate(search_t *S, int64_t N, hpgo_err_t *err)
                 base.cp = (int32_t)cp, base.ep = 1, base.micro_batch = mb, base.global_batch = B;
                 base.overlap_grad_reduce = 1;
                 base.fp8_params = o->fp8_params == 1;
+                base.reshard_after_forward = 1; /* ZeRO-3 as DeepSpeed and FSDP's default */
                 base.kernels = o->kernels > 0 ? o->kernels : HPGO_KS_TE;
                 base.cp_comm = o->cp_comm > 0 ? o->cp_comm : HPGO_CP_P2P;
                 /* schedules and their vstages */
@@ -643,6 +694,14 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
         o->sequence_parallel > 1 || o->kernels > HPGO_KS_EAGER || o->tp_overlap > HPGO_TPO_ASYNC ||
         o->cp_comm > HPGO_CP_A2A)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "a fixed choice is out of range");
+    if (o->no_reshard < -1 || o->no_reshard > 2 || o->offload_optimizer < -1 ||
+        o->offload_optimizer > 1 || o->shard_size < 0 || !(o->offload_activations <= 1) ||
+        ((o->offload_activations > 0 || o->offload_optimizer == 1) && !host_ok(c)))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "reshard (-1, 0, 1, 2), offload_optimizer (-1, 0, 1), shard_size (>= 0) "
+                            "or offload_activations (<= 1) out of range, or offloading asked of "
+                            "a cluster without host_memory_bytes, host_bandwidth and "
+                            "host_memory_bandwidth");
 
     search_t S;
     memset(&S, 0, sizeof S);

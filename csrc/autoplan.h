@@ -51,6 +51,15 @@ typedef struct hpgo_autoplan_opts {
     double overlap_share;      /* with overlap_ep 1: the plans' overlap_share */
     int32_t dispatcher;        /* MoE dispatcher of every plan (HPGO_DISPATCH_); -1: all-to-all */
     int32_t fp8_params;        /* 1: fp8 weights only (every plan); -1 or 0: not */
+    /* sharding and offloading (0 keeps each plan as FSDP / ZeRO default it) */
+    int32_t no_reshard;        /* ZeRO-3 plans: 0 reshard after forward, 1 keep the weights
+                                  gathered to the backward, -1 search both, 2 keep them
+                                  exactly when pp > 1 (torchtitan's default) */
+    int32_t shard_size;        /* every ZeRO plan's shard group (0: all replicas; plans
+                                  whose dp x cp it does not divide are skipped) */
+    int32_t offload_optimizer; /* 0 off, 1 every plan, -1 search both (clusters with host
+                                  figures only) */
+    double offload_activations;/* >= 0: every plan's share; < 0: search 0, 0.5 and 1 */
     /* the training stack every plan is priced on (not searched; -1: the
      * defaults): kernel set, tensor-parallel overlap (on the plans with
      * sequence parallelism), context-parallel exchange (parplan.h) */

@@ -64,6 +64,17 @@ static void gpu_v100(hpgo_gpu_t *g, double hbm)
     calculon_curves(g, 0.869);
 }
 
+static void gpu_v100_sxm3(hpgo_gpu_t *g)
+{
+    /* V100 SXM3 32 GB at 450 W (DGX-2H): 2.1 PFLOP/s fp16 tensor per 16 GPUs
+     * (DGX-2H announcement, pcper.com / tomshardware.fr) = 131.25 per GPU;
+     * 900 GB/s and the SXM2's fp32 and vector rates (spec/stack-mechanisms.md
+     * 8: recalled, UNVERIFIED); A100's MAMF ratio as for the SXM2. */
+    gpu_v100(g, 32e9);
+    strcpy(g->name, "V100-SXM3-32GB");
+    g->peak[HPGO_DT_BF16] = 2.1e15 / 16;
+}
+
 static void gpu_a100(hpgo_gpu_t *g, double hbm, double bw)
 {
     /* A100 SXM4 datasheet: 19.5 fp32, 156 tf32, 312 bf16; 78 fp16 vector
@@ -97,14 +108,73 @@ static void gpu_h100(hpgo_gpu_t *g, double hbm, double bw, const char *name)
     calculon_curves(g, 794.5 / 989.0);
 }
 
+
+/* The host side of a node: CPU memory per node, the GPU's host link
+ * (PCIe x16 per GPU, per direction: Gen3 16 GB/s, Gen4 32 GB/s, Gen5 64
+ * GB/s, PCI-SIG link rates) and the node's CPU memory bandwidth (channels x
+ * transfer rate x 8 bytes of both sockets, from the CPUs' datasheets). */
+static hpgo_system_t host(double mem, double link, double cpu_bw)
+{
+    /* allocator reserve 0: the large-scale stacks run the caching allocator
+     * with expandable segments (torchtitan's run_train.sh sets
+     * PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), which maps pages
+     * into one growing segment as GMLake's stitching does; no measured
+     * figure for what it still loses (HPGO_ALLOC_FRAG_GMLAKE: without it) */
+    /* latency: `latency` per ring step (Calculon's figures, which the
+     * Korthikanti reproduction is checked with); NCCL's tuning model is the
+     * alternative (nccl_latency = 1, cost.c) */
+    hpgo_system_t s = {mem, link, cpu_bw, 0, 0, 0};
+    return s;
+}
+
+static void gpu_h100_pcie(hpgo_gpu_t *g)
+{
+    /* H100 PCIe (NVIDIA H100 spec table, product brief PB-11133-001): 114
+     * SMs, 51.2 fp32, 378 tf32, 756 bf16, 1513 fp8 dense, 80 GB HBM2e at
+     * 2.0 TB/s, 300-350 W.  Vector 16-bit: twice fp32 as on the SXM5 (133.8
+     * = 2 x 66.9) [derived].  No published MAMF: the SXM5's ratio
+     * (UNVERIFIED; calibrate with `hpgo profile kernels`). */
+    memset(g, 0, sizeof *g);
+    strcpy(g->name, "H100-PCIe-80GB");
+    g->sms = 114;
+    g->peak[HPGO_DT_FP32] = 51.2e12;
+    g->peak[HPGO_DT_TF32] = 378e12;
+    g->peak[HPGO_DT_BF16] = 756e12;
+    g->peak[HPGO_DT_FP8] = 1513e12;
+    g->vector_flops = 2 * 51.2e12;
+    g->hbm_bytes = 80e9;
+    g->hbm_bandwidth = 2.0e12;
+    calculon_curves(g, 794.5 / 989.0);
+}
+
+static void gpu_b200(hpgo_gpu_t *g)
+{
+    /* B200 (HGX / DGX, 1000 W; glennklockwood B200 page, spec/training-model.md
+     * 7.1): 80 fp32, 1100 tf32, 2250 bf16, 4500 fp8 dense; 180 GB usable in a
+     * DGX B200 (1.44 TB per 8, NVIDIA BasePOD), 8 TB/s; MAMF about 1745 of
+     * 2250 (stas00/ml-engineering, TM 6.2).  Vector 16-bit: twice fp32 as on
+     * H100 [derived, UNVERIFIED]; SM count UNVERIFIED (0: unknown). */
+    memset(g, 0, sizeof *g);
+    strcpy(g->name, "B200-180GB");
+    g->peak[HPGO_DT_FP32] = 80e12;
+    g->peak[HPGO_DT_TF32] = 1100e12;
+    g->peak[HPGO_DT_BF16] = 2250e12;
+    g->peak[HPGO_DT_FP8] = 4500e12;
+    g->vector_flops = 2 * 80e12;
+    g->hbm_bytes = 180e9;
+    g->hbm_bandwidth = 8e12;
+    calculon_curves(g, 1745.0 / 2250.0);
+}
+
 static hpgo_level_t level(int32_t size, double bw, double coll_bw, double latency, double eff)
 {
     hpgo_level_t l = {size, bw, coll_bw, latency, eff};
     return l;
 }
 
-static const char *const preset_names[] = {"dapple-v100", "dgx1-v100",   "dgx-a100-40gb",
-                                           "dgx-a100-80gb", "dgx-h100", "dgx-h200", NULL};
+static const char *const preset_names[] = {
+    "dapple-v100", "dgx1-v100",  "dgx-a100-40gb",    "dgx-a100-80gb", "dgx-h100",  "dgx-h200",
+    "dgx1-v100-16gb", "dgx2h-v100", "grand-teton-h100", "h100-pcie",     "dgx-b200", NULL};
 
 const char *hpgo_cluster_preset_name(int i)
 {
@@ -128,14 +198,19 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
         gpu_v100(&c.gpu, 16e9); /* HPGO's fixed 16 GB */
         c.levels[0] = level(8, HPGO_NVLINK_BW, HPGO_NVLINK_BW, 0, 1);
         c.levels[1] = level(2, HPGO_ETHERNET_BW, HPGO_ETHERNET_NCCL_BW, 0, 1);
-        dflt = 2;
-    } else if (strcmp(name, "dgx1-v100") == 0) {
+        dflt = 2; /* HPGO's constants only: no host, allocator or NCCL model */
+    } else if (strcmp(name, "dgx1-v100") == 0 || strcmp(name, "dgx1-v100-16gb") == 0) {
         /* DGX-1: NVLink2 6 x 25 GB/s per direction per GPU; 4 x 100 Gb/s EDR
          * per node = 6.25 GB/s per GPU.  Efficiencies: Calculon's defaults
          * (0.65 NVLink, 0.9 IB); latencies Calculon's (10 us, 20 us). */
-        gpu_v100(&c.gpu, 32e9);
+        gpu_v100(&c.gpu, strcmp(name, "dgx1-v100") == 0 ? 32e9 : 16e9);
+        if (strcmp(name, "dgx1-v100-16gb") == 0)
+            strcpy(c.gpu.name, "V100-SXM2-16GB");
         c.levels[0] = level(8, 150e9, 150e9, 10e-6, 0.65);
         c.levels[1] = level(1, 6.25e9, 6.25e9, 20e-6, 0.9);
+        /* DGX-1 datasheet: 512 GB DDR4, 2 x Xeon E5-2698 v4 (4 x DDR4-2400
+         * channels each: 2 x 76.8 GB/s), PCIe Gen3 */
+        c.sys = host(512e9, 16e9, 153.6e9);
     } else if (strcmp(name, "dgx-a100-40gb") == 0 || strcmp(name, "dgx-a100-80gb") == 0) {
         /* DGX A100 (Selene): NVLink3 300 GB/s per direction, measured
          * all-reduce bus bandwidth 200-210 GB/s (nccl-tests #149, #178): 0.68;
@@ -147,6 +222,9 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
             gpu_a100(&c.gpu, 80e9, 2039e9);
         c.levels[0] = level(8, 300e9, 300e9, 10e-6, 0.68);
         c.levels[1] = level(1, 25e9, 25e9, 20e-6, 0.85);
+        /* DGX A100 datasheet: 1 TB (2 TB option), 2 x AMD EPYC 7742 (8 x
+         * DDR4-3200 channels each: 2 x 204.8 GB/s), PCIe Gen4 */
+        c.sys = host(1e12, 32e9, 409.6e9);
     } else if (strcmp(name, "dgx-h100") == 0 || strcmp(name, "dgx-h200") == 0) {
         /* DGX H100/H200: NVLink4 450 GB/s per direction, ring bus bandwidth
          * about 370 GB/s (nccl-tests #212): 0.82; 8 x 400 Gb/s ConnectX-7 =
@@ -157,10 +235,56 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
             gpu_h100(&c.gpu, 141e9, 4.8e12, "H200-SXM-141GB");
         c.levels[0] = level(8, 450e9, 450e9, 10e-6, 0.82);
         c.levels[1] = level(1, 50e9, 50e9, 20e-6, 0.9);
+        /* DGX H100 datasheet: 2 TB, 2 x Xeon Platinum 8480C (8 x DDR5-4800
+         * channels each: 2 x 307.2 GB/s), PCIe Gen5 */
+        c.sys = host(2e12, 64e9, 614.4e9);
+    } else if (strcmp(name, "dgx2h-v100") == 0) {
+        /* DGX-2H: 16 V100 SXM3 on 12 NVSwitch, 150 GB/s per direction per GPU
+         * (NVLink2, 6 x 25 GB/s), Calculon's NVLink efficiency as for DGX-1;
+         * 8 x 100 Gb/s EDR per 16 GPUs = 6.25 GB/s per GPU (DGX-2 datasheet;
+         * spec/stack-mechanisms.md 8); 1.5 TB DDR4, 2 x Xeon Platinum 8174 (6 x
+         * DDR4-2666 channels each: 2 x 128 GB/s), PCIe Gen3 */
+        gpu_v100_sxm3(&c.gpu);
+        c.levels[0] = level(16, 150e9, 150e9, 10e-6, 0.65);
+        c.levels[1] = level(1, 6.25e9, 6.25e9, 20e-6, 0.9);
+        c.sys = host(1.5e12, 16e9, 256e9);
+    } else if (strcmp(name, "grand-teton-h100") == 0) {
+        /* Meta Grand Teton as in torchtitan's benchmarks
+         * (benchmarks/llama3_h100_202412_torchtitan.md): 8 H100 with 96 GB
+         * HBM2e at 2.4 TB/s, 500 W power limit, NVLink, 400 Gb/s per GPU.  The
+         * GEMM clock under the 500 W cap is not published (10-13 % lower is a
+         * derivation, spec 8: UNVERIFIED): the SXM5 curves are kept, HBM-bound
+         * kernels see the lower bandwidth.  NVLink and NIC efficiencies as DGX
+         * H100 (ASSUMED); host side not published (0: no offloading). */
+        gpu_h100(&c.gpu, 96e9, 2.4e12, "H100-HBM2e-96GB-500W");
+        c.levels[0] = level(8, 450e9, 450e9, 10e-6, 0.82);
+        c.levels[1] = level(1, 50e9, 50e9, 20e-6, 0.9);
+        c.sys = host(0, 0, 0);
+    } else if (strcmp(name, "h100-pcie") == 0) {
+        /* 8 H100 PCIe per server on a PCIe Gen5 x16 switch fabric: 64 GB/s
+         * per direction (PCI-SIG), at the network's 0.9 (Calculon's default,
+         * ASSUMED); the NVLink bridges of GPU pairs are not modelled.  One 400
+         * Gb/s NIC per GPU and the host of a DGX H100 (ASSUMED: the product
+         * brief leaves the server to the vendor). */
+        gpu_h100_pcie(&c.gpu);
+        c.levels[0] = level(8, 64e9, 64e9, 10e-6, 0.9);
+        c.levels[1] = level(1, 50e9, 50e9, 20e-6, 0.9);
+        c.sys = host(2e12, 64e9, 614.4e9);
+    } else if (strcmp(name, "dgx-b200") == 0) {
+        /* DGX B200 (NVIDIA BasePOD): NVLink5 900 GB/s per direction, the
+         * NVLink efficiency measured on DGX H100 (ASSUMED: no B200 figure); 8 x
+         * 400 Gb/s ConnectX-7 = 50 GB/s per GPU at 0.9; 2 TB, 2 x Xeon
+         * Platinum 8570 (8 x DDR5-5600 channels each: 2 x 358.4 GB/s), PCIe
+         * Gen5 */
+        gpu_b200(&c.gpu);
+        c.levels[0] = level(8, 900e9, 900e9, 10e-6, 0.82);
+        c.levels[1] = level(1, 50e9, 50e9, 20e-6, 0.9);
+        c.sys = host(2e12, 64e9, 716.8e9);
     } else {
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "unknown cluster preset '%.60s' (known: dapple-v100, dgx1-v100, "
-                            "dgx-a100-40gb, dgx-a100-80gb, dgx-h100, dgx-h200)",
+                            "dgx1-v100-16gb, dgx2h-v100, dgx-a100-40gb, dgx-a100-80gb, "
+                            "dgx-h100, dgx-h200, grand-teton-h100, h100-pcie, dgx-b200)",
                             name);
     }
     c.levels[1].size = nodes ? nodes : dflt;
@@ -214,6 +338,17 @@ int hpgo_cluster_check(const hpgo_cluster_t *c, hpgo_err_t *err)
             return hpgo_err_set(err, HPGO_E_INVALID, 0,
                                 "gpu %s efficiency: the last step's threshold must be 0", cv[w]);
     }
+    const hpgo_system_t *y = &c->sys;
+    if (bad_num(y->host_memory) || bad_num(y->host_bandwidth) || bad_num(y->host_mem_bandwidth))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "host_memory, host_bandwidth and host_memory_bandwidth must be "
+                            "finite numbers >= 0");
+    if (!(y->alloc_frag >= 0 && y->alloc_frag <= 0.9))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "allocator_fragmentation must be in [0, 0.9]");
+    if (!(y->jitter >= 0 && y->jitter <= 10))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "jitter must be in [0, 10]");
+    if (y->nccl_latency != 0 && y->nccl_latency != 1)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "nccl_latency must be 0 or 1");
     if (c->n_levels < 1 || c->n_levels > HPGO_CLUSTER_MAX_LEVELS)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "a cluster needs 1 to %d levels",
                             HPGO_CLUSTER_MAX_LEVELS);

@@ -74,15 +74,39 @@ typedef struct hpgo_level {
     double efficiency;     /* achieved fraction of both bandwidths, (0, 1] */
 } hpgo_level_t;
 
+/* What the caching allocator reserves beyond its allocated bytes, as a
+ * share of the reserved memory: GMLake (Guo et al., ASPLOS'24, arXiv
+ * 2401.08156) measures 9.2 GB of an A100-80GB (up to 25 GB) held in cached
+ * blocks that cannot serve the next request, over eight LLM trainings and
+ * fine-tunes: 9.2 / 80 = 0.115 (the stock allocator, without expandable
+ * segments). */
+#define HPGO_ALLOC_FRAG_GMLAKE (9.2 / 80.0)
+
+/* The host side, the runtime and losses at scale (cluster.c has the
+ * sources of the defaults). */
+typedef struct hpgo_system {
+    double host_memory;        /* bytes of CPU memory per node (0: unknown, no offloading) */
+    double host_bandwidth;     /* bytes/s per GPU and direction over its host link (PCIe) */
+    double host_mem_bandwidth; /* bytes/s of a node's CPU memory (CPU optimizer step) */
+    double alloc_frag;         /* share of the caching allocator's reserved memory that
+                                  its cached blocks cannot reuse, in [0, 0.9] */
+    double jitter;             /* coefficient of variation of one GPU's time between two
+                                  synchronisations of its data-parallel group (>= 0) */
+    int32_t nccl_latency;      /* 1: collective latency from NCCL's tuning model (cost.c);
+                                  0: `latency` per ring step */
+} hpgo_system_t;
+
 typedef struct hpgo_cluster {
     char name[HPGO_NAME_LEN];
     hpgo_gpu_t gpu;
     int32_t n_levels;
     hpgo_level_t levels[HPGO_CLUSTER_MAX_LEVELS];
+    hpgo_system_t sys;
 } hpgo_cluster_t;
 
 /* Fill *out with the preset `name` ("dapple-v100", "dgx1-v100",
- * "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "dgx-h200") with `nodes`
+ * "dgx1-v100-16gb", "dgx2h-v100", "dgx-a100-40gb", "dgx-a100-80gb",
+ * "dgx-h100", "dgx-h200", "grand-teton-h100", "h100-pcie", "dgx-b200") with `nodes`
  * nodes (0: the preset's own count).  HPGO_E_INVALID for an unknown name or
  * a bad node count. */
 int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hpgo_err_t *err);

@@ -8,7 +8,20 @@
  * in parallel), and an all-gather back: its cost is the sum over levels of
  * an all-reduce of the shrinking buffer.  An all-to-all moves, at each
  * level, the share of a rank's buffer addressed outside its unit, all
- * levels at once.  O(levels) per call. */
+ * levels at once.  O(levels) per call.
+ *
+ * With c->sys.nccl_latency the latency term is NCCL's own prediction
+ * instead of `latency` per ring step (src/graph/tuning.cc at NVIDIA/nccl
+ * 5067397, ncclTopoTuneModel and ncclTopoGetAlgoTime; spec/stack-mechanisms.md
+ * 5.1), for the Simple protocol that carries bulk transfers: ring = base
+ * 8.4 us + (nsteps - nInterSteps) x max(3.4 us NVLink hop, 3 x 1.0 us network
+ * overhead of an Intel host) + nInterSteps x 14 us network hop, nsteps = 2(n -
+ * 1) for all-reduce and n - 1 for reduce-scatter / all-gather, nInterSteps the
+ * same over nodes; a multi-node ring all-reduce x 1.4 (the "plateau effect",
+ * x 1.9 before Ampere); tree all-reduce = 8.4 + 2 ((ranks per node - 1) x 4.0
+ * + log2(nodes) x 14) us; all-reduce takes the lower of the two.  The graph's
+ * own inter-node latency (latencyInter, 0 unless the network plugin reports
+ * one) is left out.  The bandwidth term is unchanged. */
 #include "cost.h"
 
 #include <math.h>
@@ -72,6 +85,48 @@ static double steps(int op, double n)
 
 static double level_bw(const hpgo_level_t *l) { return l->coll_bandwidth * l->efficiency; }
 
+/* NCCL tuner constants, microseconds (tuning.cc ncclTunerConstantsDefaults) */
+#define NCCL_BASE_SIMPLE 8.4      /* baseLatencies, Tree and Ring, Simple */
+#define NCCL_NVL_RING_SIMPLE 3.4  /* hwLatencies NVLINK, Ring, Simple */
+#define NCCL_NVL_TREE_SIMPLE 4.0  /* hwLatencies NVLINK, Tree, Simple */
+#define NCCL_NET_SIMPLE 14.0      /* hwLatencies NET, Ring and Tree, Simple */
+#define NCCL_NET_OVERHEAD 1.0     /* getNetOverhead, x86 Intel (AMD: 2.0); x 3 for Simple */
+#define NCCL_RING_PLATEAU 1.4     /* ncclTopoGetAlgoTime, compute capability >= 8.0 */
+#define NCCL_RING_PLATEAU_OLD 1.9 /* ... before Ampere */
+
+static double log2i(double x)
+{
+    double r = 0;
+    while (x >= 2) {
+        x /= 2;
+        r += 1;
+    }
+    return r;
+}
+
+double hpgo_cost_nccl_latency(int op, double ranks, double nodes, int pre_ampere)
+{
+    if (ranks <= 1 || op == HPGO_COLL_ALLTOALL)
+        return 0;
+    if (nodes < 1)
+        nodes = 1;
+    int ar = op == HPGO_COLL_ALLREDUCE;
+    double nsteps = ar ? 2 * (ranks - 1) : ranks - 1;
+    double ninter = nodes <= 1 ? 0 : ar ? 2 * (nodes - 1) : nodes - 1;
+    double intra = NCCL_NVL_RING_SIMPLE;
+    if (nodes > 1 && 3 * NCCL_NET_OVERHEAD > intra)
+        intra = 3 * NCCL_NET_OVERHEAD;
+    double ring = NCCL_BASE_SIMPLE + (nsteps - ninter) * intra + ninter * NCCL_NET_SIMPLE;
+    if (!ar)
+        return ring * 1e-6;
+    if (nodes > 1)
+        ring *= pre_ampere ? NCCL_RING_PLATEAU_OLD : NCCL_RING_PLATEAU;
+    double ppn = ranks / nodes;
+    double tree = NCCL_BASE_SIMPLE +
+                  2 * ((ppn - 1) * NCCL_NVL_TREE_SIMPLE + log2i(nodes) * NCCL_NET_SIMPLE);
+    return (tree < ring ? tree : ring) * 1e-6;
+}
+
 double hpgo_cost_collective(const hpgo_cluster_t *c, int op, int64_t size, int64_t stride,
                             double bytes, int algo)
 {
@@ -97,8 +152,17 @@ double hpgo_cost_collective(const hpgo_cluster_t *c, int op, int64_t size, int64
         }
         return t + steps(op, n) * c->levels[top].latency;
     }
+    int nccl = c->sys.nccl_latency;
+    double lat_nccl = 0;
+    if (nccl) {
+        double nodes = 1;
+        for (int32_t l = 1; l < c->n_levels; l++)
+            nodes *= (double)fan[l];
+        /* V100 (no tf32 peak) is the only pre-Ampere GPU of the presets */
+        lat_nccl = hpgo_cost_nccl_latency(op, n, nodes, !(c->gpu.peak[HPGO_DT_TF32] > 0));
+    }
     double ring = bus_factor(op, n) * bytes / level_bw(&c->levels[top]) +
-                  steps(op, n) * c->levels[top].latency;
+                  (nccl ? lat_nccl : steps(op, n) * c->levels[top].latency);
     if (algo == HPGO_ALGO_RING)
         return ring;
     double hier = 0, buf = bytes;
@@ -106,9 +170,11 @@ double hpgo_cost_collective(const hpgo_cluster_t *c, int op, int64_t size, int64
         double f = (double)fan[l];
         if (f <= 1)
             continue;
-        hier += bus_factor(op, f) * buf / level_bw(&c->levels[l]) + steps(op, f) * c->levels[l].latency;
+        hier += bus_factor(op, f) * buf / level_bw(&c->levels[l]) +
+                (nccl ? 0 : steps(op, f) * c->levels[l].latency);
         buf /= f;
     }
+    hier += lat_nccl;
     if (algo == HPGO_ALGO_HIERARCHICAL)
         return hier;
     return hier < ring ? hier : ring;

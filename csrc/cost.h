@@ -52,6 +52,11 @@ double hpgo_cost_collective(const hpgo_cluster_t *c, int op, int64_t size, int64
 double hpgo_cost_dispatch_dedup(const hpgo_cluster_t *c, int64_t size, int64_t stride,
                                 double bytes, double k, double touched);
 
+/* NCCL's predicted latency, seconds, of collective `op` (Simple protocol;
+ * the lower of ring and tree for all-reduce) over `ranks` GPUs on `nodes`
+ * nodes (cost.c has the constants and their source); 0 for all-to-all. */
+double hpgo_cost_nccl_latency(int op, double ranks, double nodes, int pre_ampere);
+
 /* Seconds of a point-to-point transfer between two GPUs whose lowest
  * common unit is at `level` (0: same node). */
 double hpgo_cost_p2p(const hpgo_cluster_t *c, int32_t level, double bytes);

@@ -34,10 +34,51 @@ double hpgo_step_optimizer_time(const hpgo_cluster_t *c, const hpgo_parplan_t *p
     return bytes / (c->gpu.hbm_bandwidth * hpgo_gpu_efficiency(&c->gpu, HPGO_EFF_MEMORY, bytes));
 }
 
+double hpgo_step_optimizer_seconds(const hpgo_cluster_t *c, const hpgo_parplan_t *p,
+                                   double params)
+{
+    if (!p->offload_optimizer)
+        return hpgo_step_optimizer_time(c, p, params);
+    /* the optimizer on the host (ZeRO-Offload's DeepSpeedCPUAdam, Megatron's
+     * HybridDeviceOptimizer; spec/stack-mechanisms.md 6): Adam reads the fp32
+     * weight, gradient and two moments and writes three of them back (28
+     * bytes a parameter) over the node's CPU memory, shared by its GPUs; the
+     * 16-bit gradients go down and the 16-bit weights come back over the
+     * GPU's host link (2 + 2 bytes a parameter) */
+    double gpn = (double)c->levels[0].size;
+    if (!(c->sys.host_mem_bandwidth > 0) || !(c->sys.host_bandwidth > 0))
+        return INFINITY;
+    return 28 * params / (c->sys.host_mem_bandwidth / gpn) + 4 * params / c->sys.host_bandwidth;
+}
+
+static const double PI = 3.14159265358979323846;
+
+double hpgo_step_straggler_factor(const hpgo_cluster_t *c, int64_t gpus)
+{
+    double sigma = c->sys.jitter;
+    if (!(sigma > 0) || gpus < 2)
+        return 1;
+    /* expected maximum of n independent standard normals (spec 5.3):
+     * E = int x n phi(x) Phi(x)^(n-1) dx, a smooth integrand; Simpson's rule
+     * on [-10, 10] (it vanishes beyond for n <= 2^24) */
+    double n = (double)gpus, h = 0.005, e = 0;
+    int steps = 4000;
+    for (int i = 0; i <= steps; i++) {
+        double x = -10 + i * h;
+        double F = 0.5 * erfc(-x / sqrt(2.0));
+        double y = x * n * exp(-0.5 * x * x) / sqrt(2 * PI) *
+                   exp((n - 1) * log(F > 1e-300 ? F : 1e-300));
+        double wgt = (i == 0 || i == steps) ? 1 : (i % 2 ? 4 : 2);
+        e += wgt * y;
+    }
+    e *= h / 3;
+    return 1 + sigma * e;
+}
+
 void hpgo_step_device_load(const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc, int32_t d,
                            hpgo_device_load_t *out)
 {
-    hpgo_device_load_t l = {0, 0, 0, 0, INFINITY, 0, 0, 0};
+    hpgo_device_load_t l = {0, 0, 0, 0, INFINITY, 0, 0, 0, 0};
     for (int32_t ch = 0; ch < p->vstages; ch++) {
         const hpgo_stage_cost_t *st = &sc[hpgo_sched_stage(p->schedule, p->pp, p->vstages, d, ch)];
         l.work += st->f + st->b + st->w;
@@ -51,6 +92,8 @@ void hpgo_step_device_load(const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc,
             l.transient = st->transient;
         if (st->act < l.min_act)
             l.min_act = st->act;
+        if (st->act > l.max_act)
+            l.max_act = st->act;
         l.sum_act += st->act;
     }
     *out = l;
@@ -61,7 +104,7 @@ double hpgo_step_shard_params(const hpgo_parplan_t *p, double params, double exp
     if (p->zero < 1)
         return params;
     int64_t edp = hpgo_parplan_edp(p);
-    return (params - expert_params) / ((double)p->dp * p->cp) +
+    return (params - expert_params) / (double)hpgo_parplan_shard(p) +
            expert_params / (double)(edp > 0 ? edp : 1);
 }
 
@@ -139,9 +182,20 @@ typedef struct devstate {
 
 static double dp_coll(const eng_t *e, int op, double bytes)
 {
-    /* gradients are averaged over every replica of the sequence: dp x cp */
-    return hpgo_cost_collective(e->c, op, (int64_t)e->p->dp * e->p->cp, e->p->tp, bytes,
-                                HPGO_ALGO_AUTO);
+    /* gradients are averaged over every replica of the sequence: dp x cp;
+     * with hybrid sharding (shard_size f) the ZeRO collectives run inside
+     * groups of f replicas and the reduced shards are all-reduced across the
+     * groups (FSDP2 HSDP: reduce-scatter, then an all-reduce of the shard on
+     * its own stream, _fsdp_collectives.py foreach_reduce) */
+    const hpgo_parplan_t *p = e->p;
+    int64_t n = (int64_t)p->dp * p->cp, f = hpgo_parplan_shard(p);
+    if (op == HPGO_COLL_ALLREDUCE || f >= n)
+        return hpgo_cost_collective(e->c, op, n, p->tp, bytes, HPGO_ALGO_AUTO);
+    double t = hpgo_cost_collective(e->c, op, f, p->tp, bytes, HPGO_ALGO_AUTO);
+    if (op == HPGO_COLL_REDUCE_SCATTER)
+        t += hpgo_cost_collective(e->c, HPGO_COLL_ALLREDUCE, n / f, (int64_t)p->tp * f,
+                                  bytes / (double)f, HPGO_ALGO_AUTO);
+    return t;
 }
 
 /* A gradient (or parameter) collective over a stage's parameters: the
@@ -249,7 +303,23 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     /* gradients to synchronise: dense ones over dp x cp, expert ones over
      * the expert data-parallel group (which can exceed 1 with dp x cp = 1) */
     int replicas = p->dp * p->cp > 1 || hpgo_parplan_edp(p) > 1;
-    int per_mb_rs = p->zero >= 2 && replicas;
+    /* ZeRO-2/3 reduce-scatter each micro-batch's gradients (DeepSpeed; FSDP2
+     * without pipelining: torchtitan leaves gradient sync on), except FSDP
+     * under pipeline parallelism, which accumulates them unsharded and
+     * reduce-scatters once after the stage's last backward
+     * (torch/distributed/pipelining/stage.py; Llama 3 section 3.3.2) */
+    int per_mb_rs = p->zero >= 2 && replicas && !(p->zero >= 3 && P > 1 && m > 1);
+    /* activations offloaded to the host go down after each forward and come
+     * back before the backward on the GPU's host link, beside the compute
+     * (Megatron's fine-grained activation offloading, spec 6) */
+    double host_bw = c->sys.host_bandwidth;
+    if ((p->offload_activations > 0 || p->offload_optimizer) &&
+        !(host_bw > 0 && c->sys.host_mem_bandwidth > 0 && c->sys.host_memory > 0)) {
+        rc = hpgo_err_set(err, HPGO_E_INVALID, 0,
+                          "offloading needs the cluster's host_memory_bytes, host_bandwidth and "
+                          "host_memory_bandwidth");
+        goto fail;
+    }
     /* Megatron's pipeline sends and receives (p2p_communication.py
      * _communicate) wait for completion before the rank computes on, with a
      * device synchronisation after batch_isend_irecv in the releases of
@@ -283,10 +353,30 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                              : op.kind == HPGO_OP_B ? st->b
                              : op.kind == HPGO_OP_W ? st->w
                                                     : st->b + st->w;
-                if (p->zero >= 3 && replicas && op.kind != HPGO_OP_W) {
+                /* ZeRO-3 gathers the weights before the forward, and again before
+                 * the backward when they were resharded after the forward */
+                if (p->zero >= 3 && replicas &&
+                    (op.kind == HPGO_OP_F || (op.kind != HPGO_OP_W && p->reshard_after_forward))) {
+                    /* gathered layer by layer, each prefetched behind the one
+                     * before (FSDP2's implicit forward and explicit backward
+                     * prefetch); the first layer's gather has nothing before it
+                     * to hide behind (MegaScale section 3.2: the first
+                     * all-gather is the exposed part) */
                     double ag = grad_coll(&e, HPGO_COLL_ALLGATHER, st->params, st->expert_params, 2);
                     if (ag > dur)
                         dur = ag;
+                    dur += ag / (st->n_layers > 0 ? st->n_layers : 1);
+                    /* FSDP2 copies the shards into the all-gather buffer and the
+                     * gathered buffer out into the parameters
+                     * (_fsdp_collectives.py foreach_all_gather{,_copy_out}): (2 + 4)
+                     * bytes per gathered parameter of HBM traffic (spec 3.1) */
+                    dur += hpgo_gpu_op_time(&c->gpu, HPGO_DT_BF16, HPGO_OP_VECTOR, 0,
+                                            6 * st->params);
+                }
+                if (p->offload_activations > 0 && op.kind != HPGO_OP_W) {
+                    double mv = p->offload_activations * st->act / host_bw;
+                    if (mv > dur)
+                        dur = mv;
                 }
                 double start = s->t > ready ? s->t : ready, end = start + dur;
                 s->t = end;
@@ -436,7 +526,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
             sync += t_emb;
         }
         double shard = hpgo_step_shard_params(p, params, load.expert_params);
-        double t_opt = hpgo_step_optimizer_time(c, p, shard);
+        double t_opt = hpgo_step_optimizer_seconds(c, p, shard);
         double t_ag = 0;
         if (p->zero >= 1 && p->zero <= 2 && replicas) {
             double ex1 = layer1 > 0 && params > 0 ? layer1 * load.expert_params / params : 0;
@@ -451,8 +541,9 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
         o->optimizer = t_opt + t_ag;
         o->peak_in_flight = (int32_t)s->peak_count;
         o->params = params;
-        hpgo_memory_breakdown(c, p, w->precision, params, load.expert_params, maxlayer,
-                              s->peak + transient, overhead + load.state_bytes, &o->mem);
+        hpgo_memory_breakdown2(c, p, w->precision, params, load.expert_params, maxlayer,
+                               s->peak + transient, load.max_act + transient,
+                               overhead + load.state_bytes, &o->mem);
         if (!o->mem.fits)
             r->fits = 0;
         double end = sync + t_opt + t_ag;
@@ -461,6 +552,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
         if (s->t > compute)
             compute = s->t;
     }
+    /* the step ends when the slowest of its GPUs does (spec 5.3) */
+    iter *= hpgo_step_straggler_factor(c, (int64_t)p->tp * p->cp * P * p->dp);
     for (int32_t d = 0; d < P; d++)
         r->devices[d].bubble = iter > 0 ? 1 - r->devices[d].busy / iter : 0;
     r->iteration_time = iter;

@@ -80,6 +80,7 @@ void hpgo_step_result_free(hpgo_step_result_t *r);
 typedef struct hpgo_device_load {
     double work, params, max_layer_params, transient, min_act, sum_act;
     double expert_params; /* part of params in routed experts */
+    double max_act;       /* largest activation bytes of one of its chunks' micro-batch */
     double state_bytes;   /* persistent bytes besides the model states (fp8 scaling state) */
 } hpgo_device_load_t;
 
@@ -102,5 +103,15 @@ double hpgo_step_optimizer_time(const hpgo_cluster_t *c, const hpgo_parplan_t *p
  * default; compile and eager) 28, the 16-bit gradients cast to fp32 (2 + 4)
  * and the master copied back to the 16-bit weights (4 + 2): 40. */
 double hpgo_step_optimizer_bytes(const hpgo_parplan_t *p);
+/* The plan's optimizer step: on the GPU as above, or on the host with
+ * offload_optimizer (28 bytes a parameter over the node's CPU memory
+ * bandwidth shared by its GPUs, plus 4 bytes over the GPU's host link);
+ * INFINITY when the cluster has no host figures.  Thread-safe. */
+double hpgo_step_optimizer_seconds(const hpgo_cluster_t *c, const hpgo_parplan_t *p,
+                                   double params);
+/* 1 + jitter x the expected maximum of `gpus` independent standard normal
+ * variables: what the slowest GPU adds to a synchronous step whose per-GPU
+ * time varies with coefficient of variation c->sys.jitter.  Thread-safe. */
+double hpgo_step_straggler_factor(const hpgo_cluster_t *c, int64_t gpus);
 
 #endif

@@ -1,32 +1,98 @@
 /* memory.c - per-GPU memory breakdown and verdict (see memory.h).
  *
  * DESIGN: model states are bytes per parameter by precision
- * (hpgo_work_state_bytes) divided by dp where ZeRO shards them (routed
- * experts' by the expert data-parallel size); ZeRO-3
- * additionally holds the gathered 16-bit weights of the layer being
- * computed and of the next one (prefetch), counted in `other`.  The
- * verdict compares the sum with the GPU's memory; no hidden margin. */
+ * (hpgo_work_state_bytes) divided by the shard group where ZeRO shards them
+ * (hpgo_parplan_shard: dp x cp, or the hybrid group of shard_size; routed
+ * experts' by the expert data-parallel size).  On top, what the frameworks
+ * allocate while they run (spec/stack-mechanisms.md 3.1-3.4), in `other`:
+ *  - ZeRO-3 / FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py,
+ *    _fsdp_collectives.py): the gathered 16-bit weights of the layer being
+ *    computed and of the prefetched next one, plus the all-gather output
+ *    buffer the next one is copied out of (3 layers); without resharding
+ *    after forward every layer of the device stays gathered from its forward
+ *    to its backward (+ the buffer); in the backward the layer's unsharded
+ *    16-bit gradient and two reduce-scatter inputs in the reduce dtype in
+ *    flight (the current and the previous layer's); under pipeline
+ *    parallelism with several micro-batches the gradients accumulate
+ *    unsharded in the reduce dtype until the stage's last backward
+ *    (torch/distributed/pipelining/stage.py, perform_reduce_grad; Llama 3
+ *    section 3.3.2: fp32 accumulation across micro-batches).
+ *  - ZeRO-2 (DeepSpeed stage_1_and_2.py): the contiguous 16-bit gradient
+ *    bucket of reduce_bucket_size = 5e8 elements (zero/config.py), two with
+ *    overlap_comm ("double buffers"), never more than the gradients.
+ *  - The caching allocator (c10/cuda/CUDACachingAllocator.cpp): reserved >=
+ *    allocated; the cached blocks it cannot reuse are alloc_frag of the
+ *    reserved memory (GMLake, ASPLOS'24: 9.2 GB of 80 GB on average), so
+ *    reserved = allocated / (1 - alloc_frag).  The CUDA context and NCCL's
+ *    buffers (`other` as passed in) are not the allocator's.
+ * Offloaded optimizer states (ZeRO-Offload) and activations are counted in
+ * `host`, not in the GPU's total; the plan fits only if a node's GPUs'
+ * `host` bytes fit its CPU memory.  The verdict compares the total with the
+ * GPU's memory; no hidden margin. */
 #include "memory.h"
 
 #include "work.h"
 
-void hpgo_memory_breakdown(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
-                           double params, double expert_params, double max_layer_params,
-                           double activations, double other, hpgo_mem_t *out)
+/* DeepSpeed ZeRO-1/2 reduce_bucket_size default (zero/config.py), elements */
+#define DS_REDUCE_BUCKET 5e8
+
+void hpgo_memory_breakdown2(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
+                            double params, double expert_params, double max_layer_params,
+                            double activations, double act_one, double other, hpgo_mem_t *out)
 {
     double wb, gb, ob;
     hpgo_work_state_bytes(precision, p->fp8_params, &wb, &gb, &ob);
-    double d = (double)p->dp * p->cp; /* ZeRO shards over every replica of the sequence */
+    double d = (double)hpgo_parplan_shard(p); /* ZeRO shards over its group of replicas */
     int64_t edp = hpgo_parplan_edp(p);
     double de = edp > 0 ? (double)edp : 1; /* ... and an expert's over its replicas */
     double dense = params - expert_params, ex = expert_params;
     out->weights = dense * wb / (p->zero >= 3 ? d : 1) + ex * wb / (p->zero >= 3 ? de : 1);
     out->gradients = dense * gb / (p->zero >= 2 ? d : 1) + ex * gb / (p->zero >= 2 ? de : 1);
     out->optimizer = dense * ob / (p->zero >= 1 ? d : 1) + ex * ob / (p->zero >= 1 ? de : 1);
-    out->activations = activations;
-    out->other = other + (p->zero >= 3 && d > 1 ? 2 * max_layer_params * wb : 0);
-    out->total = out->weights + out->gradients + out->optimizer + out->activations + out->other;
+    out->host = 0;
+    if (p->offload_optimizer) {
+        out->host = out->optimizer;
+        out->optimizer = 0;
+    }
+    double act = activations;
+    if (p->offload_activations > 0 && activations > act_one) {
+        double moved = p->offload_activations * (activations - act_one);
+        act -= moved;
+        out->host += moved;
+    }
+    out->activations = act;
+    double run = 0; /* buffers the framework allocates while it runs */
+    int64_t m = hpgo_parplan_microbatches(p);
+    if (p->zero >= 3 && d > 1) {
+        double layer = max_layer_params;
+        if (p->reshard_after_forward)
+            run += 3 * layer * wb;
+        else
+            run += dense * wb + layer * wb;
+        run += layer * (wb + 2 * gb);
+        if (p->pp > 1 && m > 1)
+            run += dense * gb;
+    } else if (p->zero == 2 && d > 1) {
+        double bucket = DS_REDUCE_BUCKET < dense ? DS_REDUCE_BUCKET : dense;
+        run += (p->overlap_grad_reduce ? 2 : 1) * bucket * wb;
+    }
+    double allocated = out->weights + out->gradients + out->optimizer + act + run;
+    double f = c->sys.alloc_frag;
+    out->reserved = f > 0 && f < 1 ? allocated * f / (1 - f) : 0;
+    out->other = other + run;
+    out->total = allocated + other + out->reserved;
     out->capacity = c->gpu.hbm_bytes;
     out->margin = out->capacity - out->total;
     out->fits = out->total <= out->capacity;
+    /* what a node's GPUs offload must fit its CPU memory */
+    if (out->host > 0 && out->host * (double)c->levels[0].size > c->sys.host_memory)
+        out->fits = 0;
+}
+
+void hpgo_memory_breakdown(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
+                           double params, double expert_params, double max_layer_params,
+                           double activations, double other, hpgo_mem_t *out)
+{
+    hpgo_memory_breakdown2(c, p, precision, params, expert_params, max_layer_params, activations,
+                           activations, other, out);
 }

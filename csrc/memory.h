@@ -8,7 +8,8 @@
  * gradients too, ZeRO-3 the weights too), the activations at their peak
  * (from the schedule: the simulator tracks what each op stores and frees),
  * and other bytes (CUDA context and communication buffers, the weights a
- * ZeRO-3 step gathers).  Thread-safe, no state. */
+ * ZeRO-3 step gathers and the gradient buffers in flight), plus the
+ * caching allocator's reserve.  Thread-safe, no state. */
 #ifndef HPGO_MEMORY_H
 #define HPGO_MEMORY_H
 
@@ -23,20 +24,31 @@
 
 typedef struct hpgo_mem {
     double weights, gradients, optimizer, activations, other;
-    double total;    /* bytes */
+    double total;    /* bytes, reserved included */
     double capacity; /* the GPU's memory, bytes */
     double margin;   /* capacity - total (negative: does not fit) */
     int fits;        /* total <= capacity */
+    double reserved; /* the caching allocator's reserve beyond the allocated bytes */
+    double host;     /* bytes offloaded to the host by this GPU (optimizer, activations) */
 } hpgo_mem_t;
 
 /* Breakdown of a GPU holding `params` parameters (tp-sharded), of which
  * `expert_params` in routed experts (their ZeRO shards are over the expert
- * data-parallel group, the rest over dp x cp), whose activations peak at
- * `activations` bytes, plus `other` bytes; ZeRO-3 gathers
- * `max_layer_params` at a time (two layers: the one computing and the
- * prefetched next). */
+ * data-parallel group, the rest over the plan's shard group,
+ * hpgo_parplan_shard), whose activations peak at `activations` bytes, plus
+ * `other` bytes; ZeRO-3 gathers `max_layer_params` at a time (memory.c
+ * lists the buffers), and the caching allocator reserves
+ * c->sys.alloc_frag of what it holds beyond the allocated bytes.  With
+ * offload_activations, that share of `activations` beyond the one
+ * micro-batch being computed (`act_one` bytes) is on the host. */
 void hpgo_memory_breakdown(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
                            double params, double expert_params, double max_layer_params,
                            double activations, double other, hpgo_mem_t *out);
+
+/* The same with the activations of one micro-batch given apart (what an
+ * activation-offloading plan cannot move: the micro-batch being computed). */
+void hpgo_memory_breakdown2(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
+                            double params, double expert_params, double max_layer_params,
+                            double activations, double act_one, double other, hpgo_mem_t *out);
 
 #endif

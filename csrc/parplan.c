@@ -6,6 +6,12 @@ int64_t hpgo_parplan_microbatches(const hpgo_parplan_t *p)
     return p->global_batch / (p->micro_batch * p->dp);
 }
 
+int64_t hpgo_parplan_shard(const hpgo_parplan_t *p)
+{
+    int64_t n = (int64_t)p->dp * p->cp;
+    return p->shard_size > 0 && p->shard_size < n ? p->shard_size : n;
+}
+
 int32_t hpgo_parplan_etp(const hpgo_parplan_t *p) { return p->etp > 0 ? p->etp : p->tp; }
 
 int64_t hpgo_parplan_edp(const hpgo_parplan_t *p)
@@ -99,6 +105,21 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "recompute must be none, selective or full");
     if (p->zero < 0 || p->zero > 3)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "zero must be 0, 1, 2 or 3");
+    if ((p->reshard_after_forward != 0 && p->reshard_after_forward != 1) ||
+        (p->offload_optimizer != 0 && p->offload_optimizer != 1))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "reshard_after_forward and offload_optimizer must be 0 or 1");
+    if (!(p->offload_activations >= 0 && p->offload_activations <= 1))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "offload_activations must be in [0, 1], got %g",
+                            p->offload_activations);
+    if (p->shard_size < 0 ||
+        (p->shard_size > 0 && ((int64_t)p->dp * p->cp) % p->shard_size != 0))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "shard_size %d must be 0 (all replicas) or divide dp x cp = %lld",
+                            (int)p->shard_size, (long long)p->dp * p->cp);
+    if (p->shard_size > 0 && p->shard_size < (int64_t)p->dp * p->cp && p->zero < 1)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "shard_size (hybrid sharding) needs zero >= 1");
     if (p->micro_batch < 1 || p->global_batch < 1 || p->global_batch > ((int64_t)1 << 40))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "micro_batch and global_batch must be >= 1 (global_batch <= 2^40)");

@@ -67,6 +67,24 @@ typedef struct hpgo_parplan {
      * --fp8-param-gather: no 16-bit copy beside the fp8 weight and its
      * transpose; the optimizer's fp32 master copy stays) */
     int32_t fp8_params;
+    /* sharded data parallelism as PyTorch FSDP2 runs it (fully_shard,
+     * torch/distributed/fsdp/_fully_shard/_fully_shard.py):
+     * reshard_after_forward (ZeRO-3 only; 1 = free each layer's gathered
+     * weights after its forward and gather them again in the backward, 0 =
+     * keep them gathered until the backward, ZeRO-2-like); shard_size (0 =
+     * shard the states over all dp x cp replicas; k = hybrid sharding,
+     * FSDP2's HSDP / DeepSpeed's MiCS: shard inside groups of k consecutive
+     * replicas, replicate across the dp x cp / k groups, whose shards are
+     * all-reduced after the reduce-scatter) */
+    int32_t reshard_after_forward;
+    int32_t shard_size;
+    /* offloading (DeepSpeed ZeRO-Offload, Megatron's HybridDeviceOptimizer):
+     * 1 = the optimizer state and its step live on the host (CPU Adam), the
+     * gradients go down and the 16-bit weights come back over the host
+     * link; offload_activations in [0, 1] = the share of each stored
+     * micro-batch's activations kept in host memory until its backward */
+    int32_t offload_optimizer;
+    double offload_activations;
     /* the kernels the training stack launches (HPGO_KS_*): Megatron-Core
      * with Transformer Engine's fused kernels, torch.compile, eager PyTorch
      * (work.c prices each set's kernel list and host time) */
@@ -107,6 +125,10 @@ enum { HPGO_DISPATCH_ALLTOALL = 0, HPGO_DISPATCH_DEDUP = 1 };
 /* Checks that depend only on the plan (sizes, schedule, batch arithmetic);
  * the model-dependent ones are in work.c.  HPGO_E_INVALID naming the field. */
 int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err);
+
+/* Replicas the dense model states are sharded over: shard_size, or dp x cp
+ * when it is 0. */
+int64_t hpgo_parplan_shard(const hpgo_parplan_t *p);
 
 /* Micro-batches per iteration and pipeline: global_batch / (micro_batch * dp). */
 int64_t hpgo_parplan_microbatches(const hpgo_parplan_t *p);

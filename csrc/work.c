@@ -133,6 +133,11 @@ static const double H100_FA3_F_CAUSAL64[6] = {197, 265, 371, 420, 460, 473};
 /* A100 80 GB: FlashAttention-2 forward + backward, causal, d_h 128 */
 static const double A100_FA2_FB_CAUSAL[6] = {99, 133, 155, 173, 182, 189};
 #define H100_BF16_PEAK 989.4 /* TFLOP/s the H100 rows are fractions of */
+/* Backward over forward rate of causal attention (d_h 128, GQA) through
+ * PyTorch's SDPA on an H100 SXM5: 0.85 / 0.78 / 0.84 / 0.93 at 16k / 32k /
+ * 64k / 128k tokens, the median (profiles/h100-sxm5-steps.json, hpgo
+ * profile step) */
+#define H100_ATT_BWD_RATIO 0.84
 #define A100_BF16_PEAK 312.0
 
 /* Table value at len (linear in log2 of the length, flat outside 512 ...
@@ -171,16 +176,16 @@ static double attn_eff(const kctx_t *k, double len, double dh, int causal, int b
         double u = dh <= 64 ? 1 : (128 - dh) / 64;
         dfac = 1 - u * (1 - r);
     }
-    /* Transformer Engine's cuDNN forward; everything else FlashAttention-2's
-     * forward + backward rate */
-    int cudnn_fwd = hopper && !bwd && k->ks == HPGO_KS_TE;
+    /* Hopper: cuDNN's forward (Transformer Engine's back end, and PyTorch's
+     * SDPA on H100 reaches the same class of rate: profiles/h100-sxm5-steps.json),
+     * its backward at the measured backward / forward ratio; A100:
+     * FlashAttention-2's forward + backward rate for both */
     double base, full;
-    if (cudnn_fwd) {
-        base = att_at(H100_CUDNN_F_CAUSAL, len) / H100_BF16_PEAK;
+    if (hopper) {
+        base = att_at(H100_CUDNN_F_CAUSAL, len) / H100_BF16_PEAK * (bwd ? H100_ATT_BWD_RATIO : 1);
         full = att_at(H100_FA3_F_FULL, len) / att_at(H100_FA3_F_CAUSAL, len);
     } else {
-        base = hopper ? att_at(H100_FA2_FB_CAUSAL, len) / H100_BF16_PEAK
-                      : att_at(A100_FA2_FB_CAUSAL, len) / A100_BF16_PEAK;
+        base = att_at(A100_FA2_FB_CAUSAL, len) / A100_BF16_PEAK;
         full = att_at(H100_FA2_FB_FULL, len) / att_at(H100_FA2_FB_CAUSAL, len);
     }
     return base * (causal ? 1 : full) * dfac;
@@ -447,8 +452,8 @@ static double attn_params(const hpgo_xformer_t *x, const xshape_t *s)
              (s->ql * s->q + s->kl * s->a * (s->qkd - s->dr + s->vdh) + s->o * h) / t;
     else
         n += (h * (s->q + s->kw + s->vw) + s->o * h) / t;
-    if (x->bias || x->attn_bias)
-        n += (s->q + s->kw + s->vw) / t + h;
+    if (x->bias || x->attn_bias) /* attn_bias 2: q, k, v only (Qwen2), no output bias */
+        n += (s->q + s->kw + s->vw) / t + (x->bias || x->attn_bias != 2 ? h : 0);
     if (x->qk_norm)
         n += 2 * s->qkd;
     if (x->sinks)

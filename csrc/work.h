@@ -60,7 +60,8 @@ typedef struct hpgo_xformer {
     int64_t route_topk_groups; /* ... this many of them (DeepSeek's n_group, topk_group; 0 or
                                   route_groups <= 1: unrestricted) */
     /* attention variants */
-    int32_t attn_bias;      /* q, k, v and output projections have biases (GPT-OSS) */
+    int32_t attn_bias;      /* 1: q, k, v and output projections have biases (GPT-OSS);
+                               2: q, k and v only (Qwen2) */
     int32_t qk_norm;        /* per-head RMSNorm of queries and keys (Qwen3) */
     int32_t sinks;          /* a learned sink logit per head (GPT-OSS) */
     int64_t window;         /* sliding-window width (0: full attention everywhere) ... */

@@ -209,6 +209,7 @@ ALGO_HIERARCHICAL: int
 OBJECTIVE_TIME: int
 OBJECTIVE_COST: int
 EP_OVERLAP_MEGATRON: float
+ALLOC_FRAG_GMLAKE: float
 
 def _step_cluster_preset(name: str, nodes: int, /) -> tuple[Any, ...]: ...
 def _step_cluster_presets() -> tuple[str, ...]: ...

@@ -25,18 +25,36 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from . import _args, _core
+from . import frameworks as _frameworks
 from .cluster import Cluster
 from .parallel import (CP_COMMS, DISPATCHERS, DISPATCHERS_BY_CODE, KERNEL_SETS, PRECISIONS,
-                       RECOMPUTE_MODES, SCHEDULES, TP_OVERLAPS,
-                       MemoryBreakdown, ParallelPlan, StepResult, _as_model, overlap_share,
-                       simulate)
+                       RECOMPUTE_MODES, SCHEDULES, TP_OVERLAPS, MemoryBreakdown, ParallelPlan,
+                       StepResult, _as_model, _headroom_cluster, _positive_real,
+                       headroom_fraction, overlap_share, simulate)
 from .workmodel import ProfiledModel, Transformer, model_id
 
-__all__ = ["autoplan", "RankedPlan", "RankedPlans"]
+__all__ = ["autoplan", "RankedPlan", "RankedPlans", "setup_line"]
 
 _SCHED_NAMES = {v: k for k, v in SCHEDULES.items()}
 _RC_NAMES = {v: k for k, v in RECOMPUTE_MODES.items()}
 _GIB = 2.0 ** 30
+
+
+def setup_line(model: Any, cluster: Cluster, *, precision: str, global_batch: int | None = None,
+               headroom: float | None = None, max_batch: bool = False) -> str:
+    """What a table assumes, in one line: model, sequence length, precision,
+    cluster (its GPU, and whether its curves are the preset's or measured),
+    global batch and memory headroom."""
+    name = getattr(model, "name", "") or "the model"
+    seq = f", seq {model.seq:,}" if isinstance(model, Transformer) else ""
+    curves = "measured curves" if cluster.gpu.name.endswith("(measured)") else "preset curves"
+    out = (f"{name}{seq}, {precision} on {cluster.name} ({cluster.gpus} x {cluster.gpu.name}, "
+           f"{cluster.gpu.memory_bytes / 1e9:.0f} GB, {curves})")
+    if global_batch is not None:
+        out += f", global batch {'at most ' if max_batch else ''}{global_batch:,}"
+    if headroom is not None:
+        out += f", {headroom * 100:g} % of memory kept free"
+    return out
 
 
 @dataclass(frozen=True)
@@ -67,6 +85,20 @@ class RankedPlan:
     @property
     def fits(self) -> bool:
         return self.result.fits
+
+    @property
+    def days(self) -> float | None:
+        """Days to train on the ranking's ``tokens`` (None without)."""
+        return self.result.days
+
+    @property
+    def cost(self) -> float | None:
+        """Dollars to train on ``tokens`` at ``price`` per GPU-hour."""
+        return self.result.cost
+
+    @property
+    def gpu_hours(self) -> float | None:
+        return self.result.gpu_hours
 
     @property
     def memory(self) -> MemoryBreakdown:
@@ -117,6 +149,31 @@ class RankedPlans:
     plans: tuple[RankedPlan, ...]
     stats: dict[str, int]
     search_seconds: float
+    precision: str = "bf16"
+    headroom: float = 0.0
+    tokens: float | None = None
+    price: float | None = None
+    max_days: float | None = None
+    front: tuple[RankedPlan, ...] = ()
+    max_batch: bool = False
+    #: the framework the plans are for (None: any combination hpgo models)
+    framework: str | None = None
+
+    def pareto(self) -> tuple[RankedPlan, ...]:
+        """The time-cost Pareto front: plans no other plan beats on both
+        iteration time and GPU-seconds per iteration, fastest first.  With
+        ``max_days=`` it is exact over every GPU count searched (the fastest
+        plan of each count, whether or not it meets the deadline); otherwise
+        it is the front of the ranked plans."""
+        if self.front:
+            return self.front
+        return _pareto(self.plans)
+
+    def setup(self) -> str:
+        """What the ranking assumes, in one line (its table's second line)."""
+        return setup_line(self.model, self.cluster, precision=self.precision,
+                          global_batch=self.global_batch, headroom=self.headroom,
+                          max_batch=self.max_batch)
 
     def __len__(self) -> int:
         return len(self.plans)
@@ -135,6 +192,9 @@ class RankedPlans:
 
     def _why_none(self) -> str:
         s = self.stats
+        if self.max_days is not None and s.get("over_deadline"):
+            return (f"{s['over_deadline']} plans fit but none trains on {self.tokens:.3g} tokens "
+                    f"within {self.max_days:g} days; allow more GPUs or days")
         if s["candidates"] == 0:
             return ("no plan of the search space matches the fixed choices (sizes must divide "
                     "the GPUs, a node, the heads, the global batch; ep the experts and "
@@ -150,36 +210,38 @@ class RankedPlans:
         out = []
         for rp in self.plans:
             mem = rp.memory
+            r = rp.result
             out.append({"rank": rp.rank, "plan": rp.label(), "gpus": rp.gpus,
+                        "global_batch": rp.plan.global_batch,
                         "iteration_time": rp.iteration_time,
                         "tokens_per_second": rp.tokens_per_second,
+                        "tokens_per_gpu": r.tokens_per_gpu,
+                        "tflops_per_gpu": r.tflops_per_gpu,
                         "samples_per_second": rp.samples_per_second, "mfu": rp.mfu,
+                        "mfu_bf16": r.mfu_bf16, "precision": r.precision,
                         "memory_gib": mem.total / _GIB, "capacity_gib": mem.capacity / _GIB,
-                        "fits": rp.fits})
+                        "usable_gib": mem.usable / _GIB, "fits": rp.fits,
+                        "days": r.days, "gpu_hours": r.gpu_hours, "cost": r.cost})
         return out
 
     def table(self) -> str:
         used = sorted({rp.gpus for rp in self.plans})
         gpus = (f"{used[0]} of {self.cluster.gpus}"
                 if len(used) == 1 and used[0] != self.cluster.gpus else f"{self.cluster.gpus}")
-        head = (f"{len(self.plans)} best of {self.stats['candidates']} plans for "
+        deadline = (f", within {self.max_days:g} days" if self.max_days is not None else "")
+        head = (f"{len(self.plans)} best of {self.stats['candidates']} plans "
+                f"({'cheapest' if self.objective == 'cost' else 'fastest'}{deadline}) for "
                 f"{getattr(self.model, 'name', '') or 'the model'} on {self.cluster.name} "
-                f"({gpus} GPUs), global batch {self.global_batch}; searched in "
+                f"({gpus} GPUs), global batch {'at most ' if self.max_batch else ''}"
+                f"{self.global_batch}; searched in "
                 f"{self.search_seconds * 1e3:.0f} ms ({self.stats['simulated']} simulated)")
+        if self.framework is not None:
+            head += f"; plans {_frameworks.get(self.framework).version} runs"
+        head += "\n    " + self.setup()
         if not self.plans:
             return head + "\nno plan fits: " + self._why_none()
-        many = len(used) > 1  # the cost objective ranks several GPU counts: show each
-        lines = [head, f"{'#':>3}{' GPUs' if many else ''} {'s/iter':>9} "
-                 f"{'tokens/s' if self.plans[0].tokens_per_second else 'samples/s':>11} "
-                 f"{'MFU':>6} {'GiB':>12}  plan"]
-        for r in self.rows():
-            rate = r["tokens_per_second"] or r["samples_per_second"]
-            mfu = f"{r['mfu'] * 100:5.1f}%" if r["mfu"] is not None else "    - "
-            lines.append(f"{r['rank']:>3}{r['gpus']:>5}" if many else f"{r['rank']:>3}")
-            lines[-1] += (f" {r['iteration_time']:9.4g} {rate:11,.0f} {mfu} "
-                          f"{r['memory_gib']:5.1f}/{r['capacity_gib']:<5.1f}  {r['plan']}"
-                          + ("" if r["fits"] else "  DOES NOT FIT"))
-        return "\n".join(lines)
+        return head + "\n" + _plan_table(self.rows(), self.objective == "cost" or len(used) > 1,
+                                          self.precision, self.max_batch)
 
     def __repr__(self) -> str:
         return self.table()
@@ -223,8 +285,66 @@ class RankedPlans:
                        f"{om.total / _GIB:.1f} GiB")
         return "\n".join(out)
 
+    def pareto_table(self) -> str:
+        """The time-cost Pareto front as a table (:meth:`pareto`)."""
+        front = self.pareto()
+        rows = [r for r in RankedPlans(self.model, self.cluster, self.global_batch, self.objective,
+                                       front, self.stats, 0.0, self.precision, self.headroom,
+                                       self.tokens, self.price).rows()]
+        for i, r in enumerate(rows, 1):
+            r["rank"] = i
+        return ("time-cost Pareto front (no plan is both faster and cheaper):\n"
+                + _plan_table(rows, True, self.precision))
+
     def to_dicts(self) -> list[dict[str, Any]]:
         return [dict(r, plan=rp.plan.to_dict()) for r, rp in zip(self.rows(), self.plans)]
+
+
+def _plan_table(rows: list[dict[str, Any]], show_gpus: bool, precision: str,
+                show_batch: bool = False) -> str:
+    """The ranking's rows as text: one column per figure, the plan last."""
+    if not rows:
+        return "(none)"
+    tokens = rows[0]["tokens_per_second"] is not None
+    batches = show_batch or len({r["global_batch"] for r in rows}) > 1
+    cols: list[tuple[str, Any]] = [("#", lambda r: str(r["rank"]))]
+    if show_gpus:
+        cols.append(("GPUs", lambda r: str(r["gpus"])))
+    if batches:
+        cols.append(("batch", lambda r: str(r["global_batch"])))
+    cols.append(("s/iter", lambda r: f"{r['iteration_time']:.4g}"))
+    if tokens:
+        cols += [("tokens/s", lambda r: f"{r['tokens_per_second']:,.0f}"),
+                 ("tok/s/GPU", lambda r: f"{r['tokens_per_gpu']:,.0f}"),
+                 ("TFLOP/s/GPU", lambda r: f"{r['tflops_per_gpu']:,.0f}"),
+                 (f"MFU {precision}", lambda r: f"{r['mfu'] * 100:.1f}%")]
+    else:
+        cols.append(("samples/s", lambda r: f"{r['samples_per_second']:,.1f}"))
+    if rows[0]["days"] is not None:
+        cols += [("days", lambda r: f"{r['days']:,.1f}"),
+                 ("GPU-hours", lambda r: f"{r['gpu_hours']:,.0f}")]
+    if rows[0]["cost"] is not None:
+        cols.append(("cost $", lambda r: f"{r['cost']:,.0f}"))
+    cols.append(("GiB used/total", lambda r: f"{r['memory_gib']:.1f}/{r['capacity_gib']:.1f}"))
+    cells = [[f(r) for _, f in cols] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (h, _) in enumerate(cols)]
+    lines = [" ".join(h.rjust(w) for (h, _), w in zip(cols, widths)) + "  plan"]
+    for r, c in zip(rows, cells):
+        lines.append(" ".join(x.rjust(w) for x, w in zip(c, widths)) + "  " + r["plan"]
+                     + ("" if r["fits"] else "  DOES NOT FIT"))
+    return "\n".join(lines)
+
+
+def _pareto(plans: Any) -> tuple[RankedPlan, ...]:
+    """Plans not beaten on both iteration time and GPU-seconds, fastest first."""
+    out: list[RankedPlan] = []
+    best_cost = float("inf")
+    for rp in sorted(plans, key=lambda p: (p.iteration_time, p.iteration_time * p.gpus)):
+        c = rp.iteration_time * rp.gpus
+        if c < best_cost:
+            out.append(rp)
+            best_cost = c
+    return tuple(out)
 
 
 def _bool(name: str, v: Any) -> bool:
@@ -267,6 +387,31 @@ def _fixed(name: str, v: Any, table: dict | None = None) -> int:
     if not 0 <= i <= 1 << 24:
         raise ValueError(f"{name} must be in 0..{1 << 24}, got {i}")
     return int(i)
+
+
+def _memory_opts(c: Cluster, reshard: Any, shard_size: Any, off_opt: Any,
+                 off_act: Any) -> tuple:
+    """autoplan's sharding and offloading options as the C search takes them."""
+    def tri(name: str, v: Any, on: int) -> int:
+        if v is None:
+            return -1
+        return on if _bool(name, v) else 1 - on
+    if isinstance(shard_size, bool) or not hasattr(shard_size, "__index__") or shard_size < 0:
+        raise ValueError(f"shard_size must be an int >= 0, got {shard_size!r}")
+    if off_act is None:
+        act = -1.0
+    else:
+        if isinstance(off_act, bool) or not isinstance(off_act, (int, float)):
+            raise TypeError("offload_activations must be a number in [0, 1] or None")
+        if not 0.0 <= float(off_act) <= 1.0:
+            raise ValueError(f"offload_activations must be in [0, 1], got {off_act}")
+        act = float(off_act)
+    oo = tri("offload_optimizer", off_opt, 1)
+    host = c.host_bandwidth > 0 and c.host_memory_bandwidth > 0 and c.host_memory_bytes > 0
+    if (oo == 1 or act > 0) and not host:
+        raise ValueError(f"offloading needs the cluster's host_memory_bytes, host_bandwidth and "
+                         f"host_memory_bandwidth ({c.name} has none)")
+    return (tri("reshard_after_forward", reshard, 0), int(shard_size), oo, act)
 
 
 def _distributed_search(executor: Any, mt: tuple, c: Cluster, opts: tuple,
@@ -316,9 +461,15 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              cp: int | None = None, ep: int | None = None, etp: int | None = None,
              ep_placement: str | None = None, overlap_moe_comm: bool | float = False,
              moe_dispatcher: str = "alltoall", fp8_params: bool = False,
+             reshard_after_forward: bool | None = True, shard_size: int = 0,
+             offload_optimizer: bool | None = False,
+             offload_activations: float | None = 0.0,
              kernels: str = "te", tp_overlap: str = "none", cp_comm: str = "p2p",
              timeout: float | None = None,
-             executor: Any = None) -> RankedPlans:
+             executor: Any = None, headroom: float | None = None,
+             tokens: float | None = None, price: float | None = None,
+             max_days: float | None = None, max_batch: bool = False,
+             framework: str | None = None) -> RankedPlans:
     """The ``top`` fastest plans (``objective="time"``) or the cheapest in
     GPU-seconds per iteration over the GPU counts ``gpus / 2^k``
     (``objective="cost"``) that fit in memory, best first.
@@ -338,6 +489,12 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     :class:`ParallelPlan`);
     ``moe_dispatcher`` (``"alltoall"`` or ``"deepep"``) with that dispatcher;
     ``fp8_params=True`` keeps fp8 weights only (see :class:`ParallelPlan`).
+    Sharding and offloading (see :class:`ParallelPlan`): ``reshard_after_forward``
+    (ZeRO-3 plans; ``None`` searches both), ``shard_size`` (hybrid sharding of
+    every ZeRO plan; plans whose ``dp x cp`` it does not divide are skipped),
+    ``offload_optimizer`` (``None`` searches both) and ``offload_activations``
+    (a share, or ``None`` to search 0, 0.5 and 1); offloading needs the
+    cluster's ``host_bandwidth`` and ``host_memory_bandwidth``.
     ``kernels``, ``tp_overlap`` and ``cp_comm`` name the training stack every
     plan is priced on (not searched; :class:`ParallelPlan`): ``tp_overlap``
     applies to the plans with sequence parallelism.
@@ -350,8 +507,39 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     divides the GPU count) over a concurrent.futures executor, a
     dask.distributed.Client or a multiprocessing-style pool; the per-task
     top lists merge into exactly the local ranking (``stats`` then sums
-    the tasks' counters; docs/distributed.md)."""
+    the tasks' counters; docs/distributed.md).
+
+    ``headroom``: the fraction of each GPU's memory a plan must leave free
+    (default :data:`hpgo.parallel.DEFAULT_HEADROOM`, 5 %, the caching
+    allocator's reserve); the search is the same exact search on GPUs with
+    that much less memory.  ``tokens`` (to train on) and ``price`` (dollars
+    per GPU-hour) add days, GPU-hours and cost to every plan.  ``max_days``
+    (needs ``tokens``) keeps only plans that train within that many days:
+    with ``objective="cost"`` the cheapest such plans over the GPU counts
+    ``gpus / 2^k``, and :meth:`RankedPlans.pareto` the exact time-cost front
+    (the fastest plan of each GPU count is searched separately).
+
+    ``max_batch=True`` takes ``global_batch`` as a maximum, as Calculon does:
+    each plan runs the largest multiple of its data-parallel size not above
+    it, so plans whose dp does not divide it are ranked too (by time per
+    sample, since their batches differ; ``plan.global_batch`` says which
+    batch each runs).  Objective "time" only.
+
+    ``framework`` (``"megatron"``, ``"torchtitan"``, ``"deepspeed"``; None:
+    any combination hpgo models) ranks only plans that framework runs
+    (:mod:`hpgo.frameworks`): the search runs once per schedule and ZeRO
+    stage (and recomputation mode) the framework offers, with the sizes a
+    stage needs fixed, and drops plans breaking its other rules, asking each
+    search for more plans until ``top`` remain or none are left; fixed
+    choices it does not offer raise ValueError.  It does not combine with
+    ``max_batch`` or ``max_days`` (ValueError)."""
     m = _as_model(model, profile_batch)
+    room = headroom_fraction(headroom)
+    tokens = _positive_real("tokens", tokens)
+    price = _positive_real("price", price)
+    max_days = _positive_real("max_days", max_days)
+    if max_days is not None and tokens is None:
+        raise ValueError("max_days= needs tokens= (the tokens to train on)")
     if seq is not None:
         if not isinstance(m, Transformer):
             raise ValueError("seq= applies to transformer models only")
@@ -379,6 +567,11 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             raise TypeError(f"{name} must be an int, not {type(v).__name__}")
     if not isinstance(exhaustive, bool):
         raise TypeError("exhaustive must be a bool")
+    if n is not None and not isinstance(n, bool) and hasattr(n, "__index__") and n.__index__() < 1:
+        raise ValueError(f"gpus must be >= 1 (None: the whole cluster), got {n}")
+    if zero is not None and not isinstance(zero, bool) and hasattr(zero, "__index__") \
+            and not 0 <= zero.__index__() <= 3:
+        raise ValueError(f"zero must be 0, 1, 2 or 3 (ZeRO stage), got {zero}")
     opts = (global_batch, 0 if n is None else _fixed("gpus", n),
             _core.OBJECTIVE_TIME if objective == "time" else _core.OBJECTIVE_COST, top,
             int(exhaustive), threads, max_micro_batch, max_virtual_stages, overhead_bytes,
@@ -389,33 +582,249 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _fixed("ep", ep), _fixed("etp", etp),
             _fixed("ep_placement", ep_placement, {"inner": 0, "outer": 1}),
             int(share > 0), _dispatcher(moe_dispatcher), int(_bool("fp8_params", fp8_params)),
-            share, _stack("kernels", kernels, KERNEL_SETS),
+            share, *_memory_opts(c, reshard_after_forward, shard_size, offload_optimizer,
+                                 offload_activations),
+            _stack("kernels", kernels, KERNEL_SETS),
             _stack("tp_overlap", tp_overlap, TP_OVERLAPS), _stack("cp_comm", cp_comm, CP_COMMS))
     if tp_overlap == "te" and kernels != "te" or tp_overlap == "async" and kernels != "compile":
         raise ValueError(f"tp_overlap={tp_overlap!r} does not run on kernels={kernels!r} "
                          "('te' needs kernels='te', 'async' kernels='compile')")
-    t0 = time.perf_counter()
-    if executor is not None:
-        d = _distributed_search(executor, m._tuple(PRECISIONS[precision]), c, opts, timeout, top)
-    else:
-        d = _core._autoplan(m._tuple(PRECISIONS[precision]), c._tuple(), opts, timeout)
-    elapsed = time.perf_counter() - t0
+    if (tokens is not None) and not isinstance(m, Transformer):
+        raise ValueError("tokens= needs a transformer model (a profiled model has no tokens)")
+    fw = _frameworks.get(framework)
+    mt = m._tuple(PRECISIONS[precision])
+    cs = _headroom_cluster(c, room)   # the search judges fits against the usable memory
     mid = model_id(m)
-    ranked = []
-    for rank, (pt, _t, _score, balanced) in enumerate(d["plans"], 1):
+
+    def to_plan(pt: tuple) -> ParallelPlan:
         (p_tp, p_pp, p_dp, p_cp, p_ep, v, mb, gb, sch, rc, sp, z, ov, split, p_etp, outer,
-         ep_ov, disp, f8p, _share, ks, tpo, cpc, _rl, _rm) = pt
-        plan = ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, ep=p_ep,
+         ep_ov, disp, f8p, _share, reshard, shard, off_opt, off_act, ks, tpo, cpc, _rl,
+         _rm) = pt
+        return ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, ep=p_ep,
                             virtual_stages=v, micro_batch=mb, schedule=_SCHED_NAMES[sch],
                             recompute=_RC_NAMES[rc], sequence_parallel=bool(sp), zero=z,
                             overlap_grad_reduce=bool(ov), split=split, model=mid,
                             etp=p_etp or None, ep_placement="outer" if outer else "inner",
                             overlap_moe_comm=overlap_moe_comm if ep_ov else False,
                             moe_dispatcher=DISPATCHERS_BY_CODE[disp],
-                            fp8_params=bool(f8p), kernels=_KS_NAMES[ks],
+                            fp8_params=bool(f8p), reshard_after_forward=bool(reshard),
+                            shard_size=shard, offload_optimizer=bool(off_opt),
+                            offload_activations=off_act, kernels=_KS_NAMES[ks],
                             tp_overlap=_TPO_NAMES[tpo], cp_comm=_CP_NAMES[cpc])
+
+    def search(o: tuple) -> dict:
+        if executor is not None:
+            return _distributed_search(executor, mt, cs, o, timeout, o[3])
+        return _core._autoplan(mt, cs._tuple(), o, timeout)
+
+    t0 = time.perf_counter()
+    front_raw: list = []
+    if fw is not None:
+        if _bool("max_batch", max_batch) or max_days is not None:
+            raise ValueError("framework= does not combine with max_batch=True or max_days=")
+        unset = {k for k, v in (("reshard_after_forward", reshard_after_forward is True),
+                                ("kernels", kernels == "te"), ("tp_overlap", tp_overlap == "none"),
+                                ("cp_comm", cp_comm == "p2p")) if v}
+        stats, entries = _framework_search(fw, m, precision, opts, int(top), search, to_plan,
+                                           dict(schedule=schedule, zero=zero, recompute=recompute,
+                                                pp=pp, ep=ep), unset)
+    else:
+        if _bool("max_batch", max_batch):
+            if objective != "time" or max_days is not None or executor is not None:
+                raise ValueError("max_batch=True ranks by time per sample: it takes "
+                                 "objective='time' without max_days= or executor=")
+            d = _max_batch_search(mt, cs, opts, timeout, top)
+        elif max_days is not None and tokens is not None and isinstance(m, Transformer):
+            d, front_raw = _deadline_search(mt, cs, opts, timeout, executor, top,
+                                            max_days * 86400.0 * global_batch * m.seq / tokens)
+        else:
+            d = search(opts)
+        stats = {k: int(v) for k, v in d.items() if k != "plans"}
+        entries = [(to_plan(e[0]), e[3]) for e in d["plans"]]
+    elapsed = time.perf_counter() - t0
+
+    def ranked_plan(rank: int, plan: ParallelPlan, balanced: Any) -> RankedPlan:
+        plan = _frameworks.apply_defaults(fw, plan)
         res = simulate(m, c, plan, precision=precision, timeline=False,
-                       overhead_bytes=overhead_bytes)
-        ranked.append(RankedPlan(rank, plan, res, bool(balanced)))
-    stats = {k: int(v) for k, v in d.items() if k != "plans"}
-    return RankedPlans(m, c, int(global_batch), objective, tuple(ranked), stats, elapsed)
+                       overhead_bytes=overhead_bytes, headroom=room, tokens=tokens, price=price)
+        return RankedPlan(rank, plan, res, bool(balanced))
+
+    ranked = [ranked_plan(rank, plan, balanced) for rank, (plan, balanced) in enumerate(entries, 1)]
+    front: tuple = ()
+    if max_days is not None:
+        front = _pareto(ranked_plan(0, to_plan(pt), balanced)
+                        for pt, _t, _s, balanced in front_raw)
+    return RankedPlans(m, c, int(global_batch), objective, tuple(ranked), stats, elapsed,
+                       precision, room, tokens, price, max_days, front, bool(max_batch),
+                       fw.name if fw is not None else None)
+
+
+def _max_batch_search(mt: tuple, c: Cluster, opts: tuple, timeout: float | None,
+                      top: Any) -> dict:
+    """The ranking when the global batch is a maximum B: a plan with dp data-
+    parallel replicas runs floor(B / dp) dp samples.  Every dp is a divisor
+    of the GPU count; the plans whose dp divides B run B (one search), and
+    each other dp its own batch (one search with that dp fixed).  Each search
+    is exact at its batch, where time per sample orders plans as time does,
+    so the ``top`` plans by time per sample are among the ``top`` of each
+    search: merged by (time per sample, search, rank), they are exact."""
+    B = int(opts[0])
+    n = int(opts[1] or c.gpus)
+    fixed_dp = int(opts[11])
+    dps = [fixed_dp] if fixed_dp >= 0 else [k for k in range(1, n + 1) if n % k == 0]
+    batches = [(B, -1)] if fixed_dp < 0 else []
+    batches += [(B // k * k, k) for k in dps if (fixed_dp >= 0 or B % k) and B >= k]
+    merged: list[tuple] = []
+    stats: dict[str, int] = {}
+    for j, (b, k) in enumerate(batches):
+        o = list(opts)
+        o[0], o[11] = b, k
+        d = _core._autoplan(mt, c._tuple(), tuple(o), timeout)
+        for key_, v in d.items():
+            if key_ != "plans":
+                stats[key_] = stats.get(key_, 0) + int(v)
+        for i, entry in enumerate(d["plans"]):
+            merged.append((entry[1] / b, j, i, entry))
+    merged.sort(key=lambda x: x[:3])
+    return dict(stats, plans=[e for *_k, e in merged[:int(top)]])
+
+
+def _deadline_search(mt: tuple, c: Cluster, opts: tuple, timeout: float | None, executor: Any,
+                     top: Any, max_iteration: float) -> tuple[dict, list]:
+    """The ranking under a deadline, and the fastest plan of each GPU count.
+
+    A deadline bounds the iteration time (days x 86,400 x tokens per
+    iteration / tokens).  At a fixed GPU count the cost (GPU-seconds per
+    iteration) orders plans as their time does, so the plans of that count
+    that meet the deadline are a prefix of its time ranking, and the
+    ``top`` cheapest plans overall are among the ``top`` fastest of each
+    count: one exact time search per count (``gpus``, then halves while
+    even, as the cost objective's counts), merged by (score, more GPUs first,
+    rank), the order of the single cost search.  The fastest plan of each
+    count is the only one of that count that can be on the time-cost front."""
+    cost = opts[2] == _core.OBJECTIVE_COST
+    n = opts[1] or c.gpus
+    counts = [n]
+    while cost and counts[-1] % 2 == 0:
+        counts.append(counts[-1] // 2)
+    merged: list[tuple] = []
+    fastest: list = []
+    stats: dict[str, int] = {}
+    for g in counts:
+        o = list(opts)
+        o[1], o[2] = g, _core.OBJECTIVE_TIME
+        if executor is not None:
+            d = _distributed_search(executor, mt, c, tuple(o), timeout, top)
+        else:
+            d = _core._autoplan(mt, c._tuple(), tuple(o), timeout)
+        for k, v in d.items():
+            if k != "plans":
+                stats[k] = stats.get(k, 0) + int(v)
+        if d["plans"]:
+            fastest.append(d["plans"][0])
+        for i, entry in enumerate(d["plans"]):
+            t = entry[1]
+            if t <= max_iteration:
+                merged.append(((t * g if cost else t), -g, i, entry))
+            else:
+                stats["over_deadline"] = stats.get("over_deadline", 0) + 1
+    merged.sort(key=lambda x: x[:3])
+    stats.setdefault("over_deadline", 0)
+    return dict(stats, plans=[e for *_k, e in merged[:int(top)]]), fastest
+
+
+# the search's largest top list (csrc/module autoplan glue): past it a framework
+# ranking holds the plans found among that many of every sub-search
+_MAX_TOP = 1000
+# positions in the search options tuple (csrc/module autoplan glue)
+_O_TOP, _O_PP, _O_SCHEDULE, _O_RECOMPUTE, _O_ZERO, _O_EP = 3, 10, 14, 15, 17, 19
+_O_NO_RESHARD = 26
+_O_STACK = {"kernels": (30, KERNEL_SETS), "tp_overlap": (31, TP_OVERLAPS),
+            "cp_comm": (32, CP_COMMS)}
+
+
+def _framework_options(fw: Any, opts: tuple, unset: set) -> tuple:
+    """``opts`` with the framework's runtime defaults that the search prices
+    set where the caller left autoplan's own default (``unset``), so that
+    the ranking is of the plans as the framework runs them."""
+    o = list(opts)
+    d = fw.defaults
+    if "reshard_after_forward" in unset and "reshard_after_forward" in d:
+        v = d["reshard_after_forward"]
+        if callable(v):
+            # the only policy the C search knows: reshard unless pipelined
+            probe = ParallelPlan(global_batch=2, dp=2, zero=3)
+            if not (v(probe) and not v(probe.with_(pp=2, dp=1))):
+                raise ValueError(f"{fw.name}: reshard_after_forward policy not searchable")
+            o[_O_NO_RESHARD] = 2
+        else:
+            o[_O_NO_RESHARD] = 0 if v else 1
+    # the framework's training stack prices every plan (kernels, tp overlap,
+    # context-parallel exchange) unless the caller chose one
+    for name, (pos, codes) in _O_STACK.items():
+        if name in unset and isinstance(d.get(name), str) and d[name] in codes:
+            o[pos] = codes[d[name]]
+    if o[_O_STACK["tp_overlap"][0]] == TP_OVERLAPS["async"] and \
+            o[_O_STACK["kernels"][0]] != KERNEL_SETS["compile"]:
+        o[_O_STACK["tp_overlap"][0]] = TP_OVERLAPS["none"]
+    return tuple(o)
+
+
+def _framework_search(fw: Any, m: Any, precision: str, opts: tuple, top: int, search: Any,
+                      to_plan: Any, fixed: dict, unset: set) -> tuple[dict, list]:
+    """The ``top`` best plans ``fw`` runs.  Each sub-search fixes one
+    schedule x ZeRO stage (x recomputation mode) the framework offers; their
+    plans are disjoint and every plan the framework offers is in one, so
+    merging their rankings by score (ties: more GPUs, then tp, cp, pp, each
+    search's own order, as hpgo.distributed.merge_ranked) and dropping plans
+    that break the framework's other rules ranks exactly the plans it runs
+    -- provided no plan a sub-search left out could rank among them: while
+    one could (the search returned as many plans as asked, its last ranking
+    before the ``top``-th accepted plan or fewer than ``top`` accepted), ask
+    every sub-search for four times as many (at most 1000, the search's
+    largest list).  The framework's runtime defaults the search prices
+    (:func:`_framework_options`) are set for every sub-search."""
+    _frameworks.refuse_fixed(fw, fixed, precision)
+    spaces = _frameworks.search_spaces(fw, fixed)
+    opts = _framework_options(fw, opts, unset)
+    model = m if isinstance(m, Transformer) else None
+    want = max(top, 1)
+    while True:
+        keyed, stats, lasts = [], {}, []
+        for sp in spaces:
+            o = list(opts)
+            o[_O_TOP] = want
+            o[_O_SCHEDULE] = int(SCHEDULES[sp["schedule"]])
+            o[_O_ZERO] = int(sp["zero"])
+            if sp.get("recompute") is not None:
+                o[_O_RECOMPUTE] = int(RECOMPUTE_MODES[sp["recompute"]])
+            if sp.get("pp") is not None:
+                o[_O_PP] = int(sp["pp"])
+            if sp.get("ep") is not None:
+                o[_O_EP] = int(sp["ep"])
+            d = search(tuple(o))
+            for rank, entry in enumerate(d["plans"]):
+                pt, _t, score, _b = entry
+                key = (score, -(pt[0] * pt[1] * pt[2] * pt[3]), pt[0], pt[3], pt[1], rank)
+                keyed.append((key, entry))
+                if len(d["plans"]) >= want and rank == len(d["plans"]) - 1:
+                    # this search has more plans, each ranked after this one
+                    lasts.append(key)
+            for k, v in d.items():
+                if k != "plans":
+                    stats[k] = stats.get(k, 0) + v
+        keyed.sort(key=lambda e: e[0])
+        seen, out = set(), []
+        for key, (pt, _t, _s, balanced) in keyed:
+            plan = to_plan(pt)
+            if plan in seen:
+                continue
+            seen.add(plan)
+            if not _frameworks.problems(fw, plan, model, precision):
+                out.append((key, plan, balanced))
+        # exact when the top accepted plans all rank before every plan a
+        # search left out (those rank after that search's last plan)
+        if (len(out) >= top and all(out[top - 1][0] <= k for k in lasts)) or not lasts \
+                or want >= _MAX_TOP:
+            return stats, [(p, b) for _, p, b in out[:top]]
+        want = min(want * 4, _MAX_TOP)

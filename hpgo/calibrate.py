@@ -140,6 +140,15 @@ def _implied(k: Kernel, peak: float, mem_time) -> float:
     return k.flops / (peak * rest)
 
 
+def _family(name: str) -> str:
+    """The GPU generation a device name names ("H100", "A100", "V100", "H200"),
+    or "" when it names none."""
+    import re
+
+    m = re.search(r"\b([A-Z]\d{3})\b", name.upper())
+    return m.group(1) if m else ""
+
+
 def fit(profile: KernelProfile, base: GPU | Cluster | str = "dgx-h100") -> GPU:
     """A copy of ``base``'s GPU (a preset name, a cluster or a GPU: peaks,
     memory size and bandwidth stay) with the memory, matrix, fp8-matrix and
@@ -152,6 +161,11 @@ def fit(profile: KernelProfile, base: GPU | Cluster | str = "dgx-h100") -> GPU:
         raise TypeError("base must be a preset name, an hpgo.Cluster or an hpgo.GPU")
     if not isinstance(profile, KernelProfile):
         raise TypeError("profile must be a KernelProfile (hpgo.calibrate.load)")
+    measured, preset = _family(profile.device), _family(gpu.name)
+    if measured and preset and measured != preset:
+        raise ValueError(f"{profile.source}: measured on {profile.device}, not on the "
+                         f"{gpu.name} of the base: calibrate against a preset of that GPU "
+                         f"(hpgo calibrate --cluster PRESET; a {measured} one)")
     copies = profile.of("copy")
     if not copies:
         raise ValueError(f"{profile.source}: no copy samples: the memory curve cannot be fitted")
@@ -280,6 +294,9 @@ _DESCRIPTION = ("Fit a GPU's efficiency curves to a kernel profile (`hpgo profil
 def run(args: argparse.Namespace) -> int:
     """Run ``hpgo calibrate`` from parsed arguments; returns the exit status."""
     try:
+        from .autoplan_cli import _check_output
+
+        _check_output(args.output, "-o")
         prof = load(args.kernels)
         base = Cluster.preset(args.cluster, nodes=args.nodes)
         gpu = fit(prof, base)

@@ -166,6 +166,15 @@ def _add_profile_args(p: argparse.ArgumentParser, *, optional_help: str = "") ->
                         "resnet50 (hpgo.examples.names() lists them)")
 
 
+def _check_outputs(*outputs: Any) -> None:
+    """Refuse, before any work, an output that cannot be written: a folder,
+    or a file in a folder that is not there."""
+    from .autoplan_cli import _check_output
+
+    for path, what in outputs:
+        _check_output(path, what)
+
+
 def _positive(name: str, v: Optional[int]) -> None:
     if v is not None and v < 1:
         raise CliError(f"{name} must be >= 1, got {v}")
@@ -212,7 +221,8 @@ def _agg_plt():
     try:
         import matplotlib
     except ImportError:
-        raise CliError("plots need matplotlib: pip install 'hpgo[plot]'") from None
+        raise CliError("plots need matplotlib: pip install -e '.[plot]' from the hpgo "
+                       "clone") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -264,6 +274,7 @@ def run_plan(args: Any, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
     from .plan import candidate_plans
 
+    _check_outputs((args.output, "-o"), (args.plot, "--plot"), (args.dot, "--dot"))
     path = _resolve_profile(args)
     kw = _model_kwargs(args)
     gbs = _one_gbs(args.gbs)
@@ -326,7 +337,8 @@ def add_sweep_subcommand(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="PNG", help="draw speedup against gbs (needs matplotlib)")
     p.add_argument("--progress", dest="progress", action="store_true", default=None,
                    help="show a progress bar (default: only when stderr is a terminal)")
-    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="never show the progress bar")
     p.set_defaults(func=run_sweep)
     return p
 
@@ -363,6 +375,7 @@ def sweep_table(rows: Sequence[Any]) -> str:
 def run_sweep(args: Any, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
+    _check_outputs((args.csv, "--csv"), (args.plot, "--plot"))
     path = _resolve_profile(args, err)
     kw = _model_kwargs(args)
     gbs = parse_gbs(args.gbs)
@@ -395,7 +408,9 @@ def run_sweep(args: Any, out: Optional[TextIO] = None, err: Optional[TextIO] = N
         from . import plot
 
         _agg_plt()
-        _save_fig(plot.speedup_vs_gbs(res), args.plot)
+        name = os.path.basename(os.path.dirname(os.path.abspath(path))) or path
+        _save_fig(plot.speedup_vs_gbs(res, title=f"{name} (pbs {args.pbs}): speedup against "
+                                                 "global batch size"), args.plot)
         print(f"wrote {args.plot}", file=err)
     return 0
 
@@ -404,44 +419,247 @@ def run_sweep(args: Any, out: Optional[TextIO] = None, err: Optional[TextIO] = N
 
 
 def add_simulate_subcommand(sub: Any) -> argparse.ArgumentParser:
+    from .autoplan_cli import add_cluster_options, add_run_options
+
     p = sub.add_parser(
-        "simulate", help="simulate one training iteration of a plan (or of DistIR's MLP)",
-        description="Simulate one iteration of the best plan of a profile (or of a saved plan) "
-                    "under a pipeline schedule, or DistIR's D/H/P-parallel MLP with --mlp; "
-                    "print per-stage times, bubbles and memory.",
-        epilog="examples: hpgo simulate profiles/transformer36-v100/graph.txt --pbs 1 --gbs 128 "
-               "--seps 8,16 --trace trace.json;  hpgo simulate --mlp --batch-size 4096 --width 4096 "
-               "--layers 64 --pp 8 --microbatches 16 --trace mlp.json")
+        "simulate", help="simulate one training step of any plan (or HPGO's plan of a profile, "
+                         "or DistIR's MLP)",
+        description="Simulate one training step of a plan you give (--model or --hf-config, "
+                    "--cluster or --gpu, and --tp/--pp/--dp/... or --plan PLAN.json from "
+                    "hpgo autoplan -o), and print the step time, tokens/s, MFU, memory per "
+                    "stage and whether it fits; or HPGO's best plan of a profile (PROFILE "
+                    "--gbs --seps); or DistIR's D/H/P-parallel MLP (--mlp).",
+        epilog="examples: hpgo simulate --model llama3-70b --cluster dgx-h100 --nodes 8 --tp 8 "
+               "--pp 4 --dp 2 --global-batch 512 --schedule interleaved-1f1b --vp 5;  "
+               "hpgo simulate profiles/transformer36-v100/graph.txt --pbs 1 --gbs 128 "
+               "--seps 8,16 --trace trace.json;  hpgo simulate --mlp --batch-size 4096 "
+               "--width 4096 --layers 64 --pp 8 --microbatches 16 --trace mlp.json")
     _add_profile_args(p, optional_help="; with --plan, default: the one the plan names")
+    t = p.add_argument_group("a plan of a transformer (--model or --hf-config)")
+    t.add_argument("--model", help="a transformer preset: llama3-8b, llama3-70b, gpt3-175b, "
+                                   "mixtral-8x7b, ... (hpgo.transformer.presets())")
+    t.add_argument("--hf-config", metavar="PATH", help="a Hugging Face config.json")
+    t.add_argument("--seq", type=int, metavar="TOKENS", help="sequence length")
+    t.add_argument("--precision", choices=("bf16", "fp16", "fp8", "fp32"),
+                   help="training precision (default bf16)")
+    t.add_argument("--cp", type=int, metavar="N", help="context-parallel size (default 1)")
+    t.add_argument("--ep", type=int, metavar="N", help="expert-parallel size (default 1)")
+    t.add_argument("--vp", "--virtual-stages", dest="vp", type=int, metavar="N",
+                   help="virtual stages per device (interleaved-1f1b, zb-v; default 1)")
+    t.add_argument("--micro-batch", type=int, metavar="N", help="micro-batch size (default 1)")
+    t.add_argument("--global-batch", type=int, metavar="N", help="sequences per iteration")
+    t.add_argument("--recompute", choices=("none", "selective", "full"),
+                   help="activation recomputation (default none)")
+    t.add_argument("--zero", type=int, metavar="STAGE", help="ZeRO stage 0-3 (default 0)")
+    t.add_argument("--sequence-parallel", action="store_true",
+                   help="sequence parallelism (with tp > 1)")
+    add_cluster_options(p)
+    add_run_options(p)
     p.add_argument("--pbs", type=int, help="batch size the profile was measured with (default: "
                                            "the plan's, or the one its profile.json records)")
-    p.add_argument("--gbs", help="global batch size")
+    p.add_argument("--gbs", help="global batch size (HPGO profile plans)")
     p.add_argument("--seps", help="GPU layout, e.g. 8,16 or 8 16 (needed unless --plan is given)")
-    p.add_argument("--plan", metavar="JSON", help="simulate this saved plan (hpgo plan -o) instead of planning")
+    p.add_argument("--plan", metavar="JSON",
+                   help="simulate a saved plan: hpgo autoplan -o (with --model and --cluster) "
+                        "or hpgo plan -o (on the profile it names)")
     p.add_argument("--mbs", type=int, default=None, metavar="N", help="smallest micro-batch size")
-    p.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe", "pipedream"],
-                   help="pipeline schedule (default 1f1b, DAPPLE's early backward)")
+    p.add_argument("--schedule",
+                   choices=["1f1b", "gpipe", "interleaved-1f1b", "zb-h1", "zb-v", "pipedream"],
+                   help="pipeline schedule (default 1f1b; pipedream for profile plans only; "
+                        "interleaved-1f1b, zb-h1 and zb-v for --model plans only)")
     p.add_argument("--link-bandwidth", type=float, default=None, metavar="BYTES_PER_S",
-                   help="point-to-point bandwidth inside a machine (default 25e9, HPGO's NVLink "
-                        "figure; stage boundaries across machines use 1e9, HPGO's Ethernet)")
+                   help="profile plans: point-to-point bandwidth inside a machine (default "
+                        "25e9, HPGO's NVLink figure; stage boundaries across machines use 1e9, "
+                        "HPGO's Ethernet)")
     p.add_argument("--threads", type=int, default=0, help="planner threads (0 = all cores)")
     m = p.add_argument_group("DistIR MLP (--mlp)")
     m.add_argument("--mlp", action="store_true", help="simulate DistIR's MLP instead of a profile")
-    m.add_argument("--batch-size", type=int, default=4096)
-    m.add_argument("--width", type=int, default=4096)
-    m.add_argument("--layers", type=int, default=64)
-    m.add_argument("--dp", type=int, default=1, help="data-parallel replicas (D)")
-    m.add_argument("--tp", type=int, default=1, help="Megatron shards (H)")
-    m.add_argument("--pp", type=int, default=1, help="pipeline stages (P)")
-    m.add_argument("--microbatches", type=int, default=1, help="micro-batches (K)")
+    m.add_argument("--batch-size", type=int, default=4096, help="samples per step (default 4096)")
+    m.add_argument("--width", type=int, default=4096, help="hidden width (default 4096)")
+    m.add_argument("--layers", type=int, default=64, help="layers (default 64)")
+    m.add_argument("--dp", type=int, default=None, metavar="N",
+                   help="data-parallel replicas (D; default 1); also for --model plans")
+    m.add_argument("--tp", type=int, default=None, metavar="N",
+                   help="tensor-parallel shards (Megatron, H; default 1); also for --model plans")
+    m.add_argument("--pp", type=int, default=None, metavar="N",
+                   help="pipeline stages (P; default 1); also for --model plans")
+    m.add_argument("--microbatches", type=int, default=1, help="micro-batches (K; default 1)")
     m.add_argument("--cost-model", default="distir-2021",
-                   choices=["distir-2021", "distir-2021-grid", "distir-2022"])
+                   choices=["distir-2021", "distir-2021-grid", "distir-2022"],
+                   help="DistIR's cost model (default distir-2021)")
     o = p.add_argument_group("output")
     o.add_argument("--trace", metavar="JSON", help="write the timeline as Chrome trace / Perfetto JSON")
     o.add_argument("--gantt", metavar="PNG", help="draw the schedule as a Gantt chart (needs matplotlib)")
     o.add_argument("--json", action="store_true", help="print the summary as JSON")
+    o.add_argument("--memory-snapshot", metavar="PICKLE",
+                   help="--model plans: the memory each device allocates and frees, op by op, "
+                        "in PyTorch's memory-visualiser snapshot format (pytorch.org/memory_viz)")
+    o.add_argument("--memory-plot", metavar="PNG",
+                   help="--model plans: draw the memory each device holds over the step")
     p.set_defaults(func=run_simulate)
     return p
+
+
+def _is_parallel_plan_file(path: str) -> bool:
+    from . import _files
+
+    try:
+        d = _files.load_json(path, "plan file")
+    except ValueError:
+        return False
+    return isinstance(d, dict) and d.get("format") == "hpgo-parallel-plan-1"
+
+
+_STEP_FLAGS = ("model", "hf_config", "cluster", "gpu", "cp", "ep", "vp", "micro_batch",
+               "global_batch", "recompute", "zero", "precision", "seq", "memory_headroom",
+               "tokens", "price", "memory_snapshot", "memory_plot")
+
+
+def _step_mode(args: Any) -> bool:
+    if any(getattr(args, k, None) not in (None, False) for k in _STEP_FLAGS) or \
+            args.sequence_parallel:
+        return True
+    return bool(args.plan) and os.path.isfile(args.plan) and _is_parallel_plan_file(args.plan)
+
+
+def _model_of_plan(plan: Any, args: Any) -> Any:
+    """The model of a saved parallel plan: --model / --hf-config, else the
+    preset whose identity the plan records."""
+    import hpgo
+    from .autoplan_cli import model_from_args
+
+    if args.model or args.hf_config:
+        return model_from_args(args)
+    from .workmodel import _presets
+
+    label = (plan.model or "").split("#")[0]
+    if label in _presets():
+        m = hpgo.transformer(label)
+        if args.seq:
+            m = m.with_(seq=args.seq)
+        if hpgo.model_id(m) == plan.model:
+            return m
+    raise CliError(f"{args.plan} was made for the model {plan.model or '(unnamed)'}: give it "
+                   "with --model or --hf-config")
+
+
+def run_simulate_step(args: Any, out: TextIO) -> int:
+    """``hpgo simulate --model ... --cluster ... --tp ...``: one training step."""
+    import hpgo
+    from .autoplan_cli import cluster_from_args, model_from_args, run_options
+
+    for name in ("cp", "ep", "vp", "micro_batch", "global_batch", "tp", "pp", "dp"):
+        _positive("--" + name.replace("_", "-"), getattr(args, name))
+    if args.zero is not None and not 0 <= args.zero <= 3:
+        raise CliError(f"--zero must be 0, 1, 2 or 3, got {args.zero}")
+    if args.schedule == "pipedream":
+        raise CliError("--schedule pipedream is HPGO's profile simulator's: give PROFILE --gbs "
+                       "--seps, or gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v")
+    if args.profile or args.example:
+        raise CliError("a --model plan takes no PROFILE (hpgo autoplan --profile plans profiles)")
+    if args.mlp:
+        raise CliError("--mlp simulates DistIR's MLP: give no --model or --cluster with it")
+    if args.plan:
+        plan = hpgo.ParallelPlan.load(args.plan)
+        model = _model_of_plan(plan, args)
+        changes = {k: v for k, v in (("tp", args.tp), ("pp", args.pp), ("dp", args.dp),
+                                     ("cp", args.cp), ("ep", args.ep),
+                                     ("virtual_stages", args.vp),
+                                     ("micro_batch", args.micro_batch),
+                                     ("global_batch", args.global_batch),
+                                     ("schedule", args.schedule), ("recompute", args.recompute),
+                                     ("zero", args.zero)) if v is not None}
+        if args.sequence_parallel:
+            changes["sequence_parallel"] = True
+        if changes:
+            plan = plan.with_(**changes)
+    else:
+        model = model_from_args(args)
+        if args.global_batch is None:
+            raise CliError("--global-batch is needed (sequences per iteration), or --plan FILE")
+        plan = hpgo.ParallelPlan(global_batch=args.global_batch, tp=args.tp or 1,
+                                 pp=args.pp or 1, dp=args.dp or 1, cp=args.cp or 1,
+                                 ep=args.ep or 1, virtual_stages=args.vp or 1,
+                                 micro_batch=args.micro_batch or 1,
+                                 schedule=args.schedule or "1f1b",
+                                 recompute=args.recompute or "none",
+                                 sequence_parallel=bool(args.sequence_parallel),
+                                 zero=args.zero or 0)
+    cluster = cluster_from_args(args)
+    if plan.gpus > cluster.gpus:
+        raise CliError(f"the plan uses {plan.gpus} GPUs (tp x cp x pp x dp), the cluster has "
+                       f"{cluster.gpus}: give --nodes {-(-plan.gpus // cluster.gpus_per_node)}")
+    r = hpgo.simulate(model, cluster, plan, precision=args.precision,
+                      timeline=bool(args.trace or args.gantt or args.memory_snapshot
+                                    or args.memory_plot), **run_options(args))
+    if args.json:
+        out.write(json.dumps(_step_dict(r, model, cluster), indent=1) + "\n")
+    else:
+        out.write(_step_table(r, model, cluster) + "\n")
+    if args.trace:
+        r.to_chrome_trace(args.trace)
+        print(f"wrote {args.trace}", file=sys.stderr)
+    if args.gantt:
+        from . import plot
+
+        _agg_plt()
+        _save_fig(plot.step_gantt(r), args.gantt)
+        print(f"wrote {args.gantt}", file=sys.stderr)
+    if args.memory_snapshot:
+        r.to_memory_snapshot(args.memory_snapshot)
+        print(f"wrote {args.memory_snapshot}", file=sys.stderr)
+    if args.memory_plot:
+        from . import plot
+
+        _agg_plt()
+        _save_fig(plot.memory_timeline(r), args.memory_plot)
+        print(f"wrote {args.memory_plot}", file=sys.stderr)
+    return 0
+
+
+def _step_dict(r: Any, model: Any, cluster: Any) -> dict:
+    from .autoplan import setup_line
+
+    return {
+        "setup": setup_line(model, cluster, precision=r.precision,
+                            global_batch=r.plan.global_batch, headroom=r.headroom),
+        "plan": r.plan.to_dict(), "model": getattr(model, "name", ""), "cluster": cluster.name,
+        "seq": getattr(model, "seq", None), "precision": r.precision, "gpus": r.gpus,
+        "iteration_time": r.iteration_time, "tokens_per_second": r.tokens_per_second,
+        "tokens_per_gpu": r.tokens_per_gpu, "tflops_per_gpu": r.tflops_per_gpu,
+        "mfu": r.mfu, "mfu_bf16": r.mfu_bf16, "samples_per_second": r.samples_per_second,
+        "fits": r.fits, "memory_headroom": r.headroom, "tokens": r.tokens, "price": r.price,
+        "days": r.days, "gpu_hours": r.gpu_hours, "cost": r.cost,
+        "devices": [{"busy": d["busy"], "bubble": d["bubble"],
+                     "peak_in_flight": d["peak_in_flight"],
+                     "memory": {k: getattr(m, k) for k in ("weights", "gradients", "optimizer",
+                                                           "activations", "other", "total",
+                                                           "capacity", "headroom", "margin",
+                                                           "fits")}}
+                    for d, m in zip(r.devices, r.memory)],
+    }
+
+
+def _step_table(r: Any, model: Any, cluster: Any) -> str:
+    from .autoplan import setup_line
+    from .plan import _format_table
+
+    g = 2.0 ** 30
+    lines = [setup_line(model, cluster, precision=r.precision, global_batch=r.plan.global_batch,
+                        headroom=r.headroom),
+             f"plan: {r.plan.describe()} ({r.gpus} GPUs, {r.microbatches} micro-batches)",
+             "step: " + r.summary().split(": ", 1)[1], ""]
+    body = []
+    for i, (d, m) in enumerate(zip(r.devices, r.memory)):
+        body.append([str(i), f"{d['busy']:.4g}", f"{d['bubble'] * 100:.1f}%",
+                     str(d["peak_in_flight"]), f"{m.weights / g:.1f}", f"{m.gradients / g:.1f}",
+                     f"{m.optimizer / g:.1f}", f"{m.activations / g:.1f}", f"{m.other / g:.1f}",
+                     f"{m.total / g:.1f}/{m.usable / g:.1f}",
+                     "yes" if m.fits else "NO"])
+    lines += _format_table(["stage", "busy s", "bubble", "in flight", "weights", "grads",
+                            "optimizer", "activations", "other", "GiB used/usable", "fits"], body)
+    lines += ["", "assumes: " + r.assumptions()]
+    return "\n".join(lines)
 
 
 def _plan_profile(plan: Any, plan_path: str) -> str:
@@ -495,14 +713,23 @@ def run_simulate(args: Any, out: Optional[TextIO] = None) -> int:
 
     if args.threads < 0:
         raise CliError(f"--threads must be >= 0, got {args.threads}")
+    _check_outputs((args.trace, "--trace"), (args.gantt, "--gantt"),
+                   (args.memory_snapshot, "--memory-snapshot"), (args.memory_plot, "--memory-plot"))
+    if _step_mode(args):
+        return run_simulate_step(args, out)
     if args.mlp:
         if args.profile or args.plan or args.example:
             raise CliError("--mlp simulates DistIR's MLP: give no profile or --plan with it")
         r = sim.simulate_mlp(batch_size=args.batch_size, width=args.width, layers=args.layers,
-                             dp=args.dp, tp=args.tp, pp=args.pp, microbatches=args.microbatches,
+                             dp=1 if args.dp is None else args.dp,
+                             tp=1 if args.tp is None else args.tp,
+                             pp=1 if args.pp is None else args.pp,
+                             microbatches=args.microbatches,
                              cost_model=args.cost_model)
         head = (f"DistIR MLP: batch {args.batch_size}, width {args.width}, {args.layers} layers, "
-                f"D={args.dp} H={args.tp} P={args.pp} K={args.microbatches}, {args.cost_model}")
+                f"D={r.config.get('dp', args.dp)} H={r.config.get('tp', args.tp)} "
+                f"P={r.config.get('pp', args.pp)} K={args.microbatches}, "
+                f"{args.cost_model}")
     else:
         from . import _core
         from .plan import Plan, best_plan
@@ -543,9 +770,13 @@ def run_simulate(args: Any, out: Optional[TextIO] = None) -> int:
         kw = {}
         if args.link_bandwidth is not None:
             kw["link_bandwidth"] = args.link_bandwidth
-        r = plan.simulate(model, schedule=args.schedule, **kw)
+        sched = args.schedule or "1f1b"
+        if sched not in ("1f1b", "gpipe", "pipedream"):
+            raise CliError(f"--schedule {sched} needs a --model plan; HPGO's profile plans run "
+                           "1f1b, gpipe or pipedream")
+        r = plan.simulate(model, schedule=sched, **kw)
         head = (f"plan of {path}: {plan.num_stages} stages x {plan.rp} replicas "
-                f"(planner speedup {plan.speedup:.3f}), gbs {gbs}, {args.schedule} schedule, "
+                f"(planner speedup {plan.speedup:.3f}), gbs {gbs}, {sched} schedule, "
                 f"{r.config.get('microbatches')} micro-batches")
     if args.json:
         out.write(json.dumps(_sim_summary(r), indent=2) + "\n")
@@ -581,6 +812,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_autoplan_subcommand(sub)
     from .calibrate import add_calibrate_subcommand
     add_calibrate_subcommand(sub)
+    from .cluster_cli import add_cluster_subcommand
+    add_cluster_subcommand(sub)
     return ap
 
 
@@ -622,7 +855,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 141
     except (CliError, ValueError, TypeError, OSError, ImportError, MemoryError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        if isinstance(e, OSError) and e.filename is not None and str(e.filename) not in msg:
+        if isinstance(e, OSError) and e.strerror and e.filename is not None:
+            msg = f"{e.strerror}: {e.filename}"   # not "[Errno 2] ...: 'name'"
+        elif isinstance(e, OSError) and e.filename is not None and str(e.filename) not in msg:
             msg += f": {e.filename}"
         print(f"{name}: error: {msg}", file=sys.stderr)
         return 2

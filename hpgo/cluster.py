@@ -11,7 +11,30 @@ docs/training-model.md); every number can be overridden::
     c.save("mycluster.json"); hpgo.Cluster.load("mycluster.json")
 
 Bandwidths are bytes/s per GPU and per direction, latencies seconds,
+``efficiency`` the achieved fraction of the link rate.  The file format is
+``hpgo/cluster.schema.json`` (a JSON Schema shipped with the package, which
+:meth:`Cluster.load` checks); :meth:`Cluster.build` makes a cluster from a
+GPU name, the GPUs per node and the network speed::
+
+    hpgo.Cluster.build("a100-40gb", nodes=4, gpus_per_node=8, inter_node_gbps=200,
+                       per_node=True)     # one 200 Gb/s NIC shared by a node's 8 GPUs
+
 ``efficiency`` the achieved fraction of the link rate.
+
+Beyond the GPU and its links a cluster carries the host side and the
+runtime: ``host_memory_bytes`` (CPU memory per node), ``host_bandwidth``
+(bytes/s per GPU and direction over its PCIe link) and
+``host_memory_bandwidth`` (a node's CPU memory bandwidth), which price
+offloading; ``allocator_fragmentation`` (the share of the caching
+allocator's reserved memory it cannot reuse: 0 by default, the
+expandable segments torchtitan and NeMo run with;
+``hpgo.cluster.ALLOCATOR_FRAGMENTATION``, GMLake's 9.2 of 80 GB, for the
+stock allocator); ``jitter`` (the coefficient of variation of one GPU's time
+between two synchronisations; the step waits for the slowest of its GPUs;
+0 by default: the published figures disagree, see docs/training-model.md)
+and ``nccl_latency`` (price collective latency with NCCL's own tuning
+model by algorithm, protocol, ranks and nodes instead of ``latency`` per
+ring step).
 """
 from __future__ import annotations
 
@@ -24,7 +47,18 @@ from typing import Any, Mapping
 
 from . import _core, _files
 
-__all__ = ["GPU", "Level", "Cluster"]
+__all__ = ["GPU", "Level", "Cluster", "GPU_TYPES", "resolve", "ALLOCATOR_FRAGMENTATION"]
+
+#: GPU names :meth:`Cluster.build` takes, and the preset each is read from
+#: (its GPU, its NVLink level, and its inter-node latency and efficiency).
+GPU_TYPES = {"v100": "dgx1-v100", "v100-32gb": "dgx1-v100", "v100-16gb": "dgx1-v100-16gb",
+             "a100-40gb": "dgx-a100-40gb", "a100-80gb": "dgx-a100-80gb", "a100": "dgx-a100-80gb",
+             "h100": "dgx-h100", "h100-80gb": "dgx-h100", "h100-96gb": "grand-teton-h100",
+             "h100-pcie": "h100-pcie", "h200": "dgx-h200", "b200": "dgx-b200"}
+
+#: share of reserved memory the PyTorch caching allocator cannot reuse
+#: (GMLake, ASPLOS'24: 9.2 GB of an 80 GB A100 on average; csrc/cluster.h)
+ALLOCATOR_FRAGMENTATION: float = _core.ALLOC_FRAG_GMLAKE
 
 _COLL = {"all_reduce": _core.COLL_ALLREDUCE, "reduce_scatter": _core.COLL_REDUCE_SCATTER,
          "all_gather": _core.COLL_ALLGATHER, "all_to_all": _core.COLL_ALLTOALL}
@@ -32,6 +66,38 @@ _DT = {"fp32": 0, "tf32": 1, "bf16": 2, "fp8": 3}          # csrc/cluster.h HPGO
 _KIND = {"vector": 0, "matrix": 1, "attention": 2}         # HPGO_OP_
 _ALGO = {"auto": _core.ALGO_AUTO, "ring": _core.ALGO_RING,
          "hierarchical": _core.ALGO_HIERARCHICAL}
+
+
+def _count(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
+        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+    n = v.__index__()
+    if not 1 <= n <= 1 << 20:
+        raise ValueError(f"{name} must be in 1..1048576, got {n}")
+    return int(n)
+
+
+def resolve(spec: "str | os.PathLike | Cluster", nodes: int | None = None) -> "Cluster":
+    """A cluster from a preset name or a cluster file (``nodes`` resizes
+    either).  A name that is neither: "no such cluster file" when it looks
+    like a path (has a ``/`` or ends in ``.json``), else "unknown cluster
+    preset" with the presets listed."""
+    if isinstance(spec, Cluster):
+        return spec.with_nodes(nodes) if nodes is not None else spec
+    text = os.fspath(spec)
+    if os.path.exists(text):
+        c = Cluster.load(text)
+        return c.with_nodes(nodes) if nodes is not None else c
+    if text in Cluster.presets():
+        return Cluster.preset(text, nodes=nodes)
+    if os.sep in text or "/" in text or text.lower().endswith(".json"):
+        raise FileNotFoundError(2, "no such cluster file", text)
+    raise ValueError(f"unknown cluster preset {text!r} (presets: "
+                     f"{', '.join(Cluster.presets())}; or a cluster file)")
+
+
+_SYSTEM = ("host_memory_bytes", "host_bandwidth", "host_memory_bandwidth",
+           "allocator_fragmentation", "jitter", "nccl_latency")
 
 
 def _steps(name: str, v: Any) -> tuple[tuple[float, float], ...]:
@@ -108,10 +174,23 @@ class Cluster:
     name: str
     gpu: GPU
     levels: tuple[Level, ...]
+    host_memory_bytes: float = 0.0
+    host_bandwidth: float = 0.0
+    host_memory_bandwidth: float = 0.0
+    allocator_fragmentation: float = 0.0
+    jitter: float = 0.0
+    nccl_latency: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.gpu, GPU):
             raise TypeError("gpu must be an hpgo.GPU")
+        if not isinstance(self.nccl_latency, bool):
+            raise TypeError("nccl_latency must be a bool")
+        for f in ("host_memory_bytes", "host_bandwidth", "host_memory_bandwidth",
+                  "allocator_fragmentation", "jitter"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TypeError(f"{f} must be a number")
         lv = tuple(self.levels)
         if not all(isinstance(x, Level) for x in lv):
             raise TypeError("levels must be hpgo.Level values")
@@ -135,17 +214,55 @@ class Cluster:
                 raise ValueError(f"nodes must be in 1..1048576, got {n}")
         return cls._from_tuple(_core._step_cluster_preset(name, n))
 
+    @classmethod
+    def build(cls, gpu: str, *, nodes: int = 1, gpus_per_node: int | None = None,
+              inter_node_gbps: float | None = None, per_node: bool = False,
+              name: str | None = None) -> "Cluster":
+        """A cluster of ``nodes`` nodes of ``gpus_per_node`` GPUs of type
+        ``gpu`` (:data:`GPU_TYPES`: ``"a100-40gb"``, ``"h100"``, ...).  The
+        GPU, the NVLink level and the inter-node latency and efficiency come
+        from the GPU's DGX preset; ``inter_node_gbps`` sets the network in
+        gigabits/s per GPU (a GPU per NIC, as DGX nodes), or per node with
+        ``per_node=True`` (shared by the node's GPUs).  Default: the preset's
+        network."""
+        if not isinstance(gpu, str):
+            raise TypeError(f"gpu must be a GPU name, not {type(gpu).__name__}")
+        key = gpu.strip().lower()
+        if key not in GPU_TYPES:
+            raise ValueError(f"unknown GPU {gpu!r} (known: {', '.join(GPU_TYPES)})")
+        base = cls.preset(GPU_TYPES[key], nodes=1)
+        n = _count("nodes", nodes)
+        g = base.gpus_per_node if gpus_per_node is None else _count("gpus_per_node",
+                                                                       gpus_per_node)
+        inner = dataclasses.replace(base.levels[0], size=g)
+        outer = base.levels[1] if len(base.levels) > 1 else Level(1, 25e9)
+        outer = dataclasses.replace(outer, size=n)
+        if inter_node_gbps is not None:
+            if isinstance(inter_node_gbps, bool) or not isinstance(inter_node_gbps, (int, float)):
+                raise TypeError("inter_node_gbps must be a number (gigabits/s)")
+            if not (0 < inter_node_gbps < float("inf")):
+                raise ValueError(f"inter_node_gbps must be > 0, got {inter_node_gbps!r}")
+            bw = inter_node_gbps * 1e9 / 8 / (g if per_node else 1)   # Gb/s -> bytes/s per GPU
+            outer = dataclasses.replace(outer, bandwidth=bw, collective_bandwidth=bw)
+        label = name or (f"{n}x{g}-{key}" + (f"-{inter_node_gbps:g}gbps"
+                                             + ("-per-node" if per_node else "")
+                                             if inter_node_gbps is not None else ""))
+        return cls(label, base.gpu, (inner, outer))
+
     @staticmethod
     def presets() -> tuple[str, ...]:
         return tuple(_core._step_cluster_presets())
 
     @classmethod
     def _from_tuple(cls, t: tuple) -> "Cluster":
-        name, gname, peaks, vec, hbm, hbw, ms, vs, mems, levels, f8, att, sms = t
+        name, gname, peaks, vec, hbm, hbw, ms, vs, mems, levels, f8, att, sms, sy = t
         gpu = GPU(gname, *peaks, vec, hbm, hbw, ms, vs, mems, f8, att, sms)
         lv = tuple(Level(size=s, bandwidth=b, collective_bandwidth=cb, latency=lat, efficiency=e)
                    for s, b, cb, lat, e in levels)
-        return cls(name, gpu, lv)
+        hm, hb, hmb, frag, jit, nccl = sy
+        return cls(name, gpu, lv, host_memory_bytes=hm, host_bandwidth=hb,
+                   host_memory_bandwidth=hmb, allocator_fragmentation=frag, jitter=jit,
+                   nccl_latency=bool(nccl))
 
     def _tuple(self) -> tuple:
         g = self.gpu
@@ -155,7 +272,10 @@ class Cluster:
                 g.memory_efficiency,
                 tuple((lv.size, lv.bandwidth, lv.collective_bandwidth, lv.latency, lv.efficiency)
                       for lv in self.levels),
-                g.fp8_matrix_efficiency, g.attention_efficiency, g.multiprocessors)
+                g.fp8_matrix_efficiency, g.attention_efficiency, g.multiprocessors,
+                (float(self.host_memory_bytes), float(self.host_bandwidth),
+                 float(self.host_memory_bandwidth), float(self.allocator_fragmentation),
+                 float(self.jitter), int(self.nccl_latency)))
 
     # -- shape ----------------------------------------------------------------
     @property
@@ -177,6 +297,30 @@ class Cluster:
         lv = list(self.levels)
         lv[1] = dataclasses.replace(lv[1], size=nodes)
         return dataclasses.replace(self, levels=tuple(lv))
+
+    def with_spine(self, pod_nodes: int, oversubscription: float) -> "Cluster":
+        """The same cluster with its nodes grouped into pods of ``pod_nodes``
+        at full bisection and an oversubscribed tier above them: a new top
+        level whose bandwidths are the node level's divided by
+        ``oversubscription`` (Llama 3's fabric: 3,072-GPU pods, 1:7 above),
+        so that groups spanning pods share the spine."""
+        if len(self.levels) != 2:
+            raise ValueError("with_spine needs a two-level cluster (GPUs in nodes, nodes)")
+        if isinstance(pod_nodes, bool) or not hasattr(pod_nodes, "__index__"):
+            raise TypeError("pod_nodes must be an int")
+        k = pod_nodes.__index__()
+        nodes = self.levels[1].size
+        if k < 1 or nodes % k:
+            raise ValueError(f"pod_nodes must divide the {nodes} nodes, got {k}")
+        if isinstance(oversubscription, bool) or not isinstance(oversubscription, (int, float)) \
+                or not 1.0 <= oversubscription < math.inf:
+            raise ValueError(f"oversubscription must be a number >= 1, got {oversubscription!r}")
+        net = self.levels[1]
+        pod = dataclasses.replace(net, size=k)
+        spine = dataclasses.replace(net, size=nodes // k,
+                                    bandwidth=net.bandwidth / oversubscription,
+                                    collective_bandwidth=net.collective_bandwidth / oversubscription)
+        return dataclasses.replace(self, levels=(self.levels[0], pod, spine))
 
     def with_gpu(self, **changes: Any) -> "Cluster":
         """The same cluster with GPU fields changed (``memory_bytes=``, ...)."""
@@ -218,17 +362,26 @@ class Cluster:
     def to_dict(self) -> dict:
         return {"format": "hpgo-cluster-1", "name": self.name,
                 "gpu": dataclasses.asdict(self.gpu),
-                "levels": [dataclasses.asdict(lv) for lv in self.levels]}
+                "levels": [dataclasses.asdict(lv) for lv in self.levels],
+                **{f: getattr(self, f) for f in _SYSTEM}}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, where: str = "cluster") -> "Cluster":
+        """A cluster from its JSON description, checked against
+        ``hpgo/cluster.schema.json`` first: a ValueError names ``where`` and
+        the field (``gpu.memory_bytes``, ``levels[1].bandwidth``)."""
+        from . import _schema
+
+        if isinstance(d, Mapping) and d.get("format") != "hpgo-cluster-1":
+            raise ValueError(f"{where}: not an hpgo-cluster-1 description (its \"format\" is "
+                             f"{d.get('format')!r}; `hpgo cluster dgx-h100` prints an example)")
+        _schema.check(d, _schema.load_schema("cluster"), where)
         try:
-            if d.get("format") != "hpgo-cluster-1":
-                raise ValueError("not an hpgo-cluster-1 description")
             g = dict(d["gpu"])
             gpu = GPU(**g)
             levels = tuple(Level(**dict(x)) for x in d["levels"])
-            return cls(str(d["name"]), gpu, levels)
+            sysf = {f: d[f] for f in _SYSTEM if f in d}
+            return cls(str(d["name"]), gpu, levels, **sysf)
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"{where}: malformed cluster description ({e})") from None
         except ValueError as e:
@@ -245,6 +398,22 @@ class Cluster:
         if not isinstance(d, dict):
             raise ValueError(f"{where}: a cluster description is a JSON object")
         return cls.from_dict(d, where=where)
+
+    def describe(self) -> str:
+        """Every figure of the cluster, with its unit (``hpgo cluster`` prints it)."""
+        g = self.gpu
+        out = [f"{self.name}: {self.nodes} node(s) x {self.gpus_per_node} {g.name} = "
+               f"{self.gpus} GPUs",
+               f"  GPU: {g.memory_bytes / 1e9:g} GB HBM at {g.memory_bandwidth / 1e12:g} TB/s; "
+               f"dense peaks bf16 {g.bf16_flops / 1e12:g}, fp8 {g.fp8_flops / 1e12:g}, "
+               f"tf32 {g.tf32_flops / 1e12:g}, fp32 {g.fp32_flops / 1e12:g} TFLOP/s; "
+               f"{'measured' if g.name.endswith('(measured)') else 'preset'} efficiency curves"]
+        names = ["inside a node", "across nodes"] + [f"level {i}" for i in range(2, 8)]
+        for i, lv in enumerate(self.levels):
+            out.append(f"  {names[i]}: {lv.size} x, {lv.bandwidth / 1e9:g} GB/s per GPU "
+                       f"({lv.bandwidth * 8 / 1e9:g} Gb/s), latency {lv.latency * 1e6:g} us, "
+                       f"efficiency {lv.efficiency:g}")
+        return "\n".join(out)
 
     def __repr__(self) -> str:
         lv = " x ".join(str(x.size) for x in self.levels)

@@ -31,7 +31,7 @@ from .cluster import Cluster
 from .workmodel import ProfiledModel, Transformer, model_id, profile_model
 
 __all__ = ["ParallelPlan", "StepResult", "MemoryBreakdown", "simulate", "pipeline_split",
-           "SCHEDULES", "RECOMPUTE_MODES", "PRECISIONS"]
+           "SCHEDULES", "RECOMPUTE_MODES", "PRECISIONS", "DEFAULT_HEADROOM", "headroom_fraction"]
 
 SCHEDULES = {"gpipe": _core.SCHEDULE_GPIPE, "1f1b": _core.SCHEDULE_1F1B,
              "interleaved-1f1b": _core.SCHEDULE_INTERLEAVED, "zb-h1": _core.SCHEDULE_ZBH1,
@@ -52,6 +52,47 @@ RECOMPUTE_METHODS = {"uniform": 0, "block": 1}
 # Share of what ideal phase-by-phase pairing hides that Megatron's 1F1B
 # all-to-all overlap realises, measured (csrc/parplan.h; docs/moe.md)
 MEGATRON_OVERLAP_SHARE = _core.EP_OVERLAP_MEGATRON
+
+
+# Share of each GPU's memory a plan must leave free to be called a fit.  The
+# memory model counts the bytes tensors hold (PyTorch's "allocated"); the
+# caching allocator reserves more, blocks split and cached between uses.
+# GMLake (Guo et al., ASPLOS'24, arXiv 2401.08156) recovers 9.2 GB of an
+# A100-80GB on average (11.5 %; up to 25 GB) from that reserve, for LLM
+# training with recomputation, offloading and LoRA under the default
+# allocator.  With PyTorch's expandable segments
+# (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, set by Megatron-Bridge's
+# recipes) a stream's segment grows in place (c10/cuda/CUDACachingAllocator.cpp,
+# ExpandableSegment) and what stays reserved is the blocks cached between the
+# phases of a step.  The default, 5 %, sits between the two; it is a judgement,
+# not a fit, and is checked: every published Megatron configuration of
+# hpgo.validation still fits with it (the fullest at 93 % of an 80 GB GPU).
+DEFAULT_HEADROOM = 0.05
+
+
+def headroom_fraction(v: Any, name: str = "headroom") -> float:
+    """A headroom as a fraction of each GPU's memory, in [0, 1); None is
+    :data:`DEFAULT_HEADROOM`."""
+    if v is None:
+        return DEFAULT_HEADROOM
+    if isinstance(v, (bool, str)) or not isinstance(v, (int, float)):
+        raise TypeError(f"{name} must be a fraction of the GPU memory in [0, 1), "
+                        f"not {type(v).__name__}")
+    f = float(v)
+    if not 0.0 <= f < 1.0:
+        raise ValueError(f"{name} must be a fraction of the GPU memory in [0, 1), got {v!r}")
+    return f
+
+
+def _positive_real(name: str, v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, (bool, str)) or not isinstance(v, (int, float)):
+        raise TypeError(f"{name} must be a number, not {type(v).__name__}")
+    f = float(v)
+    if not (f > 0 and f < float("inf")):
+        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+    return f
 
 
 def overlap_share(v: Any, name: str = "overlap_moe_comm") -> float:
@@ -166,6 +207,18 @@ class ParallelPlan:
     ``--fp8-param-gather``: 2 bytes per parameter (the fp8 weight and its
     transpose) instead of 4 with the 16-bit copy.
 
+    Sharded data parallelism as PyTorch FSDP2 runs it (``zero=3``):
+    ``reshard_after_forward=False`` keeps each layer's gathered weights from
+    its forward to its backward (no second all-gather, the whole device's
+    16-bit weights held; torchtitan's choice under pipelining, Llama 3's);
+    ``shard_size=k`` shards the model states inside groups of ``k``
+    data-parallel replicas and replicates them across the groups (hybrid
+    sharding, FSDP2's HSDP; 0: shard over all ``dp x cp`` replicas).
+    Offloading: ``offload_optimizer=True`` keeps the optimizer state on the
+    host and steps it there (ZeRO-Offload, Megatron's CPU optimizer);
+    ``offload_activations=f`` keeps that share of the stored activations in
+    host memory until their backward (over the cluster's host link).
+
     The training stack (docs/training-model.md, "Stacks"): ``kernels`` is
     the kernel set a layer launches -- ``"te"`` (Megatron-Core with
     Transformer Engine's fused kernels), ``"compile"`` (``torch.compile``)
@@ -203,6 +256,10 @@ class ParallelPlan:
     overlap_moe_comm: bool | float = False
     moe_dispatcher: str = "alltoall"
     fp8_params: bool = False
+    reshard_after_forward: bool = True
+    shard_size: int = 0
+    offload_optimizer: bool = False
+    offload_activations: float = 0.0
     kernels: str = "te"
     tp_overlap: str = "none"
     cp_comm: str = "p2p"
@@ -229,9 +286,22 @@ class ParallelPlan:
         if self.recompute not in RECOMPUTE_MODES:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}; "
                              f"got {self.recompute!r}")
-        for f in ("sequence_parallel", "overlap_grad_reduce", "fp8_params"):
+        for f in ("sequence_parallel", "overlap_grad_reduce", "fp8_params",
+                  "reshard_after_forward", "offload_optimizer"):
             if not isinstance(getattr(self, f), bool):
                 raise TypeError(f"{f} must be a bool")
+        object.__setattr__(self, "shard_size", _int("shard_size", self.shard_size, 0, 1 << 24))
+        if self.shard_size and (self.dp * self.cp) % self.shard_size:
+            raise ValueError(f"shard_size {self.shard_size} must divide dp x cp = "
+                             f"{self.dp * self.cp} (0: shard over all replicas)")
+        if self.shard_size and self.shard_size < self.dp * self.cp and self.zero < 1:
+            raise ValueError("shard_size (hybrid sharding) needs zero >= 1")
+        oa = self.offload_activations
+        if isinstance(oa, bool) or not isinstance(oa, (int, float)):
+            raise TypeError("offload_activations must be a number in [0, 1]")
+        if not 0.0 <= float(oa) <= 1.0:
+            raise ValueError(f"offload_activations must be in [0, 1], got {oa}")
+        object.__setattr__(self, "offload_activations", float(oa))
         for f, allowed in (("kernels", KERNEL_SETS), ("tp_overlap", TP_OVERLAPS),
                            ("cp_comm", CP_COMMS), ("recompute_method", RECOMPUTE_METHODS)):
             if getattr(self, f) not in allowed:
@@ -280,6 +350,8 @@ class ParallelPlan:
                 self.split, self.etp or 0, int(self.ep_placement == "outer"),
                 int(bool(self.overlap_moe_comm)), DISPATCHERS[self.moe_dispatcher],
                 int(self.fp8_params), overlap_share(self.overlap_moe_comm),
+                int(self.reshard_after_forward), self.shard_size, int(self.offload_optimizer),
+                self.offload_activations,
                 KERNEL_SETS[self.kernels], TP_OVERLAPS[self.tp_overlap], CP_COMMS[self.cp_comm],
                 self.recompute_layers, RECOMPUTE_METHODS[self.recompute_method])
 
@@ -368,186 +440,54 @@ class ParallelPlan:
         where = os.fspath(path)
         return cls.from_dict(_files.load_json(where, "plan file"), where=where)
 
-    # -- exports ------------------------------------------------------------
-    def _check_layers(self, model: Any) -> None:
-        if model is not None and self.virtual_stages > 1 and \
-                getattr(model, "layers", 0) % (self.pp * self.virtual_stages):
-            raise ValueError("Megatron-LM needs the layers to divide evenly over pp x "
-                             "virtual_stages")
-
+    # -- exports (hpgo/exports.py; the frameworks' rules: hpgo/frameworks.py) --
     def megatron_args(self, model: Transformer | None = None, *, precision: str = "bf16") -> str:
-        """Megatron-LM command-line arguments of this plan (and of the
-        model's shape when a transformer is given)."""
-        if precision not in ("bf16", "fp16", "fp8"):
-            raise ValueError("Megatron-LM trains in bf16, fp16 or fp8")
-        self._check_layers(model)
-        a = [f"--tensor-model-parallel-size {self.tp}"] + \
-            ([f"--context-parallel-size {self.cp}"] if self.cp > 1 else []) + \
-            ([f"--expert-model-parallel-size {self.ep}"] if self.ep > 1 else []) + \
-            ([f"--expert-tensor-parallel-size {self.etp}"]
-             if self.etp is not None and self.etp != self.tp else []) + [
-             f"--pipeline-model-parallel-size {self.pp}",
-             f"--micro-batch-size {self.micro_batch}", f"--global-batch-size {self.global_batch}"]
-        if self.virtual_stages > 1 and self.schedule == "interleaved-1f1b" and model is not None:
-            a.append(f"--num-layers-per-virtual-pipeline-stage "
-                     f"{model.layers // (self.pp * self.virtual_stages)}")
-        if self.sequence_parallel:
-            a.append("--sequence-parallel")
-        if self.recompute == "selective":
-            if isinstance(model, Transformer) and model.flash:
-                # with fused attention hpgo's selective recomputation is
-                # Megatron-Core's module list (docs/moe.md)
-                mods = ["layernorm"] + (["moe_act"] if model.experts else []) + \
-                    (["mla_up_proj"] if model.mla else [])
-                a.append("--recompute-granularity selective --recompute-modules " + " ".join(mods))
-            else:
-                a.append("--recompute-activations")
-        elif self.recompute == "full":
-            a.append(f"--recompute-granularity full --recompute-method {self.recompute_method} "
-                     f"--recompute-num-layers {self.recompute_layers or 1}")
-        if self.tp_overlap == "te":
-            a.append("--tp-comm-overlap")
-        if self.cp > 1 and self.cp_comm != "p2p":
-            a.append(f"--cp-comm-type {self.cp_comm}")
-        if self.zero == 1 or self.zero == 2:
-            a.append("--use-distributed-optimizer")
-        elif self.zero == 3:
-            a.append("--use-torch-fsdp2")
-        if self.overlap_grad_reduce and self.dp > 1:
-            a.append("--overlap-grad-reduce" + (" --overlap-param-gather" if self.zero else ""))
-        a.append({"bf16": "--bf16", "fp16": "--fp16", "fp8": "--bf16 --fp8-format hybrid"}[precision])
-        if precision == "fp8" and self.fp8_params:
-            a.append("--fp8-param-gather")
-        if isinstance(model, Transformer):
-            a += [f"--num-layers {model.layers}", f"--hidden-size {model.hidden}",
-                  f"--ffn-hidden-size {model.ffn}", f"--num-attention-heads {model.heads}",
-                  f"--seq-length {model.seq}", f"--max-position-embeddings {model.seq}"]
-            if model.kv_heads != model.heads:
-                a.append(f"--group-query-attention --num-query-groups {model.kv_heads}")
-            if model.mlp == "swiglu":
-                a.append("--swiglu")
-            if model.norm == "rmsnorm":
-                a.append("--normalization RMSNorm")
-            if not model.bias:
-                a.append("--disable-bias-linear")
-            if not model.tied:
-                a.append("--untie-embeddings-and-output-weights")
-            if not model.learned_pos:
-                a.append("--position-embedding-type rope")
-            if not model.dropout:
-                a.append("--attention-dropout 0.0 --hidden-dropout 0.0")
-            if model.flash:
-                a.append("--use-flash-attn")
-            if model.experts:
-                a.append(f"--num-experts {model.experts} --moe-router-topk {model.topk} "
-                         f"--moe-ffn-hidden-size {model.expert_ffn} --moe-grouped-gemm "
-                         + ("--moe-token-dispatcher-type flex --moe-enable-deepep"
-                            if self.moe_dispatcher == "deepep"
-                            else "--moe-token-dispatcher-type alltoall"))
-                if model.routing_groups > 1:
-                    a.append(f"--moe-router-num-groups {model.routing_groups} "
-                             f"--moe-router-group-topk {model.routing_group_topk}")
-                if model.shared_experts:
-                    a.append(f"--moe-shared-expert-intermediate-size "
-                             f"{model.shared_experts * model.shared_ffn}")
-                if model.dense_first or model.moe_every > 1:
-                    pattern = [int(i >= model.dense_first and (i + 1) % model.moe_every == 0)
-                               for i in range(model.layers)]
-                    a.append(f"--moe-layer-freq \"[{','.join(map(str, pattern))}]\"")
-                if self.overlap_moe_comm:
-                    a.append("--overlap-moe-expert-parallel-comm")
-                if model.capacity_factor:
-                    a.append(f"--moe-expert-capacity-factor {model.capacity_factor:g}")
-            if model.mla:
-                a.append(f"--multi-latent-attention --q-lora-rank {model.q_lora} "
-                         f"--kv-lora-rank {model.kv_lora} --qk-head-dim {model.qk_nope} "
-                         f"--qk-pos-emb-head-dim {model.qk_rope} --v-head-dim {model.v_head}")
-            if model.qk_norm:
-                a.append("--qk-layernorm")
-            if model.mtp:
-                a.append(f"--mtp-num-layers {model.mtp}")
-        notes = []
-        if self.schedule in ("zb-h1", "zb-v"):
-            notes.append(f"# {self.schedule}: not in upstream Megatron-LM (Sea AI Lab's "
-                         "zero-bubble fork, or torchtitan)")
-        if self.schedule == "gpipe":
-            notes.append("# gpipe: Megatron-LM runs 1F1B (same time, less memory)")
-        if self.split is not None and model is not None:
-            notes.append("# uneven layer split " + ",".join(map(str, self.split)) +
-                         ": see --decoder-first-pipeline-num-layers / "
-                         "--decoder-last-pipeline-num-layers")
-        return " \\\n".join(a) + ("\n" + "\n".join(notes) if notes else "")
+        """Megatron-LM command-line arguments of this plan and, when a
+        transformer is given, of its whole shape (Megatron-LM core_v0.19.0;
+        docs/exports.md).  Raises ValueError naming the rule for a plan
+        Megatron does not run."""
+        from . import exports
+        return exports.megatron_args(self, model, precision=precision)
+
+    def torchtitan_config(self, model: Transformer, *, precision: str = "bf16",
+                          name: str = "hpgo_plan") -> str:
+        """A torchtitan 0.3.0 configuration module (Python source defining
+        ``name()``; launch with ``-m torchtitan.train --module NAME --config
+        NAME``) for one of torchtitan's models (docs/exports.md)."""
+        from . import exports
+        return exports.torchtitan_config(self, model, precision=precision, name=name)
+
+    def torchtitan_toml(self, model: Transformer) -> str:
+        """Deprecated: torchtitan 0.3 reads Python configuration modules
+        (:meth:`torchtitan_config`), not TOML job files."""
+        import warnings
+        warnings.warn("torchtitan 0.3 reads Python configuration modules: use "
+                      "ParallelPlan.torchtitan_config", DeprecationWarning, stacklevel=2)
+        return self.torchtitan_config(model)
+
+    def deepspeed_json(self, path: str | os.PathLike | None = None, *, precision: str = "bf16",
+                       model: Transformer | None = None) -> str:
+        """DeepSpeed configuration JSON text (DeepSpeed 0.19.8, Megatron-
+        DeepSpeed's pipeline engine), written to ``path`` when given."""
+        from . import exports
+        return exports.deepspeed_json(self, path, precision=precision, model=model)
 
     def deepspeed_config(self, *, precision: str = "bf16") -> dict:
-        """A DeepSpeed configuration (JSON-ready dict): batch sizes, ZeRO
-        stage, precision, activation checkpointing.  DeepSpeed takes tp and pp
-        from the model code (Megatron-DeepSpeed's --tensor-model-parallel-size,
-        PipelineModule(num_stages=pp))."""
-        if precision not in ("bf16", "fp16", "fp32"):
-            raise ValueError("DeepSpeed precision: bf16, fp16 or fp32")
-        cfg: dict[str, Any] = {
-            "train_batch_size": self.global_batch,
-            "train_micro_batch_size_per_gpu": self.micro_batch,
-            "gradient_accumulation_steps": self.microbatches,
-            "zero_optimization": {"stage": self.zero,
-                                  "overlap_comm": bool(self.overlap_grad_reduce)},
-        }
-        if precision != "fp32":
-            cfg[precision] = {"enabled": True}
-        if self.recompute != "none":
-            cfg["activation_checkpointing"] = {"partition_activations": self.sequence_parallel,
-                                               "contiguous_memory_optimization": False}
-        return cfg
-
-    def torchtitan_toml(self, model: Transformer | None = None) -> str:
-        """The [parallelism], [training] and [activation_checkpoint] sections
-        of a torchtitan job file."""
-        sched = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B",
-                 "zb-h1": "InterleavedZeroBubble", "zb-v": "ZBVZeroBubble"}[self.schedule]
-        fsdp = self.zero >= 2
-        lines = ["[parallelism]",
-                 f"data_parallel_replicate_degree = {1 if fsdp else self.dp}",
-                 f"data_parallel_shard_degree = {self.dp if fsdp else 1}",
-                 f"tensor_parallel_degree = {self.tp}",
-                 f"pipeline_parallel_degree = {self.pp}",
-                 f'pipeline_parallel_schedule = "{sched}"',
-                 f"pipeline_parallel_microbatch_size = {self.micro_batch}",
-                 f"context_parallel_degree = {self.cp}"]
-        if self.ep > 1:
-            lines.append(f"expert_parallel_degree = {self.ep}")
-        if self.etp is not None and self.etp != self.tp:
-            lines.append(f"expert_tensor_parallel_degree = {self.etp}")
-        lines += ["",
-                 "[training]",
-                 f"global_batch_size = {self.global_batch}",
-                 f"local_batch_size = {self.global_batch // self.dp}"]
-        if model is not None and isinstance(model, Transformer):
-            lines.append(f"seq_len = {model.seq}")
-        lines += ["", "[activation_checkpoint]", f'mode = "{self.recompute}"']
-        return "\n".join(lines) + "\n"
+        """The DeepSpeed configuration of :meth:`deepspeed_json` as a dict."""
+        return json.loads(self.deepspeed_json(precision=precision))
 
     def split_points(self, model: ProfiledModel | Transformer) -> list[tuple[int, int, str]]:
         """(model stage, first layer, that layer's name) of every model stage:
         the split points for torch.distributed.pipelining."""
+        from .exports import stage_layers
+        counts = stage_layers(self, model)
         n = model.layers
-        K = self.pp * self.virtual_stages
-        if self.split is not None:
-            b = list(self.split)
-        else:
-            base, extra = divmod(n, K)
-            counts = [base] * K
-            for k in list(range(1, K - 1)) + [0, K - 1]:
-                if extra == 0:
-                    break
-                counts[k] += 1
-                extra -= 1
-            b = [0]
-            for c in counts:
-                b.append(b[-1] + c)
-        if len(b) != K + 1 or b[-1] != n:
-            raise ValueError(f"the plan's split does not cover the model's {n} layers")
         names = getattr(model, "descs", ()) or tuple(f"layers.{i}" for i in range(n))
-        return [(k, b[k], names[b[k]]) for k in range(K)]
+        out, first = [], 0
+        for k, c in enumerate(counts):
+            out.append((k, first, names[first] if first < n else ""))
+            first += c
+        return out
 
     def describe(self, *, global_batch: bool = True) -> str:
         """The plan in one line: "tp=8 pp=8 dp=1 mb=1 gb=64 1f1b v=3 sp ..."."""
@@ -577,6 +517,14 @@ class ParallelPlan:
                          + (" block" if self.recompute_method == "block" else ""))
         if self.fp8_params:
             parts.append("fp8-params")
+        if not self.reshard_after_forward:
+            parts.append("no-reshard")
+        if self.shard_size:
+            parts.append(f"shard={self.shard_size}")
+        if self.offload_optimizer:
+            parts.append("offload-optimizer")
+        if self.offload_activations:
+            parts.append(f"offload-activations={self.offload_activations:g}")
         if self.kernels != "te":
             parts.append(f"kernels={self.kernels}")
         if self.tp_overlap != "none":
@@ -602,13 +550,27 @@ class MemoryBreakdown:
     capacity: float
     margin: float
     fits: bool
+    reserved: float = 0.0  # the caching allocator's reserve beyond the allocated bytes
+    host: float = 0.0      # bytes offloaded to host memory (optimizer state, activations)
+    headroom: float = 0.0
+
+    @property
+    def usable(self) -> float:
+        """Bytes a plan may use: the capacity less the headroom kept free."""
+        return self.capacity - self.headroom
 
     def __repr__(self) -> str:
         g = 2.0 ** 30
-        return (f"MemoryBreakdown({self.total / g:.1f} of {self.capacity / g:.1f} GiB, "
+        room = (f" ({self.usable / g:.1f} usable: {self.headroom / self.capacity * 100:g} % "
+                "kept free)" if self.headroom and self.capacity else "")
+        return (f"MemoryBreakdown({self.total / g:.1f} of {self.capacity / g:.1f} GiB{room}, "
                 f"{'fits' if self.fits else 'DOES NOT FIT'}: weights {self.weights / g:.1f}, "
                 f"gradients {self.gradients / g:.1f}, optimizer {self.optimizer / g:.1f}, "
-                f"activations {self.activations / g:.1f}, other {self.other / g:.1f})")
+                f"activations {self.activations / g:.1f}, other {self.other / g:.1f}, "
+                f"allocator reserve {self.reserved / g:.1f}"
+                + (f"; on the host {self.host / g:.1f}" if self.host else "")
+                + ("; more than the node's CPU memory holds"
+                   if self.host and not self.fits and self.total <= self.capacity else "") + ")")
 
 
 @dataclass(frozen=True)
@@ -640,6 +602,80 @@ class StepResult:
     memory: tuple[MemoryBreakdown, ...]
     stages: tuple[dict, ...]
     events: tuple[tuple, ...] | None = field(default=None, repr=False)
+    precision: str = "bf16"
+    peak_flops: float = 0.0
+    bf16_peak_flops: float = 0.0
+    headroom: float = 0.0
+    tokens: float | None = None
+    price: float | None = None
+
+    # -- rates and the cost of a training run -------------------------------
+    @property
+    def tokens_per_gpu(self) -> float | None:
+        """Tokens per second per GPU (the unit of NVIDIA's and torchtitan's tables)."""
+        return None if self.tokens_per_second is None else self.tokens_per_second / self.gpus
+
+    @property
+    def tflops_per_gpu(self) -> float | None:
+        """Model TFLOP/s per GPU (model FLOPs, recomputation not counted)."""
+        if self.mfu is None or self.iteration_time <= 0:
+            return None
+        return self.model_flops / self.iteration_time / self.gpus / 1e12
+
+    @property
+    def mfu_bf16(self) -> float | None:
+        """MFU against the GPU's dense bf16 peak, whatever the precision."""
+        if self.mfu is None or not self.bf16_peak_flops or self.iteration_time <= 0:
+            return None
+        return self.model_flops / (self.iteration_time * self.gpus * self.bf16_peak_flops)
+
+    @property
+    def seconds_to_train(self) -> float | None:
+        """Seconds to train on ``tokens`` tokens (None without ``tokens=``)."""
+        if self.tokens is None or not self.tokens_per_second:
+            return None
+        return self.tokens / self.tokens_per_second
+
+    @property
+    def days(self) -> float | None:
+        """Days to train on ``tokens`` tokens (None without ``tokens=``)."""
+        t = self.seconds_to_train
+        return None if t is None else t / 86400.0
+
+    @property
+    def gpu_hours(self) -> float | None:
+        """GPU-hours to train on ``tokens`` tokens."""
+        t = self.seconds_to_train
+        return None if t is None else t * self.gpus / 3600.0
+
+    @property
+    def cost(self) -> float | None:
+        """``gpu_hours`` x ``price`` (None without both)."""
+        h = self.gpu_hours
+        return None if h is None or self.price is None else h * self.price
+
+    def assumptions(self) -> str:
+        """What the figures assume: precision, peak, headroom, tokens, price."""
+        parts = [f"{self.precision}", f"MFU against the {self.precision} dense peak "
+                 f"({self.peak_flops / 1e12:,.0f} TFLOP/s per GPU)"]
+        bf16 = self.mfu_bf16
+        if bf16 is not None and self.precision == "fp8":
+            parts.append(f"bf16-peak MFU {bf16 * 100:.1f} %")
+        parts.append(f"{self.headroom * 100:g} % of each GPU's memory kept free")
+        if self.tokens is not None:
+            parts.append(f"{self.tokens:.3g} tokens")
+        if self.price is not None:
+            parts.append(f"${self.price:g} per GPU-hour")
+        return "; ".join(parts)
+
+    def train_summary(self) -> str | None:
+        """'N days, H GPU-hours, $C' for ``tokens=`` (None without)."""
+        if self.days is None:
+            return None
+        out = f"{self.days:,.1f} days, {self.gpu_hours:,.0f} GPU-hours"
+        if self.cost is not None:
+            out += f", ${self.cost:,.0f}"
+        return out + f" for {self.tokens:.3g} tokens"
 
     @property
     def bubble(self) -> float:
@@ -654,13 +690,16 @@ class StepResult:
         g = 2.0 ** 30
         worst = max(range(len(self.memory)), key=lambda i: self.memory[i].total)
         m = self.memory[worst]
-        rate = (f"{self.tokens_per_second:,.0f} tokens/s" if self.tokens_per_second
-                else f"{self.samples_per_second:,.1f} samples/s")
-        mfu = f", MFU {self.mfu * 100:.1f} %" if self.mfu else ""
+        rate = (f"{self.tokens_per_second:,.0f} tokens/s ({self.tokens_per_gpu:,.0f} per GPU)"
+                if self.tokens_per_second else f"{self.samples_per_second:,.1f} samples/s")
+        mfu = (f", {self.tflops_per_gpu:,.0f} TFLOP/s per GPU, MFU {self.mfu * 100:.1f} % of "
+               f"{self.precision} peak" if self.mfu else "")
         verdict = "fits" if self.fits else "DOES NOT FIT"
+        room = f" with {self.headroom * 100:g} % kept free" if self.headroom else ""
+        train = self.train_summary()
         return (f"{self.plan!r} on {self.cluster}: {self.iteration_time:.4g} s/iteration, {rate}"
                 f"{mfu}; peak memory {m.total / g:.1f} of {m.capacity / g:.1f} GiB on device "
-                f"{worst} ({verdict})")
+                f"{worst} ({verdict}{room})" + (f"; {train}" if train else ""))
 
     def __repr__(self) -> str:
         return f"StepResult({self.summary()})"
@@ -677,6 +716,129 @@ class StepResult:
             if len(self.devices) > 16 else ""
         return (f"<p>{html.escape(self.summary())}</p><table><tr><th>device</th><th>busy s</th>"
                 f"<th>bubble</th><th>in flight</th><th>GiB</th><th>fits</th></tr>{rows}{more}</table>")
+
+    # -- memory over time -----------------------------------------------------
+    def memory_events(self, device: int = 0) -> list[tuple[float, float, str]]:
+        """What pipeline device ``device`` allocates and frees over the step,
+        op by op: ``(seconds, +bytes or -bytes, what)``, in time order.
+
+        The model states (weights, gradients, optimizer state) and ``other``
+        are allocated at 0 and held; a forward pass allocates the activations
+        its stage stores for that micro-batch at its start; a backward pass
+        frees them at its end (an input-gradient pass all but what the weight
+        gradient needs, the weight-gradient pass the rest); every compute op
+        holds the device's working set while it runs.  The peak of
+        :meth:`memory_timeline` is the memory model's (``memory[device].total``):
+        the same rules the engine applies, in time."""
+        if self.events is None:
+            raise ValueError("this result has no timeline (simulated with timeline=False)")
+        if isinstance(device, bool) or not isinstance(device, int) or \
+                not 0 <= device < len(self.devices):
+            raise ValueError(f"device must be in 0..{len(self.devices) - 1}, got {device!r}")
+        mem = self.memory[device]
+        work = mem.activations - self._peak_activations(device)
+        out: list[tuple[float, float, str]] = [
+            (0.0, mem.weights, "weights"), (0.0, mem.gradients, "gradients"),
+            (0.0, mem.optimizer, "optimizer state"), (0.0, mem.other, "other")]
+        for start, dur, dev, kind, lane, stage, mb, _peer in self.events:
+            if dev != device or lane != 0 or kind not in _COMPUTE:
+                continue
+            st = self.stages[stage]
+            act, act_w = st["activation_bytes"], st.get("activation_bytes_w", 0.0)
+            what = f"stage {stage} micro-batch {mb}"
+            if work > 0:
+                out.append((start, work, f"{kind} working set, {what}"))
+                out.append((start + dur, -work, f"{kind} working set, {what}"))
+            if kind == "forward":
+                out.append((start, act, f"activations, {what}"))
+            elif kind == "backward":
+                out.append((start + dur, -act, f"activations, {what}"))
+            elif kind == "backward_input":
+                out.append((start + dur, -(act - act_w), f"activations, {what}"))
+            elif kind == "backward_weight":
+                out.append((start + dur, -act_w, f"activations kept for the weight "
+                                                 f"gradient, {what}"))
+        # frees before allocations at the same instant, as the engine orders them
+        return sorted(out, key=lambda e: (e[0], e[1] > 0))
+
+    def _peak_activations(self, device: int) -> float:
+        alive = peak = 0.0
+        for _t, b, what in self._activation_steps(device):
+            alive += b
+            peak = max(peak, alive)
+        return peak
+
+    def _activation_steps(self, device: int) -> list[tuple[float, float, str]]:
+        steps = []
+        for start, dur, dev, kind, lane, stage, mb, _peer in self.events or ():
+            if dev != device or lane != 0 or kind not in _COMPUTE:
+                continue
+            st = self.stages[stage]
+            act, act_w = st["activation_bytes"], st.get("activation_bytes_w", 0.0)
+            if kind == "forward":
+                steps.append((start, act, ""))
+            elif kind == "backward":
+                steps.append((start + dur, -act, ""))
+            elif kind == "backward_input":
+                steps.append((start + dur, -(act - act_w), ""))
+            elif kind == "backward_weight":
+                steps.append((start + dur, -act_w, ""))
+        return sorted(steps, key=lambda e: (e[0], e[1] > 0))
+
+    def memory_timeline(self, device: int = 0) -> list[tuple[float, float]]:
+        """``(seconds, bytes held)`` after each allocation or free of
+        :meth:`memory_events` on ``device``."""
+        total, out = 0.0, []
+        for t, b, _what in self.memory_events(device):
+            total += b
+            out.append((t, total))
+        return out
+
+    def to_memory_snapshot(self, path: str | os.PathLike | None = None) -> dict:
+        """The memory events of every pipeline device in the snapshot format
+        of PyTorch's memory visualiser (``torch.cuda.memory._snapshot()``:
+        ``segments`` with the blocks still held at the end, ``device_traces``
+        with one ``alloc`` / ``free_requested`` / ``free_completed`` entry per
+        event, times in microseconds, the op as the frame's name), written
+        as a pickle of plain dicts and lists when ``path`` is given (open it
+        at pytorch.org/memory_viz)."""
+        import pickle
+
+        segments: list[dict] = []
+        traces: list[list[dict]] = []
+        for d in range(len(self.devices)):
+            base = (d + 1) << 40   # each device's own address range
+            addr, live, trace = base, {}, []
+            for t, b, what in self.memory_events(d):
+                size = int(round(abs(b)))
+                frame = [{"filename": "hpgo.simulate", "line": 0, "name": what}]
+                us = int(round(t * 1e6))
+                if b > 0:
+                    live.setdefault(what, []).append((addr, size))
+                    trace.append({"action": "alloc", "addr": addr, "size": size, "stream": 0,
+                                  "time_us": us, "frames": frame})
+                    addr += max(size, 512)
+                elif b < 0 and live.get(what):
+                    a, sz = live[what].pop(0)
+                    for action in ("free_requested", "free_completed"):
+                        trace.append({"action": action, "addr": a, "size": sz, "stream": 0,
+                                      "time_us": us, "frames": frame})
+            held = [(a, sz, what) for what, blocks in live.items() for a, sz in blocks]
+            total = sum(sz for _a, sz, _w in held)
+            segments.append({
+                "device": d, "address": base, "total_size": max(total, addr - base),
+                "allocated_size": total, "active_size": total, "requested_size": total,
+                "stream": 0, "segment_type": "large", "segment_pool_id": (0, 0),
+                "is_expandable": True, "frames": [],
+                "blocks": [{"address": a, "size": sz, "requested_size": sz,
+                            "state": "active_allocated",
+                            "frames": [{"filename": "hpgo.simulate", "line": 0, "name": w}]}
+                           for a, sz, w in sorted(held)]})
+            traces.append(trace)
+        snap = {"segments": segments, "device_traces": traces}
+        if path is not None:
+            _files.atomic_write(path, pickle.dumps(snap, protocol=2))
+        return snap
 
     def to_chrome_trace(self, path: str | os.PathLike | None = None) -> dict:
         """The timeline as Chrome trace / Perfetto JSON: one process per
@@ -706,6 +868,9 @@ class StepResult:
         return trace
 
 
+_COMPUTE = ("forward", "backward", "backward_input", "backward_weight")
+
+
 def _as_model(model: Any, profile_batch: float | None) -> Transformer | ProfiledModel:
     if isinstance(model, (Transformer, ProfiledModel)):
         return model
@@ -723,9 +888,29 @@ def _as_model(model: Any, profile_batch: float | None) -> Transformer | Profiled
                     f"graph.txt path, not {type(model).__name__}")
 
 
+def _headroom_cluster(c: Cluster, headroom: float) -> Cluster:
+    """``c`` with each GPU's memory less the headroom: the C core's verdict
+    and autoplan's memory bound then see the usable memory only (the search
+    stays exact: it is the same search on a GPU with less memory)."""
+    if not headroom:
+        return c
+    return c.with_gpu(memory_bytes=c.gpu.memory_bytes * (1.0 - headroom))
+
+
+def _with_headroom(mem: dict, capacity: float) -> MemoryBreakdown:
+    """The C core's breakdown (judged against the usable memory) restated
+    against the whole ``capacity``, with the headroom kept free."""
+    usable = mem["capacity"]
+    return MemoryBreakdown(**dict(mem, capacity=capacity, headroom=capacity - usable,
+                                  margin=usable - mem["total"]))
+
+
 def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
              precision: str | None = None, timeline: bool = True,
-             overhead_bytes: float | None = None, profile_batch: float | None = None) -> StepResult:
+             overhead_bytes: float | None = None, profile_batch: float | None = None,
+             headroom: float | None = None, tokens: float | None = None,
+             price: float | None = None,
+             framework: str | None = None) -> StepResult:
     """Simulate one training step of ``model`` on ``cluster`` with ``plan``.
 
     ``model``: an :func:`hpgo.transformer`, a :func:`hpgo.profile_model`, a
@@ -737,8 +922,21 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     each GPU needs besides model states and activations (default 2 GB: CUDA
     context and communication buffers).  Raises ValueError naming the
     conflict for a plan the model or cluster cannot run, and for a plan made
-    for another model."""
+    for another model.
+
+    ``headroom``: the fraction of each GPU's memory a plan must leave free to
+    fit (default :data:`DEFAULT_HEADROOM`, 5 %: the caching allocator's
+    reserve; 0 judges against the whole memory).  ``tokens`` (to train on)
+    and ``price`` (dollars per GPU-hour) add the days, GPU-hours and cost of
+    the run (``days``, ``gpu_hours``, ``cost``).  ``mfu`` is against the dense
+    peak of ``precision`` (fp8's for fp8), ``mfu_bf16`` against bf16's.
+    ``framework`` (``"megatron"``, ``"torchtitan"``, ``"deepspeed"``) refuses,
+    naming the rule, a plan that framework does not run, and sets its runtime
+    defaults on the plan (:mod:`hpgo.frameworks`)."""
     m = _as_model(model, profile_batch)
+    room = headroom_fraction(headroom)
+    tokens = _positive_real("tokens", tokens)
+    price = _positive_real("price", price)
     c = Cluster.preset(cluster) if isinstance(cluster, str) else cluster
     if not isinstance(c, Cluster):
         raise TypeError(f"cluster must be an hpgo.Cluster or a preset name, not {type(cluster).__name__}")
@@ -754,10 +952,22 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
     if not isinstance(timeline, bool):
         raise TypeError("timeline must be a bool")
-    d = _core._step_simulate(m._tuple(PRECISIONS[precision]), c._tuple(), plan._tuple(), timeline,
-                             overhead_bytes)
-    mems = tuple(MemoryBreakdown(**dev.pop("memory")) for dev in d["devices"])
+    if framework is not None:
+        from . import frameworks as _frameworks
+        _frameworks.check(framework, plan, m if isinstance(m, Transformer) else None, precision)
+        plan = _frameworks.apply_defaults(framework, plan)
+    d = _core._step_simulate(m._tuple(PRECISIONS[precision]), _headroom_cluster(c, room)._tuple(),
+                             plan._tuple(), timeline, overhead_bytes)
+    mems = tuple(_with_headroom(dev.pop("memory"), c.gpu.memory_bytes) for dev in d["devices"])
     is_t = isinstance(m, Transformer)
+    # MFU and HFU against the dense peak of the precision used (the C core
+    # takes bf16's for every 16-bit and 8-bit precision)
+    peak = c.gpu.peak("fp32" if precision == "fp32" else "fp8" if precision == "fp8" else "bf16")
+    bf16 = c.gpu.peak("bf16")
+    it, n = d["iteration_time"], d["gpus"]
+    if is_t and it > 0 and peak > 0:
+        d["mfu"] = d["model_flops"] / (it * n * peak)
+        d["hfu"] = d["hw_flops"] / (it * n * peak)
     return StepResult(
         plan=plan, model=mid, cluster=c.name, iteration_time=d["iteration_time"],
         compute_time=d["compute_time"], samples_per_second=d["samples_per_second"],
@@ -766,4 +976,6 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         model_flops=d["model_flops"], hw_flops=d["hw_flops"], gpus=d["gpus"],
         microbatches=d["microbatches"], fits=d["fits"], devices=tuple(d["devices"]),
         memory=mems, stages=tuple(d["stages"]),
-        events=tuple(d["events"]) if d["events"] is not None else None)
+        events=tuple(d["events"]) if d["events"] is not None else None,
+        precision=precision, peak_flops=peak, bf16_peak_flops=bf16, headroom=room,
+        tokens=tokens, price=price)

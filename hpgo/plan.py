@@ -447,7 +447,11 @@ class Plan:
         what = self._context()
         if what:
             head.append("      " + ", ".join(what))
-        return "\n".join(head + [""] + _format_table(self._COLUMNS, self._body()))
+        note = ["", "compute s: the stage's layers for the whole global batch on one GPU, as "
+                    "profiled;",
+                "block: the slowest pipeline element for one replica's share of the batch "
+                "(docs/concepts.md)"]
+        return "\n".join(head + [""] + _format_table(self._COLUMNS, self._body()) + note)
 
     def __repr__(self) -> str:
         where = ", ".join(w for w in self._context() if not w.startswith("profile "))
@@ -634,7 +638,8 @@ def _pandas():
     try:
         import pandas as pd
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("to_pandas() needs pandas: pip install 'hpgo[pandas]'") from e
+        raise ImportError("to_pandas() needs pandas: pip install -e '.[pandas]' from the "
+                          "hpgo clone") from e
     return pd
 
 

@@ -18,7 +18,7 @@ with it, or ``display(fig)``; ``fig.savefig`` works either way).
 * :func:`plan_diagram`: a plan's stages as coloured layer ranges over
   machines and GPUs.
 
-``pip install 'hpgo[plot]'``; matplotlib is imported on first use only.
+``pip install -e '.[plot]' from the hpgo clone``; matplotlib is imported on first use only.
 """
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ def _mpl():
         import matplotlib
         import matplotlib.pyplot as plt
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("hpgo.plot needs matplotlib: pip install 'hpgo[plot]'") from e
+        raise ImportError("hpgo.plot needs matplotlib: pip install -e '.[plot]' from the "
+                          "hpgo clone") from e
     return matplotlib, plt
 
 
@@ -160,8 +161,9 @@ def speedup_vs_gbs(result: Iterable[Any], *, seps: Optional[Sequence[int]] = Non
         _, plt = _mpl()
         ncol = min(3, len(layouts))
         nrow = -(-len(layouts) // ncol)
-        fig, axes = plt.subplots(nrow, ncol, figsize=(5.6 * ncol, 4.0 * nrow),
-                                 layout="constrained", squeeze=False, sharey=True)
+        # each panel its own y scale: a layout of 8 GPUs is not drawn on 16's axis
+        fig, axes = plt.subplots(nrow, ncol, figsize=(5.6 * ncol, 4.2 * nrow),
+                                 layout="constrained", squeeze=False)
         flat = list(axes.flat)
         for a, lay in zip(flat, layouts):
             speedup_vs_gbs(rows, seps=lay, ax=a, ideal=ideal, annotate=annotate,
@@ -171,6 +173,11 @@ def speedup_vs_gbs(result: Iterable[Any], *, seps: Optional[Sequence[int]] = Non
             a.set_visible(False)
         if title:
             fig.suptitle(title, fontsize=11)
+        if any(_get(r, "hybrid") is not None and _get(r, "dp_p3") is not None
+               and _get(r, "hybrid") < _get(r, "dp_p3") for r in rows):
+            fig.supxlabel("DP + P3 is an optimistic bound, not a plan; the best hybrid is HPGO's "
+                          "plan, priced by its pipeline formula (docs/concepts.md)",
+                          fontsize=7, color="#555555")
         return _finish(fig, True)
     own = ax is None
     fig, ax = _axes(ax, (7.0, 4.2))
@@ -191,28 +198,40 @@ def speedup_vs_gbs(result: Iterable[Any], *, seps: Optional[Sequence[int]] = Non
             if key == "hybrid" and annotate:
                 # write the stage count where it changes, not at every point
                 prev = None
+                last_x, below = None, False
                 for x, r in zip(xs, mine):
                     st, y = _get(r, "stages"), _get(r, "hybrid")
                     if st is None or y is None or len(st) == prev:
                         continue
                     prev = len(st)
+                    # a label close to the previous one (log x) goes to the other side
+                    below = (not below) if last_x is not None and x < last_x * 1.6 else False
                     ax.annotate(f"{len(st)} stage{'s' if len(st) > 1 else ''}", (x, y),
-                                textcoords="offset points", xytext=(0, 7), ha="center",
-                                fontsize=7, color=color)
+                                textcoords="offset points", xytext=(0, -13 if below else 7),
+                                ha="left" if last_x is None else "center", fontsize=7,
+                                color=color)
+                    last_x = x
         if ideal and lay:
             ax.axhline(lay[-1], color="#444444", lw=0.8, ls=(0, (4, 4)), alpha=alpha)
+            # above the line, where no estimate can be (none beats linear)
             ax.annotate(f"{lay[-1]} GPUs (linear)", (0.0, lay[-1]),
-                        xycoords=("axes fraction", "data"), xytext=(4, -10),
-                        textcoords="offset points", ha="left", fontsize=8, color="#444444")
+                        xycoords=("axes fraction", "data"), xytext=(4, 2),
+                        textcoords="offset points", ha="left", va="bottom", fontsize=8,
+                        color="#444444")
     _log2_axis(ax, all_gbs)
     ax.set_xlabel("global batch size")
     ax.set_ylabel("speedup over 1 GPU")
     top = max([lay[-1] for lay in layouts if lay and ideal] + [ax.get_ylim()[1]])
-    ax.set_ylim(0, top * 1.08)
+    ax.set_ylim(0, top * 1.12)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     if title is None and len(layouts) == 1:
         title = f"speedup against global batch size, seps {list(layouts[0])}"
+    if own and any(_get(r, "hybrid") is not None and _get(r, "dp_p3") is not None
+                   and _get(r, "hybrid") < _get(r, "dp_p3") for r in rows):
+        fig.text(0.01, 0.005, "DP + P3 is an optimistic bound, not a plan; the best hybrid is "
+                 "HPGO's plan, priced by its pipeline formula (docs/concepts.md)",
+                 fontsize=7, color="#555555", ha="left", va="bottom")
     if title:
         ax.set_title(title, fontsize=10)
     return _finish(fig, own)
@@ -253,17 +272,28 @@ def _devices_panel(ax: Any, series: Mapping[str, Tuple[List[int], List[float]]],
         ax.plot(xs, ys, "-o", color=cmap(0.15 + 0.7 * i / max(1, n - 1)), label=label,
                 markersize=4)
     ys_all = [y for _, ys in series.values() for y in ys]
-    if ideal and xs_all:
-        lo, hi = min(xs_all), max(xs_all)
-        ax.plot([lo, hi], [lo, hi], color="#888888", ls="--", lw=0.8, label="linear")
     _log2_axis(ax, xs_all)
-    if ys_all:
-        # fit the data: the linear line leaves the panel where it outgrows them
-        ax.set_ylim(0, max(ys_all) * 1.12)
+    top = max(ys_all) * 1.12 if ys_all else None
+    if ideal and xs_all:
+        # the linear line stops where it leaves the panel (the data's range sets the
+        # y axis) and is labelled there, not in the legend
+        lo, hi = min(xs_all), max(xs_all)
+        end = hi if top is None else min(hi, top)
+        if end > lo:
+            # y = x is a curve on a log2 x axis: draw it through many points
+            pts = [lo * (end / lo) ** (i / 64) for i in range(65)]
+            ax.plot(pts, pts, color="#888888", ls="--", lw=0.8)
+            ax.annotate("linear" + (" (continues)" if end < hi else ""), (end, end),
+                        textcoords="offset points", xytext=(-3, -2), ha="right", va="top",
+                        fontsize=7, color="#666666")
+    if top is not None:
+        ax.set_ylim(0, top)
     ax.set_xlabel("number of devices")
     ax.set_ylabel("speedup over 1 device")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, title=legend_title, title_fontsize=8)
+    # below the panel: inside it would cover the lines or the linear one
+    ax.legend(fontsize=8, title=legend_title, title_fontsize=8, loc="upper center",
+              bbox_to_anchor=(0.5, -0.2), ncol=min(4, max(1, n)), frameon=False)
     if title:
         ax.set_title(title, fontsize=10)
 
@@ -294,7 +324,7 @@ def speedup_vs_devices(data: Any, devices: Optional[Sequence[int]] = None, *,
         own = ax is None
         if ax is None:
             _, plt = _mpl()
-            fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 4.0),
+            fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 4.4),
                                      layout="constrained", squeeze=False)
             axes = list(axes[0])
         else:
@@ -487,7 +517,15 @@ def gantt(result: Any, *, ax: Any = None, devices: Optional[Sequence[int]] = Non
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels(labels, fontsize=8)
     ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlim(0, end * k)
+    # a little room after the last op, so that it is not cut by the frame; panels sharing
+    # the x axis keep the longest one's range
+    right = end * k * 1.02
+    if len(ax.get_shared_x_axes().get_siblings(ax)) > 1 and getattr(ax, "_hpgo_gantt", False) \
+            is False and any(getattr(a, "_hpgo_gantt", False)
+                             for a in ax.get_shared_x_axes().get_siblings(ax)):
+        right = max(right, ax.get_xlim()[1])
+    ax._hpgo_gantt = True
+    ax.set_xlim(0, right)
     ax.axvline(result.iteration_time * k, color="#333333", lw=0.8, ls="--")
     ax.set_xlabel(f"time ({unit})")
     # every Gantt panel keeps its time ticks, also above another with sharex=True
@@ -506,6 +544,8 @@ def gantt(result: Any, *, ax: Any = None, devices: Optional[Sequence[int]] = Non
         if "microbatches" in cfg:
             bits.append(f"{cfg['microbatches']} micro-batches")
         title = ", ".join(bits)
+    elif title:
+        title = f"{title}: iteration {result.iteration_time * k:.4g} {unit}"
     if title:
         ax.set_title(title, fontsize=10)
     return _finish(fig, own)
@@ -539,13 +579,19 @@ def plan_diagram(plan: Any, *, seps: Optional[Sequence[int]] = None, ax: Any = N
         n = max(n, int(num_gpus))
     n_states = n_states_total = p.stages[-1].last_state + 1
     own = ax is None
-    fig, ax = _axes(ax, (9.0, max(2.6, 0.3 * n + 1.6)))
+    fig, ax = _axes(ax, (9.0, max(2.6, 0.24 * n + 1.6)))
     from matplotlib.patches import Patch
 
     handles = []
     for s in p.stages:
         color = STAGE_COLORS[s.index % len(STAGE_COLORS)]
-        x0, w = s.first_state, s.last_state + 1 - s.first_state
+        x0: float = s.first_state
+        w: float = s.last_state + 1 - s.first_state
+        # a stage of a few states among hundreds would be a sliver: draw it at least 1.5 %
+        # of the axis wide (its states are in the legend and the x ticks)
+        wmin = 0.015 * n_states_total
+        if w < wmin:
+            x0, w = max(0.0, min(x0 + w / 2 - wmin / 2, n_states_total - wmin)), wmin
         for g in s.gpus:
             ax.broken_barh([(x0, w)], (g - 0.4, 0.8), facecolors=color, edgecolor="#555555",
                            linewidth=0.5)
@@ -625,6 +671,20 @@ _STEP_COLORS = {"forward": "#4e79a7", "backward_input": "#f28e2b", "backward_wei
                 "reduce_scatter": "#b07aa1", "optimizer": "#bab0ac"}
 
 
+def _what(plans: Any) -> str:
+    """'MODEL on CLUSTER (N GPUs), global batch B' of a ranking or results."""
+    m = getattr(plans, "model", None)
+    c = getattr(plans, "cluster", None)
+    if m is not None and c is not None:
+        return (f"{getattr(m, 'name', '') or 'model'} on {c.name} ({c.gpus} GPUs), global "
+                f"batch {getattr(plans, 'global_batch', '?')}")
+    first = next(iter(plans), None)
+    res = getattr(first, "result", first)
+    if res is not None and hasattr(res, "model"):
+        return f"{str(res.model).split('#')[0]} on {res.cluster}"
+    return ""
+
+
 def step_gantt(result: Any, *, ax: Any = None, title: Optional[str] = None) -> Any:
     """The schedule of an :func:`hpgo.simulate` result (with its timeline):
     one row per pipeline device, compute in the upper band (forward,
@@ -664,8 +724,10 @@ def step_gantt(result: Any, *, ax: Any = None, title: Optional[str] = None) -> A
                        if c in kinds or (c == "all_reduce" and "reduce_scatter" in kinds)],
               loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=5, frameon=False)
     p = result.plan
-    ax.set_title(title or f"{p.schedule}, pp={p.pp}, {result.microbatches} micro-batches: "
-                          f"{result.iteration_time:.3g} s")
+    ax.set_title(title or f"{str(result.model).split('#')[0]} on {result.cluster}, global batch "
+                          f"{p.global_batch}: {p.describe(global_batch=False)}\n"
+                          f"{result.microbatches} micro-batches, {result.iteration_time:.3g} s "
+                          "per iteration", fontsize=10)
     return _finish(fig, own)
 
 
@@ -683,25 +745,37 @@ def memory_breakdown(plans: Any, *, ax: Any = None, title: Optional[str] = None)
         if not hasattr(res, "memory"):
             raise TypeError("expected RankedPlan or StepResult items")
         mems.append(max(res.memory, key=lambda m: m.total))
-        labels.append(f"#{getattr(it, 'rank', i + 1)}")
+        label = it.label() if hasattr(it, "label") else res.plan.describe(global_batch=False)
+        labels.append(f"#{getattr(it, 'rank', i + 1)} {label}")
     own = ax is None
-    fig, ax = _axes(ax, (max(5.0, 0.6 * len(items) + 2.5), 4.2))
+    # horizontal bars: each plan's description is its label, read left to right
+    fig, ax = _axes(ax, (11.0, max(3.4, 0.34 * len(items) + 2.2)))
+    if own:
+        fig.set_layout_engine("constrained")
     g = 2.0 ** 30
-    bottom = [0.0] * len(items)
+    left = [0.0] * len(items)
     colors = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#bab0ac"]
+    ys = list(range(len(items)))
     for part, color in zip(("weights", "gradients", "optimizer", "activations", "other"), colors):
         vals = [getattr(m, part) / g for m in mems]
-        ax.bar(range(len(items)), vals, bottom=bottom, color=color, label=part)
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.axhline(mems[0].capacity / g, color="black", linestyle="--", linewidth=1,
-               label="GPU memory")
-    ax.set_xticks(range(len(items)))
-    ax.set_xticklabels(labels)
-    ax.set_ylabel("GiB on the fullest GPU")
-    ax.set_ylim(0, max(max(bottom), mems[0].capacity / g) * 1.12)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=6, frameon=False,
+        ax.barh(ys, vals, left=left, color=color, label=part, height=0.7)
+        left = [b + v for b, v in zip(left, vals)]
+    cap = mems[0].capacity / g
+    ax.axvline(cap, color="black", linestyle="--", linewidth=1, label="GPU memory")
+    room = getattr(mems[0], "headroom", 0.0) / g
+    if room:
+        ax.axvline(cap - room, color="black", linestyle=":", linewidth=1,
+                   label=f"usable ({room / cap * 100:g} % kept free)")
+    ax.set_yticks(ys)
+    ax.set_yticklabels(labels, fontsize=7.5)
+    ax.set_ylim(len(items) - 0.5, -0.5)
+    ax.set_xlabel("GiB on the fullest GPU")
+    ax.set_xlim(0, max(max(left), cap) * 1.05)
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=4, frameon=False,
               fontsize="small")
-    ax.set_title(title or "memory of the ranked plans")
+    what = _what(plans)
+    ax.set_title(title or ("memory of the ranked plans" + (f"\n{what}" if what else "")),
+                 fontsize=10, loc="left", pad=34)
     return _finish(fig, own)
 
 
@@ -732,5 +806,49 @@ def time_vs_memory(plans: Any, *, ax: Any = None, title: Optional[str] = None) -
     ax.set_xlabel("GiB on the fullest GPU")
     ax.set_ylabel("seconds per iteration")
     ax.legend(frameon=False)
-    ax.set_title(title or "time against memory")
+    what = _what(plans)
+    ax.set_title(title or ("time against memory" + (f": {what}" if what else "")), fontsize=10)
+    return _finish(fig, own)
+
+
+def memory_timeline(result: Any, *, devices: Optional[Sequence[int]] = None, ax: Any = None,
+                    title: Optional[str] = None) -> Any:
+    """The memory a simulated training step holds over time on each pipeline
+    device (:meth:`hpgo.StepResult.memory_timeline`: model states, then the
+    activations each forward allocates and each backward frees, and each op's
+    working set), with the GPU's memory and the usable part (less the
+    headroom) as lines."""
+    if not hasattr(result, "memory_timeline"):
+        raise TypeError("result must be an hpgo.StepResult")
+    n = len(result.devices)
+    devs = list(range(n)) if devices is None else list(devices)
+    for d in devs:
+        if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < n:
+            raise ValueError(f"devices must be in 0..{n - 1}, got {d!r}")
+    own = ax is None
+    fig, ax = _axes(ax, (9.0, 4.2))
+    _, plt = _mpl()
+    cmap = plt.get_cmap("viridis")
+    g = 2.0 ** 30
+    unit, k = _time_unit(result.iteration_time)
+    for i, d in enumerate(devs):
+        pts = result.memory_timeline(d)
+        xs = [0.0] + [t * k for t, _b in pts] + [result.iteration_time * k]
+        ys = [0.0] + [b / g for _t, b in pts] + [pts[-1][1] / g]
+        ax.step(xs, ys, where="post", color=cmap(0.1 + 0.8 * i / max(1, len(devs) - 1)),
+                lw=1.2, label=f"device {d}: peak {result.memory[d].total / g:.1f} GiB")
+    m = result.memory[devs[0]]
+    ax.axhline(m.capacity / g, color="black", ls="--", lw=1, label="GPU memory")
+    if getattr(m, "headroom", 0.0):
+        ax.axhline((m.capacity - m.headroom) / g, color="black", ls=":", lw=1,
+                   label=f"usable ({m.headroom / m.capacity * 100:g} % kept free)")
+    ax.set_xlim(0, result.iteration_time * k * 1.02)
+    ax.set_ylim(0, max(m.capacity, max(result.memory[d].total for d in devs)) / g * 1.08)
+    ax.set_xlabel(f"time ({unit})")
+    ax.set_ylabel("GiB held")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)
+    p = result.plan
+    ax.set_title(title or f"memory over one step: {str(result.model).split('#')[0]} on "
+                          f"{result.cluster}, {p.describe()}", fontsize=9)
     return _finish(fig, own)

@@ -69,10 +69,14 @@ def add_profile_subcommand(subparsers) -> argparse.ArgumentParser:
     t.add_argument("--layers", help="comma-separated module names, each one layer")
     t.add_argument("--layers-of", metavar="MODULE", help="each child of this module is one layer "
                                                          "('' = children of the model)")
-    t.add_argument("--warmup", type=int, default=2)
-    t.add_argument("--repeat", type=int, default=5)
+    t.add_argument("--warmup", type=int, default=2,
+                   help="untimed iterations before measuring (default 2)")
+    t.add_argument("--repeat", type=int, default=5,
+                   help="timed iterations; each layer's time is their median (default 5)")
     t.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    t.add_argument("--method", default="auto", choices=["auto", "fx", "hooks"])
+    t.add_argument("--method", default="auto", choices=["auto", "fx", "hooks"],
+                   help="how layers are found: torch.fx tracing, module hooks, or auto (fx, "
+                        "hooks when tracing fails; default)")
     t.add_argument("--name", help="model name recorded in the JSON")
     t.add_argument("-o", "--output", required=True, help="output folder or a .txt path")
 
@@ -147,7 +151,8 @@ def _run_torch(args) -> int:
     try:
         import torch
     except ImportError:
-        raise _UsageError("PyTorch is not installed (pip install 'hpgo[torch]')") from None
+        raise _UsageError("PyTorch is not installed (pip install -e '.[torch]' from the "
+                          "hpgo clone)") from None
     from . import profiler
     from .graphfile import write_profile
 

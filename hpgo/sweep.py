@@ -73,7 +73,14 @@ class SweepResult(list):
         """Every row as a readable text table."""
         from .plan import _format_table
 
-        return "\n".join(_format_table(self._COLUMNS, self._body()))
+        lines = _format_table(self._COLUMNS, self._body())
+        if any(r.hybrid is not None and r.dp_p3 is not None and r.hybrid < r.dp_p3
+               for r in self):
+            lines += ["", "DP + P3 is an optimistic bound (perfect overlap, no pipeline), not a "
+                          "plan; the best hybrid is",
+                      "HPGO's plan priced by its pipeline formula, so it can sit below "
+                      "(docs/concepts.md)"]
+        return "\n".join(lines)
 
     def _summary(self) -> str:
         if not self:
@@ -122,7 +129,8 @@ class SweepResult(list):
         try:
             import pandas as pd
         except ImportError as e:  # pragma: no cover - depends on the environment
-            raise ImportError("to_pandas() needs pandas: pip install 'hpgo[pandas]'") from e
+            raise ImportError("to_pandas() needs pandas: pip install -e '.[pandas]' from "
+                              "the hpgo clone") from e
         return pd.DataFrame(self.to_dicts())
 
 

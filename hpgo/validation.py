@@ -361,7 +361,8 @@ class MeasuredRun:
                            vocab=self.vocab, mlp=self.mlp, name=self.model, **f)
 
     def cluster(self, gpu: Any = None) -> Any:
-        """The cluster: the GPU's DGX preset sized to ``gpus``, with the
+        """The cluster: the GPU's DGX preset (``grand-teton-h100`` for an H100
+        with 96 GB) sized to ``gpus``, with the
         published inter-node bandwidth per GPU and GPU memory where given;
         ``gpu`` replaces the preset's GPU (e.g. a calibrated one)."""
         import dataclasses
@@ -370,7 +371,10 @@ class MeasuredRun:
         if self.gpu not in _RUN_GPUS:
             raise ValueError(f"run {self.source_id}: gpu {self.gpu!r} is not one of "
                              f"{', '.join(_RUN_GPUS)}")
-        c = Cluster.preset(_RUN_GPUS[self.gpu])
+        name = _RUN_GPUS[self.gpu]
+        if self.gpu == "h100" and self.gpu_mem_gb == 96:
+            name = "grand-teton-h100"  # torchtitan's H100: 96 GB HBM2e at 2.4 TB/s, 500 W
+        c = Cluster.preset(name)
         if c.gpus_per_node != self.gpus_per_node:
             raise ValueError(f"run {self.source_id}: {self.gpus_per_node} GPUs per node, the "
                              f"preset {c.name} has {c.gpus_per_node}")
@@ -397,7 +401,11 @@ class MeasuredRun:
                             schedule="interleaved-1f1b" if self.vp > 1 else "1f1b",
                             recompute=rc, sequence_parallel=self.sequence_parallel,
                             zero=self.zero, split=self.split, kernels=self.kernels,
-                            tp_overlap=self.tp_overlap)
+                            tp_overlap=self.tp_overlap,
+                            # FSDP under pipelining keeps the gathered weights to the
+                            # backward: torchtitan's default reshard policy is
+                            # "not pp_enabled" (torchtitan/distributed/fsdp.py)
+                            reshard_after_forward=not (self.zero >= 3 and self.pp > 1))
 
     def megatron_flops_per_token(self) -> float:
         """Model FLOPs per token as Megatron-LM counts them

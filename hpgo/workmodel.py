@@ -79,6 +79,15 @@ class Transformer:
     add to one residual, y = x + Attn(LN(x)) + MLP(LN(x)) (GPT-J, GPT-NeoX,
     PaLM): one norm, the QKV and first MLP GEMMs as one, one tensor-parallel
     gather and scatter per layer and direction.
+    ``qkv_bias``: biases on the query, key and value projections only, none
+    on the output projection (Qwen2; ``attn_bias`` has all four).
+
+    Rotary position embeddings (the exports write them; they change neither
+    the work nor the memory): ``rope_theta`` is the base (``None``: the
+    frameworks' default, 10000), ``rope_scaling`` the Hugging Face
+    ``rope_scaling`` mapping (``{"rope_type": "llama3", "factor": 8.0,
+    ...}``, ``"yarn"``, ``"linear"``), kept as sorted ``(key, value)`` pairs;
+    :attr:`rope_scaling_dict` gives it back as a dict.
     """
 
     hidden: int
@@ -124,6 +133,9 @@ class Transformer:
     v_head: int = 0
     mtp: int = 0
     parallel_block: bool = False
+    qkv_bias: bool = False
+    rope_theta: float | None = None
+    rope_scaling: Any = None
 
     def __post_init__(self) -> None:
         for f in ("hidden", "ffn", "heads", "layers", "seq", "vocab"):
@@ -145,7 +157,8 @@ class Transformer:
         if self.norm not in _NORMS:
             raise ValueError(f"norm must be 'layernorm' or 'rmsnorm', got {self.norm!r}")
         for f in ("tied", "bias", "dropout", "flash", "causal_flops", "learned_pos", "expert_bias",
-                  "router_bias", "attn_bias", "qk_norm", "attn_sinks", "mla", "parallel_block"):
+                  "router_bias", "attn_bias", "qk_norm", "attn_sinks", "mla", "qkv_bias",
+                  "parallel_block"):
             if not isinstance(getattr(self, f), bool):
                 raise TypeError(f"{f} must be a bool")
         for f in ("experts", "topk", "shared_experts", "dense_first", "mtp", "q_lora", "kv_lora",
@@ -185,6 +198,16 @@ class Transformer:
             raise ValueError("latent attention (mla=True) needs q_lora, kv_lora, qk_rope and v_head")
         if not isinstance(self.name, str):
             raise TypeError("name must be a str")
+        if self.rope_theta is not None:
+            v = self.rope_theta
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or v <= 0:
+                raise ValueError(f"rope_theta must be a finite number > 0 (or None), got {v!r}")
+            object.__setattr__(self, "rope_theta", float(v))
+        object.__setattr__(self, "rope_scaling", _rope_scaling(self.rope_scaling))
+        if self.qkv_bias and self.attn_bias:
+            raise ValueError("give attn_bias (q, k, v and output biases) or qkv_bias (q, k, v "
+                             "only), not both")
         _core._step_model_params(self._tuple(_core.PRECISION_BF16))  # validates in the core
 
     # -- derived ---------------------------------------------------------------
@@ -192,7 +215,9 @@ class Transformer:
         ext = (self.experts, self.topk, self.expert_ffn or 0, self.shared_experts,
                self.shared_ffn or 0, self.dense_first, self.moe_every, int(self.expert_bias),
                int(self.router_bias), float(self.capacity_factor or 0.0),
-               float(self.routing_imbalance), int(self.attn_bias), int(self.qk_norm),
+               float(self.routing_imbalance),
+               # attention biases: 1 on q, k, v and output, 2 on q, k, v only (csrc/work.h)
+               1 if self.attn_bias else 2 if self.qkv_bias else 0, int(self.qk_norm),
                int(self.attn_sinks), self.window or 0, self.window_every, int(self.mla),
                self.q_lora, self.kv_lora, self.qk_nope, self.qk_rope, self.v_head, self.mtp,
                self.routing_groups, self.routing_group_topk, int(self.parallel_block))
@@ -249,12 +274,19 @@ class Transformer:
     def non_embedding_parameters(self) -> int:
         return self.parameters - self.embedding_parameters
 
+    @property
+    def rope_scaling_dict(self) -> dict | None:
+        """``rope_scaling`` as the Hugging Face mapping (None: no scaling)."""
+        return None if self.rope_scaling is None else dict(self.rope_scaling)
+
     def with_(self, **changes: Any) -> "Transformer":
         """A copy with some fields changed (the model itself is immutable)."""
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        d["rope_scaling"] = self.rope_scaling_dict
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Transformer":
@@ -280,6 +312,47 @@ class Transformer:
                 f"h={self.hidden}, {attn}, {mlp}, seq={self.seq}, vocab={self.vocab})")
 
 
+_ROPE_SCALING_KEYS = {"rope_type", "type", "factor", "original_max_position_embeddings",
+                      "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale",
+                      "mscale_all_dim", "truncate"}
+
+
+def _rope_scaling(v: Any) -> tuple | None:
+    """Hugging Face ``rope_scaling`` as sorted (key, value) pairs: a str
+    type and numbers (hashable, so the model stays an immutable value)."""
+    if v is None:
+        return None
+    items = v.items() if isinstance(v, Mapping) else v
+    try:
+        pairs = [(k, x) for k, x in items]
+    except (TypeError, ValueError):
+        raise TypeError("rope_scaling must be a mapping (Hugging Face's rope_scaling) or "
+                        "None") from None
+    out = {}
+    for k, x in pairs:
+        if k not in _ROPE_SCALING_KEYS:
+            raise ValueError(f"rope_scaling: field {k!r} is not understood (known: "
+                             f"{', '.join(sorted(_ROPE_SCALING_KEYS))})")
+        if k in ("rope_type", "type"):
+            if not isinstance(x, str):
+                raise TypeError(f"rope_scaling {k} must be a str")
+            out["rope_type"] = x
+        elif isinstance(x, bool) and k == "truncate":
+            out[k] = x
+        elif isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            raise ValueError(f"rope_scaling {k} must be a finite number, got {x!r}")
+        else:
+            out[k] = float(x) if k != "original_max_position_embeddings" else int(x)
+    if "rope_type" not in out:
+        raise ValueError("rope_scaling needs its rope_type")
+    if out["rope_type"] not in ("llama3", "yarn", "linear"):
+        raise ValueError(f"rope_scaling type {out['rope_type']!r} is not understood (llama3, "
+                         "yarn or linear)")
+    if "factor" not in out:
+        raise ValueError(f"rope_scaling {out['rope_type']} needs its factor")
+    return tuple(sorted(out.items()))
+
+
 def _gpt(name: str, h: int, heads: int, layers: int) -> Transformer:
     # Megatron GPT of Korthikanti et al. 2022 / Narayanan et al. 2021:
     # ffn 4h, GeLU, LayerNorm with biases, tied embeddings, learned
@@ -289,7 +362,7 @@ def _gpt(name: str, h: int, heads: int, layers: int) -> Transformer:
 
 
 def _llama(name: str, h: int, ffn: int, heads: int, kv: int, layers: int, vocab: int,
-           seq: int) -> Transformer:
+           seq: int, rope_theta: float = 10000.0, rope_scaling: Any = None) -> Transformer:
     # Llama 2 / 3 configs (Hugging Face config.json of the released models):
     # SwiGLU, RMSNorm, no biases, untied embeddings, RoPE, no dropout;
     # trained with fused (flash) attention; model FLOPs with the causal
@@ -297,7 +370,12 @@ def _llama(name: str, h: int, ffn: int, heads: int, kv: int, layers: int, vocab:
     return Transformer(hidden=h, ffn=ffn, heads=heads, kv_heads=kv, layers=layers, seq=seq,
                        vocab=vocab, mlp="swiglu", tied=False, bias=False, norm="rmsnorm",
                        dropout=False, flash=True, causal_flops=True, learned_pos=False,
-                       name=name)
+                       name=name, rope_theta=rope_theta, rope_scaling=rope_scaling)
+
+
+# Llama 3.1's rope_scaling (meta-llama/Llama-3.1-405B config.json)
+_LLAMA31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 
 
 def _moe(name: str, **f: Any) -> Transformer:
@@ -319,29 +397,36 @@ _PRESETS: dict[str, Transformer] = {
     "llama2-7b": _llama("llama2-7b", 4096, 11008, 32, 32, 32, 32000, 4096),
     "llama2-13b": _llama("llama2-13b", 5120, 13824, 40, 40, 40, 32000, 4096),
     "llama2-70b": _llama("llama2-70b", 8192, 28672, 64, 8, 80, 32000, 4096),
-    "llama3-8b": _llama("llama3-8b", 4096, 14336, 32, 8, 32, 128256, 8192),
-    "llama3-70b": _llama("llama3-70b", 8192, 28672, 64, 8, 80, 128256, 8192),
-    "llama3-405b": _llama("llama3-405b", 16384, 53248, 128, 8, 126, 128256, 8192),
+    # Llama 3: rope_theta 500000; the 405B model exists as Llama 3.1 only
+    "llama3-8b": _llama("llama3-8b", 4096, 14336, 32, 8, 32, 128256, 8192, 500000.0),
+    "llama3-70b": _llama("llama3-70b", 8192, 28672, 64, 8, 80, 128256, 8192, 500000.0),
+    "llama3-405b": _llama("llama3-405b", 16384, 53248, 128, 8, 126, 128256, 8192, 500000.0,
+                          _LLAMA31_ROPE),
     # mistralai/Mixtral-8x7B-v0.1
     "mixtral-8x7b": _moe("mixtral-8x7b", hidden=4096, ffn=14336, heads=32, kv_heads=8, layers=32,
-                         vocab=32000, seq=4096, experts=8, topk=2, expert_ffn=14336),
+                         vocab=32000, seq=4096, experts=8, topk=2, expert_ffn=14336,
+                         rope_theta=1e6),
     # mistralai/Mixtral-8x22B-v0.1
     "mixtral-8x22b": _moe("mixtral-8x22b", hidden=6144, ffn=16384, heads=48, kv_heads=8,
-                          layers=56, vocab=32768, seq=4096, experts=8, topk=2, expert_ffn=16384),
+                          layers=56, vocab=32768, seq=4096, experts=8, topk=2, expert_ffn=16384,
+                          rope_theta=1e6),
     # Qwen/Qwen3-30B-A3B (intermediate_size 6144 is unused: every layer is MoE)
     "qwen3-30b-a3b": _moe("qwen3-30b-a3b", hidden=2048, ffn=6144, heads=32, kv_heads=4,
                           head_dim=128, layers=48, vocab=151936, seq=4096, experts=128, topk=8,
-                          expert_ffn=768, qk_norm=True),
+                          expert_ffn=768, qk_norm=True, rope_theta=1e6),
     # Qwen/Qwen3-235B-A22B
     "qwen3-235b-a22b": _moe("qwen3-235b-a22b", hidden=4096, ffn=12288, heads=64, kv_heads=4,
                             head_dim=128, layers=94, vocab=151936, seq=4096, experts=128, topk=8,
-                            expert_ffn=1536, qk_norm=True),
+                            expert_ffn=1536, qk_norm=True, rope_theta=1e6),
     # openai/gpt-oss-120b: biases on attention, experts and router, a sink
     # logit per head, a 128-token sliding window on every other layer
     "gpt-oss-120b": _moe("gpt-oss-120b", hidden=2880, ffn=2880, heads=64, kv_heads=8, head_dim=64,
                          layers=36, vocab=201088, seq=4096, experts=128, topk=4, expert_ffn=2880,
                          attn_bias=True, expert_bias=True, router_bias=True, attn_sinks=True,
-                         window=128, window_every=2),
+                         window=128, window_every=2, rope_theta=150000.0,
+                         rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                                       "beta_slow": 1.0, "truncate": False,
+                                       "original_max_position_embeddings": 4096}),
     # deepseek-ai/DeepSeek-V3: latent attention, 1 shared + 256 routed
     # experts (router bias: e_score_correction_bias), 3 dense layers first,
     # one multi-token-prediction module; node-limited routing (4 of 8 groups)
@@ -349,7 +434,11 @@ _PRESETS: dict[str, Transformer] = {
                         head_dim=192, layers=61, vocab=129280, seq=4096, experts=256, topk=8,
                         expert_ffn=2048, shared_experts=1, shared_ffn=2048, dense_first=3,
                         router_bias=True, mla=True, q_lora=1536, kv_lora=512, qk_nope=128,
-                        qk_rope=64, v_head=128, mtp=1, routing_groups=8, routing_group_topk=4),
+                        qk_rope=64, v_head=128, mtp=1, routing_groups=8, routing_group_topk=4,
+                        rope_theta=10000.0,
+                        rope_scaling={"rope_type": "yarn", "factor": 40.0, "beta_fast": 32.0,
+                                      "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                      "original_max_position_embeddings": 4096}),
 }
 _ALIASES = {"turing-530b": "megatron-530b", "mt-nlg-530b": "megatron-530b",
             "gpt3": "gpt3-175b", "gpt-3-175b": "gpt3-175b", "deepseek-v3-671b": "deepseek-v3",
@@ -379,6 +468,52 @@ def _presets() -> tuple[str, ...]:
     return tuple(_PRESETS)
 
 
+def _pretrain_seq(cfg: Mapping[str, Any], mt: str) -> int | None:
+    """The sequence length a family's report documents for the bulk of its
+    pretraining (before any long-context extension), capped at the config's
+    position limit; None where the family documents none."""
+    limit = cfg.get("max_position_embeddings") or cfg.get("n_positions")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        return None
+    if mt in ("gpt2", "gpt_neox"):
+        return limit      # GPT-2 (1,024) and Pythia / GPT-NeoX (2,048) train at their limit
+    if mt == "llama":
+        if cfg.get("vocab_size") == 128256:
+            return min(limit, 8192)  # Llama 3 (arXiv 2407.21783, Sec. 3.4): 8K, then 128K
+        if limit <= 4096:
+            return limit  # Llama 1 / 2 (arXiv 2302.13971, 2307.09288): 2K / 4K = their limit
+        return None
+    if mt == "mixtral":
+        return limit      # Mixtral (arXiv 2401.04088, Sec. 2): 32K context = its limit
+    if mt in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
+        return min(limit, 4096)  # Qwen2 (2407.10671, Sec. 3.2), Qwen3 (2505.09388, Sec. 3.2)
+    if mt in ("deepseek_v2", "deepseek_v3"):
+        return min(limit, 4096)  # DeepSeek-V2 (2405.04434) / V3 (2412.19437, Sec. 4.2): 4K
+    return None
+
+
+# Hugging Face model_type values read by from_hf_config
+_HF_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+                "gpt_oss", "deepseek_v2", "deepseek_v3", "gpt2", "gpt_neox")
+
+# Shape fields of those families that hpgo does not model, with the value
+# that means "absent": a config with another value is refused by name
+# instead of read as a different model.
+_HF_UNMODELLED = {
+    "mlp_bias": (False, None),               # Llama: biases on the MLP projections
+    "partial_rotary_factor": (1, 1.0, None),  # rotary embedding on part of each head
+    "attention_chunk_size": (None,),         # Llama 4 chunked attention
+}
+
+
+def _hf_refuse_unmodelled(cfg: Mapping[str, Any], mt: str, where: str) -> None:
+    for key, absent in _HF_UNMODELLED.items():
+        if key in cfg and cfg[key] not in absent:
+            raise ValueError(f"{where}: {key} = {cfg[key]!r} is not modelled")
+    if mt in ("gpt2", "gpt_neox") and cfg.get("rope_scaling"):
+        raise ValueError(f"{where}: rope_scaling on a {mt} model is not read")
+
+
 def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | None = None,
                    name: str | None = None) -> Transformer:
     """A transformer from a Hugging Face ``config.json`` (a path or the parsed
@@ -386,8 +521,10 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
     experts families Mixtral, Qwen2-MoE/Qwen3-MoE, GPT-OSS and DeepSeek-V2/V3
     (latent attention, shared experts, dense first layers, multi-token
     prediction), GPT-2 and GPT-NeoX style (GeLU, LayerNorm).  No weights are
-    read.  ``seq`` defaults to the config's ``max_position_embeddings``
-    (``n_positions`` for GPT-2)."""
+    read.  ``seq`` defaults to the length the family's report documents for
+    pretraining (Llama 3: 8,192, not its 131,072-token position limit; Qwen2
+    and Qwen3, DeepSeek-V2/V3: 4,096; Llama 1/2, Mixtral, GPT-2, GPT-NeoX:
+    their position limit); for other families it must be given."""
     if isinstance(config, Mapping):
         cfg = dict(config)
         where = "config"
@@ -412,11 +549,20 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
     mt = str(cfg.get("model_type", "")).lower()
     gpt2 = mt in ("gpt2",)
     neox = mt in ("gpt_neox",)
+    if mt not in _HF_FAMILIES:
+        raise ValueError(f"{where}: model_type {cfg.get('model_type')!r} is not read (known: "
+                         f"{', '.join(sorted(_HF_FAMILIES))})")
+    _hf_refuse_unmodelled(cfg, mt, where)
     hidden = get("hidden_size", "n_embd")
     heads = get("num_attention_heads", "n_head")
     layers = get("num_hidden_layers", "n_layer")
     vocab = get("vocab_size")
-    s = seq if seq is not None else get("max_position_embeddings", "n_positions")
+    s = seq if seq is not None else _pretrain_seq(cfg, mt)
+    if s is None:
+        limit = cfg.get("max_position_embeddings") or cfg.get("n_positions")
+        raise ValueError(f"{where}: give seq= (--seq): the {mt or 'unnamed'} family documents no "
+                         f"pretraining sequence length here, and its position limit"
+                         f"{f' ({limit:,})' if isinstance(limit, int) else ''} is not one")
     if gpt2 or neox:
         ffn = get("intermediate_size", "n_inner", default=4 * int(hidden))
         return Transformer(hidden=hidden, ffn=ffn, heads=heads, layers=layers, seq=s, vocab=vocab,
@@ -436,6 +582,18 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
         dropout=False, flash=True, causal_flops=True, learned_pos=False,
         name=name or str(cfg.get("_name_or_path", mt or "hf-model")))
     f["attn_bias"] = bool(cfg.get("attention_bias", False))
+    # Qwen2 (and Qwen2-MoE) project q, k and v with biases, the output without
+    # (transformers' Qwen2Attention: bias=True on q_proj/k_proj/v_proj only)
+    f["qkv_bias"] = mt in ("qwen2", "qwen2_moe") and not f["attn_bias"]
+    theta, scaling = cfg.get("rope_theta"), cfg.get("rope_scaling") or None
+    if theta is not None and (isinstance(theta, bool) or not isinstance(theta, (int, float))
+                              or not math.isfinite(theta) or theta <= 0):
+        raise ValueError(f"{where}: rope_theta must be a finite number > 0, got {theta!r}")
+    try:
+        f["rope_scaling"] = _rope_scaling(scaling)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: {e}") from None
+    f["rope_theta"] = theta
     if mt in ("qwen3", "qwen3_moe"):
         f["qk_norm"] = True
     experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
@@ -608,7 +766,10 @@ _MOE_FIELDS = {f.name: f.default for f in dataclasses.fields(Transformer)
                              "capacity_factor", "routing_imbalance", "attn_bias", "qk_norm",
                              "attn_sinks", "window", "window_every", "mla", "q_lora", "kv_lora",
                              "qk_nope", "qk_rope", "v_head", "mtp", "routing_groups",
-                             "routing_group_topk", "parallel_block")}
+                             "routing_group_topk", "qkv_bias", "parallel_block")}
+# Rotary-embedding fields change neither the work nor the memory: not part of
+# a model's identity (a plan fits the model with any rope base or scaling).
+_ROPE_FIELDS = ("rope_theta", "rope_scaling")
 
 
 def model_id(model: Transformer | ProfiledModel) -> str:
@@ -616,7 +777,7 @@ def model_id(model: Transformer | ProfiledModel) -> str:
     another model is refused."""
     if isinstance(model, Transformer):
         d = {k: v for k, v in model.to_dict().items()
-             if not (k in _MOE_FIELDS and v == _MOE_FIELDS[k])}
+             if not (k in _MOE_FIELDS and v == _MOE_FIELDS[k]) and k not in _ROPE_FIELDS}
         key = json.dumps(d, sort_keys=True)
         label = model.name or "transformer"
     elif isinstance(model, ProfiledModel):

@@ -1,6 +1,7 @@
 """hpgo.autoplan: exact under the model (pruned search = exhaustive search on
 random small cases), only plans that fit, fixed choices respected, never
 slower than published or HPGO configurations simulated by the same engine."""
+import dataclasses
 import random
 
 import pytest
@@ -45,6 +46,48 @@ def test_pruned_search_equals_exhaustive(seed):
     assert all(rp.plan.kernels == stack.get("kernels", "te") for rp in slow)
     assert slow.stats["simulated"] == slow.stats["candidates"] - slow.stats["rejected"]
     assert fast.stats["simulated"] <= slow.stats["simulated"]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_pruned_equals_exhaustive_with_sharding_and_offloading_searched(seed):
+    # reshard after forward, offloaded optimizer and activations searched,
+    # hybrid sharding, straggler jitter, NCCL latency and the allocator's
+    # reserve: every new price and memory term goes through the bounds
+    rng = random.Random(500 + seed)
+    model = random_transformer(rng)
+    preset = rng.choice(["dgx-a100-40gb", "dgx-h100", "dgx1-v100", "dgx-b200"])
+    cluster = hpgo.Cluster.preset(preset, nodes=rng.choice([1, 2, 4]))
+    cluster = cluster.with_gpu(memory_bytes=rng.choice([2e9, 4e9, 16e9]))
+    cluster = dataclasses.replace(cluster, jitter=rng.choice([0.0, 0.02]),
+                                  nccl_latency=rng.random() < 0.5,
+                                  allocator_fragmentation=rng.choice([0.0, 0.115]))
+    gb = rng.choice([8, 16, 32])
+    top = rng.choice([1, 5, 20])
+    kw = dict(reshard_after_forward=None, offload_optimizer=None, offload_activations=None,
+              shard_size=rng.choice([0, 0, 2]))
+    fast = hpgo.autoplan(model, cluster, gb, top=top, threads=rng.choice([1, 2]), **kw)
+    slow = hpgo.autoplan(model, cluster, gb, top=top, exhaustive=True, threads=1, **kw)
+    assert key(fast) == key(slow)
+    assert fast.stats["simulated"] <= slow.stats["simulated"]
+    for rp in fast:
+        assert rp.result.fits
+        assert rp.plan.shard_size in (0, kw["shard_size"])
+
+
+def test_autoplan_searches_offloading_where_memory_needs_it():
+    # a 1.3B model with Adam on 8 GPUs of 20 GB: weights and gradients (6 B a
+    # parameter) fit, the optimizer state (12 B) does not without sharding;
+    # ZeRO-Offload-style plans appear when searched
+    m = hpgo.transformer(hidden=2048, ffn=8192, heads=16, layers=24, seq=2048, vocab=32000)
+    c = hpgo.Cluster.preset("dgx-a100-40gb").with_gpu(memory_bytes=20e9)
+    kw = dict(zero=0, tp=1, pp=1, top=3)
+    assert len(hpgo.autoplan(m, c, 8, **kw)) == 0
+    found = hpgo.autoplan(m, c, 8, offload_optimizer=None, offload_activations=None,
+                          recompute="full", **kw)
+    assert len(found) > 0 and all(rp.plan.offload_optimizer for rp in found)
+    assert found[0].result.memory[0].host > 0
+    with pytest.raises(ValueError, match="host_bandwidth"):
+        hpgo.autoplan(m, hpgo.Cluster.preset("grand-teton-h100"), 8, offload_optimizer=True)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -96,12 +139,16 @@ def test_cost_objective_may_use_fewer_gpus():
 def test_table_names_the_gpus_each_plan_uses():
     c = hpgo.Cluster.preset("dgx-h100", nodes=2)
     part = hpgo.autoplan("llama3-8b", c, 64, gpus=8, top=2).table()
-    assert "(8 of 16 GPUs)" in part.splitlines()[0] and " GPUs " not in part.splitlines()[1]
-    cost = hpgo.autoplan("llama3-8b", c, 64, objective="cost", top=6)
+    assert "(8 of 16 GPUs)" in part.splitlines()[0] and " GPUs " not in part.splitlines()[2]
+    cost = hpgo.autoplan("llama3-8b", c, 64, objective="cost", top=12)
     lines = cost.table().splitlines()
     assert len({rp.plan.gpus for rp in cost}) > 1  # several counts ranked: a column says which
-    assert lines[1].split()[:2] == ["#", "GPUs"]
-    assert [int(x.split()[1]) for x in lines[2:]] == [rp.plan.gpus for rp in cost]
+    assert lines[2].split()[:2] == ["#", "GPUs"]
+    assert [int(x.split()[1]) for x in lines[3:]] == [rp.plan.gpus for rp in cost]
+    # the cost objective always shows the column, one GPU count or several
+    tiny = hpgo.transformer(hidden=512, ffn=2048, heads=8, layers=4, seq=512, vocab=1000)
+    one = hpgo.autoplan(tiny, c, 64, objective="cost", gpus=1, top=1)
+    assert one.table().splitlines()[2].split()[:2] == ["#", "GPUs"]
 
 
 def test_fp8_params_needs_fp8():
@@ -249,15 +296,19 @@ def test_exports():
                  "--recompute-granularity selective --recompute-modules layernorm",
                  "--num-query-groups 8", "--swiglu", "--global-batch-size 256"):
         assert flag in args
-    ds = p.deepspeed_config()
+    # DeepSpeed's pipeline engine runs neither interleaving nor selective recomputation
+    with pytest.raises(ValueError, match="schedule 'interleaved-1f1b' is not offered"):
+        p.deepspeed_config()
+    ds = p.with_(schedule="1f1b", virtual_stages=1, recompute="full").deepspeed_config()
     assert ds["train_batch_size"] == 256 and ds["gradient_accumulation_steps"] == 128
     assert ds["zero_optimization"]["stage"] == 1
-    toml = p.torchtitan_toml(m)
-    assert 'pipeline_parallel_schedule = "Interleaved1F1B"' in toml and "seq_len = 8192" in toml
+    tt = p.with_(zero=3, recompute="full").torchtitan_config(m)
+    assert "pipeline_parallel_schedule='Interleaved1F1B'" in tt and "seq_len = 8192" in tt
     pts = p.split_points(m)
     assert [k for k, _, _ in pts] == list(range(20)) and pts[1][1] == 4
-    with pytest.raises(ValueError, match="divide evenly"):
-        p.megatron_args(m.with_(layers=81))
+    # 81 layers do not divide over 20 stages: the exact split as Megatron's layout
+    args = p.megatron_args(m.with_(layers=81))
+    assert '--pipeline-model-parallel-layout "Etttt|ttttt|' in args
 
 
 def test_plots_of_plans_and_steps():

@@ -91,7 +91,7 @@ static int get_steps(PyObject *o, const char *what, hpgo_gpu_t *g, int which)
  *           fp8_steps, attention_steps, multiprocessors)   (the steps may be empty) */
 static int to_cluster(PyObject *t, hpgo_cluster_t *c)
 {
-    const Py_ssize_t N = 13;
+    const Py_ssize_t N = 14;
     memset(c, 0, sizeof *c);
     if (get_str(t, 0, N, "cluster", c->name, sizeof c->name) < 0 ||
         get_str(t, 1, N, "cluster", c->gpu.name, sizeof c->gpu.name) < 0)
@@ -111,6 +111,14 @@ static int to_cluster(PyObject *t, hpgo_cluster_t *c)
         get_steps(PyTuple_GET_ITEM(t, 11), "gpu attention_efficiency", &c->gpu,
                   HPGO_EFF_ATTENTION) < 0 ||
         get_i32(t, 12, N, "gpu multiprocessors", &c->gpu.sms) < 0)
+        return -1;
+    PyObject *sy = PyTuple_GET_ITEM(t, 13);
+    if (get_f(sy, 0, 6, "host_memory", &c->sys.host_memory) < 0 ||
+        get_f(sy, 1, 6, "host_bandwidth", &c->sys.host_bandwidth) < 0 ||
+        get_f(sy, 2, 6, "host_memory_bandwidth", &c->sys.host_mem_bandwidth) < 0 ||
+        get_f(sy, 3, 6, "allocator_fragmentation", &c->sys.alloc_frag) < 0 ||
+        get_f(sy, 4, 6, "jitter", &c->sys.jitter) < 0 ||
+        get_i32(sy, 5, 6, "nccl_latency", &c->sys.nccl_latency) < 0)
         return -1;
     PyObject *lv = PyTuple_GET_ITEM(t, 9);
     if (!PyTuple_Check(lv) || PyTuple_GET_SIZE(lv) < 1 ||
@@ -165,11 +173,14 @@ static PyObject *from_cluster(const hpgo_cluster_t *c)
         PyTuple_SET_ITEM(lv, l, x);
     }
     const hpgo_gpu_t *g = &c->gpu;
-    return Py_BuildValue("(ss(dddd)dddNNNNNNi)", c->name, g->name, g->peak[0], g->peak[1],
+    const hpgo_system_t *y = &c->sys;
+    return Py_BuildValue("(ss(dddd)dddNNNNNNi(dddddi))", c->name, g->name, g->peak[0], g->peak[1],
                          g->peak[2], g->peak[3], g->vector_flops, g->hbm_bytes, g->hbm_bandwidth,
                          steps_tuple(g, HPGO_EFF_MATRIX), steps_tuple(g, HPGO_EFF_VECTOR),
                          steps_tuple(g, HPGO_EFF_MEMORY), lv, steps_tuple(g, HPGO_EFF_FP8),
-                         steps_tuple(g, HPGO_EFF_ATTENTION), (int)g->sms);
+                         steps_tuple(g, HPGO_EFF_ATTENTION), (int)g->sms, y->host_memory,
+                         y->host_bandwidth, y->host_mem_bandwidth, y->alloc_frag, y->jitter,
+                         (int)y->nccl_latency);
 }
 
 /* model: ("transformer", precision, hidden, ffn, heads, kv_heads, head_dim,
@@ -280,12 +291,13 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
 /* plan: (tp, pp, dp, cp, ep, vstages, micro_batch, global_batch, schedule,
  *        recompute, sequence_parallel, zero, overlap_grad_reduce, split, etp,
  *        ep_outer, overlap_moe_comm, moe_dispatcher, fp8_params, overlap_share,
+ *        reshard_after_forward, shard_size, offload_optimizer, offload_activations,
  *        kernels, tp_overlap, cp_comm, recompute_layers, recompute_method)
  *        with split None or a tuple of pp * vstages + 1 ints.  `split`
  *        receives its storage (PyMem). */
 static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
 {
-    const Py_ssize_t N = 25;
+    const Py_ssize_t N = 29;
     memset(p, 0, sizeof *p);
     *split = NULL;
     int32_t *ints[6] = {&p->tp, &p->pp, &p->dp, &p->cp, &p->ep, &p->vstages};
@@ -305,11 +317,15 @@ static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
         get_i32(t, 17, N, "moe_dispatcher", &p->dispatcher) < 0 ||
         get_i32(t, 18, N, "fp8_params", &p->fp8_params) < 0 ||
         get_f(t, 19, N, "overlap_share", &p->overlap_share) < 0 ||
-        get_i32(t, 20, N, "kernels", &p->kernels) < 0 ||
-        get_i32(t, 21, N, "tp_overlap", &p->tp_overlap) < 0 ||
-        get_i32(t, 22, N, "cp_comm", &p->cp_comm) < 0 ||
-        get_i32(t, 23, N, "recompute_layers", &p->recompute_layers) < 0 ||
-        get_i32(t, 24, N, "recompute_method", &p->recompute_method) < 0)
+        get_i32(t, 20, N, "reshard_after_forward", &p->reshard_after_forward) < 0 ||
+        get_i32(t, 21, N, "shard_size", &p->shard_size) < 0 ||
+        get_i32(t, 22, N, "offload_optimizer", &p->offload_optimizer) < 0 ||
+        get_f(t, 23, N, "offload_activations", &p->offload_activations) < 0 ||
+        get_i32(t, 24, N, "kernels", &p->kernels) < 0 ||
+        get_i32(t, 25, N, "tp_overlap", &p->tp_overlap) < 0 ||
+        get_i32(t, 26, N, "cp_comm", &p->cp_comm) < 0 ||
+        get_i32(t, 27, N, "recompute_layers", &p->recompute_layers) < 0 ||
+        get_i32(t, 28, N, "recompute_method", &p->recompute_method) < 0)
         return -1;
     PyObject *s = PyTuple_GET_ITEM(t, 13);
     if (s == Py_None)
@@ -516,10 +532,11 @@ static int dict_set(PyObject *d, const char *k, PyObject *v)
 
 static PyObject *mem_dict(const hpgo_mem_t *m)
 {
-    return Py_BuildValue("{sdsdsdsdsdsdsdsdsO}", "weights", m->weights, "gradients", m->gradients,
-                         "optimizer", m->optimizer, "activations", m->activations, "other",
-                         m->other, "total", m->total, "capacity", m->capacity, "margin",
-                         m->margin, "fits", m->fits ? Py_True : Py_False);
+    return Py_BuildValue("{sdsdsdsdsdsdsdsdsOsdsd}", "weights", m->weights, "gradients",
+                         m->gradients, "optimizer", m->optimizer, "activations", m->activations,
+                         "other", m->other, "total", m->total, "capacity", m->capacity, "margin",
+                         m->margin, "fits", m->fits ? Py_True : Py_False, "reserved",
+                         m->reserved, "host", m->host);
 }
 
 static PyObject *result_dict(const hpgo_step_result_t *r)
@@ -560,6 +577,14 @@ static PyObject *result_dict(const hpgo_step_result_t *r)
             "ep_backward", s->ep_b);
         if (!o)
             goto fail;
+        /* bytes the weight gradient still needs after the input gradient (memory timeline) */
+        PyObject *aw = PyFloat_FromDouble(s->act_w);
+        if (!aw || PyDict_SetItemString(o, "activation_bytes_w", aw) < 0) {
+            Py_XDECREF(aw);
+            Py_DECREF(o);
+            goto fail;
+        }
+        Py_DECREF(aw);
         PyList_SET_ITEM(stages, k, o);
     }
     const hpgo_sim_result_t *tl = r->timeline;
@@ -660,13 +685,14 @@ static PyObject *plan_tuple(const hpgo_parplan_t *p)
     } else {
         split = Py_NewRef(Py_None);
     }
-    return Py_BuildValue("(iiiiiiLLiiiiiNiiiiidiiiii)", (int)p->tp, (int)p->pp, (int)p->dp,
-                         (int)p->cp,
-                         (int)p->ep, (int)p->vstages, (long long)p->micro_batch,
+    return Py_BuildValue("(iiiiiiLLiiiiiNiiiiidiiidiiiii)", (int)p->tp, (int)p->pp, (int)p->dp,
+                         (int)p->cp, (int)p->ep, (int)p->vstages, (long long)p->micro_batch,
                          (long long)p->global_batch, (int)p->schedule, (int)p->recompute,
                          (int)p->sequence_parallel, (int)p->zero, (int)p->overlap_grad_reduce,
                          split, (int)p->etp, (int)p->ep_outer, (int)p->overlap_ep,
                          (int)p->dispatcher, (int)p->fp8_params, p->overlap_share,
+                         (int)p->reshard_after_forward, (int)p->shard_size,
+                         (int)p->offload_optimizer, p->offload_activations,
                          (int)p->kernels, (int)p->tp_overlap, (int)p->cp_comm,
                          (int)p->recompute_layers, (int)p->recompute_method);
 }
@@ -691,8 +717,9 @@ PyDoc_STRVAR(autoplan_doc,
              "opts: (global_batch, gpus, objective, top, exhaustive, threads, max_micro_batch,\n"
              "max_vstages, overhead_bytes or None, tp, pp, dp, vstages, micro_batch, schedule,\n"
              "recompute, sequence_parallel, zero, cp, ep, etp, ep_outer, overlap_moe_comm,\n"
-             "moe_dispatcher, fp8_params, overlap_share, kernels, tp_overlap, cp_comm) with -1\n"
-             "for a free choice or the default\n"
+             "moe_dispatcher, fp8_params, overlap_share, no_reshard, shard_size,\n"
+             "offload_optimizer, offload_activations, kernels, tp_overlap, cp_comm) with\n"
+             "-1 for a free choice or the default\n"
              "(overlap_moe_comm, fp8_params: -1 is off; moe_dispatcher: -1 is the\n"
              "all-to-all; overlap_share: a float, used with overlap_moe_comm 1).  The GIL is\n"
              "released while\n"
@@ -712,7 +739,7 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     double *arrays = NULL;
     PyObject *res = NULL;
     memset(&o, 0, sizeof o);
-    const Py_ssize_t N = 29;
+    const Py_ssize_t N = 33;
     if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c) < 0)
         goto done;
     if (get_i64(ot, 0, N, "global_batch", &o.global_batch) < 0 ||
@@ -734,9 +761,13 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
         if (get_i32(ot, 9 + i, N, "fixed choice", fixed[i]) < 0)
             goto done;
     if (get_f(ot, 25, N, "overlap_share", &o.overlap_share) < 0 ||
-        get_i32(ot, 26, N, "kernels", &o.kernels) < 0 ||
-        get_i32(ot, 27, N, "tp_overlap", &o.tp_overlap) < 0 ||
-        get_i32(ot, 28, N, "cp_comm", &o.cp_comm) < 0)
+        get_i32(ot, 26, N, "reshard_after_forward", &o.no_reshard) < 0 ||
+        get_i32(ot, 27, N, "shard_size", &o.shard_size) < 0 ||
+        get_i32(ot, 28, N, "offload_optimizer", &o.offload_optimizer) < 0 ||
+        get_f(ot, 29, N, "offload_activations", &o.offload_activations) < 0 ||
+        get_i32(ot, 30, N, "kernels", &o.kernels) < 0 ||
+        get_i32(ot, 31, N, "tp_overlap", &o.tp_overlap) < 0 ||
+        get_i32(ot, 32, N, "cp_comm", &o.cp_comm) < 0)
         goto done;
     hpgo_cancel_t cancel;
     hpgo_cancel_init(&cancel);
@@ -829,5 +860,12 @@ int glue_step_init(PyObject *module)
         return -1;
     int rc = PyModule_AddObjectRef(module, "EP_OVERLAP_MEGATRON", share);
     Py_DECREF(share);
+    if (rc < 0)
+        return rc;
+    PyObject *frag = PyFloat_FromDouble(HPGO_ALLOC_FRAG_GMLAKE);
+    if (!frag)
+        return -1;
+    rc = PyModule_AddObjectRef(module, "ALLOC_FRAG_GMLAKE", frag);
+    Py_DECREF(frag);
     return rc;
 }

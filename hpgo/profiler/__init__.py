@@ -56,7 +56,8 @@ def _torch():
     try:
         import torch
     except ImportError:  # pragma: no cover - depends on the environment
-        raise ImportError("hpgo.profiler needs PyTorch; install it with: pip install 'hpgo[torch]'") from None
+        raise ImportError("hpgo.profiler needs PyTorch; install it with: pip install -e "
+                          "'.[torch]' from the hpgo clone") from None
     return torch
 
 

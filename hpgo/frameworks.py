@@ -1,0 +1,396 @@
+"""The training frameworks a plan is exported to, as data.
+
+Each :class:`Framework` says which plans it runs -- the schedules, ZeRO /
+FSDP stages, recomputation modes and precisions it offers, and rules on
+their combinations, each citing the framework's source (file and check)
+-- and its runtime defaults for the mechanisms of the training-step model
+(kernel set, overlaps, sharding), keyed by :class:`hpgo.ParallelPlan`
+field names.  ``hpgo.autoplan(..., framework="megatron")`` proposes only
+plans the framework accepts; the exports (:meth:`ParallelPlan.megatron_args`,
+:meth:`~ParallelPlan.torchtitan_config`, :meth:`~ParallelPlan.deepspeed_json`)
+refuse plans it does not.
+
+Versions read (docs/exports.md): Megatron-LM ``core_v0.19.0``
+(``megatron/training/arguments.py``, ``megatron/core``), torchtitan 0.3.0
+(PyPI) with PyTorch 2.13, DeepSpeed 0.19.8 (PyPI) with Megatron-DeepSpeed's
+pipeline engine (``deepspeed/runtime/pipe``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+__all__ = ["Framework", "Rule", "FRAMEWORKS", "get", "problems", "check", "apply_defaults",
+           "runtime_defaults", "search_spaces", "refuse_fixed"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One combination a framework refuses: ``refuses(plan, model,
+    precision)`` is True for a refused plan (``model`` may be None: rules
+    on the model shape then pass); ``source`` is the file and check."""
+
+    what: str
+    source: str
+    refuses: Callable[[Any, Any, str], bool]
+
+
+@dataclass(frozen=True)
+class Framework:
+    """A training framework: what it runs (``schedules``, ``zero`` stages,
+    ``recompute`` modes, ``precisions``, ``rules`` on combinations) and its
+    runtime ``defaults`` (ParallelPlan field -> value, or a function of the
+    plan where the framework's default depends on it)."""
+
+    name: str
+    title: str
+    version: str
+    schedules: tuple[str, ...]
+    zero: tuple[int, ...]
+    recompute: tuple[str, ...]
+    precisions: tuple[str, ...]
+    rules: tuple[Rule, ...]
+    defaults: Mapping[str, Any]
+    # fixed choices a ZeRO stage needs (searched as their own sub-space)
+    zero_needs: Mapping[int, Mapping[str, int]] = dataclasses.field(default_factory=dict)
+    launch: str = ""
+
+
+# ---------------------------------------------------------------- Megatron
+
+_MLM = "Megatron-LM core_v0.19.0 megatron/training/arguments.py validate_args"
+_MCORE = "Megatron-LM core_v0.19.0 megatron/core"
+
+MEGATRON = Framework(
+    name="megatron",
+    title="Megatron-LM / Megatron-Core",
+    version="Megatron-LM core_v0.19.0 (Megatron-Core; Megatron-Bridge takes the same settings)",
+    # Megatron-Core's schedules: forward_backward_pipelining_without_interleaving
+    # (1F1B) and _with_interleaving (megatron/core/pipeline_parallel/schedules.py,
+    # get_forward_backward_func); no GPipe, no zero-bubble schedule
+    schedules=("1f1b", "interleaved-1f1b"),
+    # 0: DDP; 1/2: --use-distributed-optimizer (optimizer states sharded,
+    # gradients reduce-scattered); 3: --use-torch-fsdp2
+    zero=(0, 1, 2, 3),
+    recompute=("none", "selective", "full"),
+    precisions=("bf16", "fp16", "fp8"),
+    zero_needs={3: {"pp": 1, "ep": 1}},
+    rules=(
+        Rule("FSDP2 (zero=3) runs without pipeline parallelism",
+             f"{_MLM}: assert args.pipeline_model_parallel_size == 1 under --use-torch-fsdp2",
+             lambda p, m, pr: p.zero == 3 and p.pp > 1),
+        Rule("FSDP2 (zero=3) runs without expert parallelism",
+             f"{_MLM}: assert args.expert_model_parallel_size == 1 under --use-torch-fsdp2",
+             lambda p, m, pr: p.zero == 3 and p.ep > 1),
+        Rule("FSDP2 (zero=3) needs untied embeddings",
+             f"{_MLM}: assert args.untie_embeddings_and_output_weights under --use-torch-fsdp2",
+             lambda p, m, pr: p.zero == 3 and m is not None and m.tied),
+        Rule("FSDP2 (zero=3) does not train in fp16",
+             f"{_MLM}: assert not args.fp16 under --use-torch-fsdp2",
+             lambda p, m, pr: p.zero == 3 and pr == "fp16"),
+        Rule("fp8 weights only (fp8_params) need the distributed optimizer or FSDP (zero >= 1)",
+             f"{_MLM}: --fp8-param-gather only supported with distributed optimizer, torch "
+             "fsdp2, megatron fsdp",
+             lambda p, m, pr: p.fp8_params and p.zero == 0),
+        Rule("the MoE all-to-all overlap runs without full recomputation",
+             f"{_MCORE}/transformer/transformer_config.py __post_init__: 'disable full "
+             "recomputation when enabling overlap_moe_expert_parallel_comm'",
+             lambda p, m, pr: bool(p.overlap_moe_comm) and p.recompute == "full"),
+        Rule("the MoE all-to-all overlap takes at most one multi-token-prediction layer",
+             f"{_MCORE}/transformer/transformer_config.py __post_init__: 'MTP supports at most "
+             "one layer when enabling overlap_moe_expert_parallel_comm'",
+             lambda p, m, pr: bool(p.overlap_moe_comm) and m is not None and m.mtp > 1),
+        Rule("experts with biases run without expert tensor parallelism (etp = 1)",
+             f"{_MCORE}/transformer/transformer_config.py __post_init__: 'Bias in Moe is only "
+             "supported when ETP==1'",
+             lambda p, m, pr: m is not None and m.experts > 0 and
+             (m.bias or m.expert_bias) and (p.etp or p.tp) != 1),
+        Rule("the key/value heads divide tp or tp divides them",
+             f"{_MCORE}/transformer/transformer_config.py __post_init__: num_query_groups % "
+             "tensor_model_parallel_size != 0 and tensor_model_parallel_size % "
+             "num_query_groups != 0 raises",
+             lambda p, m, pr: m is not None and not m.mla and
+             m.kv_heads % p.tp != 0 and p.tp % m.kv_heads != 0),
+        Rule("context parallelism splits each sequence into 2 x cp equal chunks",
+             f"{_MLM}: assert args.seq_length % (args.context_parallel_size * 2) == 0",
+             lambda p, m, pr: p.cp > 1 and m is not None and m.seq % (2 * p.cp) != 0),
+        Rule("expert parallelism with tensor parallelism needs sequence parallelism",
+             f"{_MCORE}/model_parallel_config.py __post_init__: 'When using expert parallelism "
+             "and tensor parallelism for training, sequence parallelism must be used'",
+             lambda p, m, pr: p.ep > 1 and p.tp > 1 and not p.sequence_parallel),
+    ),
+    defaults={
+        # Megatron-Core with Transformer Engine (--transformer-impl
+        # transformer_engine is the default in arguments.py)
+        "kernels": "te",
+        # --tp-comm-overlap is off unless given (arguments.py, store_true)
+        "tp_overlap": "none",
+        # --cp-comm-type default ["p2p"] (arguments.py)
+        "cp_comm": "p2p",
+        # FSDP2 reshards after forward unless --torch-fsdp2-no-reshard-after-forward
+        "reshard_after_forward": True,
+        "shard_size": 0,
+        "overlap_grad_reduce": True,
+        # --recompute-method uniform for full recomputation (the export's choice)
+        "recompute_method": "uniform",
+    },
+    launch="torchrun --nproc-per-node 8 --nnodes N pretrain_gpt.py $(cat megatron.args) "
+           "<data, tokenizer and optimizer arguments>",
+)
+
+# -------------------------------------------------------------- torchtitan
+
+_TT = "torchtitan 0.3.0"
+
+TORCHTITAN = Framework(
+    name="torchtitan",
+    title="torchtitan (PyTorch FSDP2 / DTensor / torch.distributed.pipelining)",
+    version="torchtitan 0.3.0 (PyPI) with PyTorch 2.13",
+    # torch/distributed/pipelining/schedules.py get_schedule_class: GPipe,
+    # 1F1B (single stage), Interleaved1F1B, InterleavedZeroBubble,
+    # ZBVZeroBubble (multi-stage).  hpgo's zb-h1 is single-stage: PyTorch
+    # has only the multi-stage (interleaved) zero-bubble schedule.
+    schedules=("gpipe", "1f1b", "interleaved-1f1b", "zb-v"),
+    # data_parallel_replicate_degree (DDP, zero 0) or
+    # data_parallel_shard_degree (FSDP2, zero 3); no optimizer-only sharding
+    zero=(0, 3),
+    # FullAC; torchtitan's SelectiveAC saves chosen ops (every other matmul),
+    # not the attention-core recomputation hpgo's "selective" prices
+    # (torchtitan/distributed/activation_checkpoint.py)
+    recompute=("none", "full"),
+    precisions=("bf16", "fp8", "fp32"),
+    rules=(
+        Rule("a single-stage schedule (gpipe, 1f1b) runs one stage per rank, a multi-stage "
+             "one at least two", f"{_TT} torchtitan/distributed/pipeline_parallel.py: "
+             "'Single stage schedule requires exactly 1 stage per rank' / 'Multi-stage "
+             "schedule requires at least 2 stages per rank'",
+             lambda p, m, pr: p.pp > 1 and ((p.schedule in ("gpipe", "1f1b"))
+                                            != (p.virtual_stages == 1))),
+        Rule("ZBVZeroBubble runs exactly two stages per rank",
+             "torch/distributed/pipelining/schedules.py ScheduleZBVZeroBubble: "
+             "n_local_stages != 2 raises",
+             lambda p, m, pr: p.schedule == "zb-v" and p.virtual_stages != 2),
+        Rule("Interleaved1F1B needs the micro-batches in whole rounds of pp",
+             "torch/distributed/pipelining/schedules.py ScheduleInterleaved1F1B: "
+             "n_microbatches % number_of_rounds != 0 raises",
+             lambda p, m, pr: p.schedule == "interleaved-1f1b" and p.pp > 1 and
+             p.microbatches % max(1, p.microbatches // p.pp) != 0),
+        Rule("expert layers are not tensor parallel under expert parallelism (etp = 1)",
+             f"{_TT} torchtitan/distributed/parallel_dims.py: sparse mesh (pp, dp_replicate, "
+             "efsdp, ep), efsdp = dp_shard * cp * tp / ep",
+             lambda p, m, pr: p.ep > 1 and (p.etp or p.tp) != 1),
+        Rule("without expert parallelism, experts follow the tensor-parallel layout (etp = tp)",
+             f"{_TT} torchtitan/distributed/parallel_dims.py: no expert tensor-parallel degree",
+             lambda p, m, pr: p.ep == 1 and p.etp is not None and p.etp != p.tp),
+        Rule("the expert-parallel group borrows from the sharded data-parallel, context and "
+             "tensor ranks", f"{_TT} torchtitan/config/configs.py ParallelismConfig."
+             "expert_parallel_degree: 'dp_shard * cp * tp == efsdp * ep'",
+             lambda p, m, pr: p.ep > 1 and
+             ((p.dp if p.zero == 3 else 1) * p.cp * p.tp) % p.ep != 0),
+        Rule("the expert-parallel group is the innermost mesh dimension",
+             f"{_TT} torchtitan/distributed/parallel_dims.py: ep last in the sparse mesh",
+             lambda p, m, pr: p.ep > 1 and p.ep_placement != "inner"),
+        Rule("context parallelism splits each sequence into 2 x cp equal chunks",
+             "torch/distributed/tensor/experimental/_context_parallel/_load_balancer.py "
+             "_HeadTailLoadBalancer: seq_length % (world_size * 2) != 0 raises (torchtitan's "
+             "context_parallel_load_balancer 'headtail')",
+             lambda p, m, pr: p.cp > 1 and m is not None and m.seq % (2 * p.cp) != 0),
+        Rule("one MoE token dispatcher: all-to-all (DeepEP is an experiment)",
+             f"{_TT} torchtitan/models/*/__init__.py moe_comm_backend",
+             lambda p, m, pr: p.moe_dispatcher != "alltoall"),
+        Rule("no fp8-only weights (torchao's float8 training keeps the high-precision weight)",
+             f"{_TT} torchtitan/components/quantization/float8.py",
+             lambda p, m, pr: p.fp8_params),
+    ),
+    defaults={
+        # the export turns torch.compile on ([compile] enable)
+        "kernels": "compile",
+        # compile.enable_async_tensor_parallel default False
+        "tp_overlap": "none",
+        # torchtitan's models use FlexAttention, whose context parallelism
+        # all-gathers K and V (torchtitan/distributed/context_parallel/api.py
+        # flex_cp_allgather)
+        "cp_comm": "all_gather",
+        # fsdp_reshard_after_forward "default": not pp_enabled
+        # (torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy);
+        # it matters only where FSDP shards the weights (zero 3)
+        "reshard_after_forward": lambda p: p.pp == 1 or p.zero < 3,
+        "shard_size": 0,
+        "overlap_grad_reduce": True,
+    },
+    launch="torchrun --nproc-per-node 8 --nnodes N -m torchtitan.train --module hpgo_plan "
+           "--config hpgo_plan   # hpgo_plan.py on PYTHONPATH",
+)
+
+# --------------------------------------------------------------- DeepSpeed
+
+_DS = "DeepSpeed 0.19.8"
+
+DEEPSPEED = Framework(
+    name="deepspeed",
+    title="DeepSpeed with Megatron-DeepSpeed's pipeline engine",
+    version="DeepSpeed 0.19.8 (PyPI), Megatron-DeepSpeed model code",
+    # deepspeed/runtime/pipe/schedule.py TrainSchedule: 1F1B, one stage per rank
+    schedules=("1f1b",),
+    zero=(0, 1, 2, 3),
+    recompute=("none", "full"),
+    precisions=("bf16", "fp16", "fp32"),
+    zero_needs={2: {"pp": 1}, 3: {"pp": 1}},
+    rules=(
+        Rule("ZeRO-2 and ZeRO-3 do not run with pipeline stages",
+             f"{_DS} deepspeed/runtime/pipe/engine.py PipelineEngine.__init__: assert "
+             "zero_optimization_stage() < ZeroStageEnum.gradients",
+             lambda p, m, pr: p.pp > 1 and p.zero >= 2),
+        Rule("one model chunk per pipeline rank (no virtual stages)",
+             f"{_DS} deepspeed/runtime/pipe/module.py PipelineModule(num_stages): one "
+             "partition per stage rank",
+             lambda p, m, pr: p.virtual_stages != 1),
+        Rule("no ring-attention context parallelism (DeepSpeed-Ulysses is all-to-all "
+             "sequence parallelism)", f"{_DS} deepspeed/sequence/layer.py "
+             "DistributedAttention",
+             lambda p, m, pr: p.cp > 1),
+        Rule("the expert-parallel group divides the data-parallel group",
+             f"{_DS} deepspeed/utils/groups.py _create_expert_data_and_model_parallel: "
+             "_ensure_divisibility(dp_world_size, expert_parallel_size_)",
+             lambda p, m, pr: p.ep > 1 and p.dp % p.ep != 0),
+        Rule("no expert tensor parallelism different from tp",
+             f"{_DS} deepspeed/moe/layer.py MoE(enable_expert_tensor_parallelism)",
+             lambda p, m, pr: p.etp is not None and p.etp not in (1, p.tp)),
+        Rule("all-to-all token dispatch only", f"{_DS} deepspeed/moe/sharded_moe.py _AllToAll",
+             lambda p, m, pr: p.moe_dispatcher != "alltoall"),
+        Rule("no overlap of the MoE all-to-alls with another micro-batch (the MoE layer "
+             "runs them in line)", f"{_DS} deepspeed/moe/sharded_moe.py MOELayer.forward",
+             lambda p, m, pr: bool(p.overlap_moe_comm)),
+        Rule("no fp8-only weights", f"{_DS} deepspeed/runtime/config.py: no fp8 section",
+             lambda p, m, pr: p.fp8_params),
+    ),
+    defaults={
+        # Megatron-DeepSpeed's fused kernels (apex/Megatron fused softmax,
+        # layernorm) without Transformer Engine or torch.compile
+        "kernels": "eager",
+        "tp_overlap": "none",
+        "cp_comm": "a2a",
+        "reshard_after_forward": True,
+        "shard_size": 0,
+        # zero_optimization.overlap_comm (the export sets it from the plan)
+        "overlap_grad_reduce": True,
+    },
+    launch="deepspeed --num_gpus 8 --num_nodes N pretrain_gpt.py --deepspeed "
+           "--deepspeed_config ds_config.json <Megatron-DeepSpeed model arguments>",
+)
+
+FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (MEGATRON, TORCHTITAN, DEEPSPEED)}
+
+
+def get(framework: Any) -> Framework | None:
+    """The framework named ``framework`` (None stays None: no framework)."""
+    if framework is None or isinstance(framework, Framework):
+        return framework
+    if not isinstance(framework, str):
+        raise TypeError(f"framework must be a str or None, not {type(framework).__name__}")
+    fw = FRAMEWORKS.get(framework.strip().lower())
+    if fw is None:
+        raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)} (or None), "
+                         f"got {framework!r}")
+    return fw
+
+
+def problems(framework: Any, plan: Any, model: Any = None,
+             precision: str = "bf16") -> list[str]:
+    """Why ``framework`` would not run ``plan`` (empty: it would), each
+    reason with its source."""
+    fw = get(framework)
+    if fw is None:
+        return []
+    out = []
+    if plan.schedule not in fw.schedules and plan.pp > 1:
+        out.append(f"schedule {plan.schedule!r} is not offered by {fw.title} "
+                   f"(offered: {', '.join(fw.schedules)})")
+    if plan.zero not in fw.zero:
+        out.append(f"zero={plan.zero} is not offered by {fw.title} (offered: "
+                   f"{', '.join(map(str, fw.zero))})")
+    if plan.recompute not in fw.recompute:
+        out.append(f"recompute={plan.recompute!r} is not offered by {fw.title}")
+    if precision not in fw.precisions:
+        out.append(f"precision {precision!r} is not offered by {fw.title} (offered: "
+                   f"{', '.join(fw.precisions)})")
+    for r in fw.rules:
+        if r.refuses(plan, model, precision):
+            out.append(f"{r.what} [{r.source}]")
+    return out
+
+
+def check(framework: Any, plan: Any, model: Any = None, precision: str = "bf16") -> None:
+    """Raise ValueError naming every rule of ``framework`` the plan breaks."""
+    fw = get(framework)
+    bad = problems(fw, plan, model, precision)
+    if bad:
+        raise ValueError(f"{fw.title} does not run {plan.describe()}:\n  - " +  # type: ignore
+                         "\n  - ".join(bad))
+
+
+def runtime_defaults(framework: Any, plan: Any) -> dict[str, Any]:
+    """The framework's runtime defaults for ``plan``, keyed by ParallelPlan
+    field names (all of them, also fields this ParallelPlan lacks)."""
+    fw = get(framework)
+    if fw is None:
+        return {}
+    return {k: (v(plan) if callable(v) else v) for k, v in fw.defaults.items()}
+
+
+def apply_defaults(framework: Any, plan: Any) -> Any:
+    """``plan`` with the framework's runtime defaults set on the fields the
+    ParallelPlan has and leaves at ParallelPlan's own default (a value the
+    plan states is kept; :func:`runtime_defaults` lists every field)."""
+    unset = {f.name: f.default for f in dataclasses.fields(plan)}
+    changes = {k: v for k, v in runtime_defaults(framework, plan).items()
+               if k in unset and getattr(plan, k) == unset[k] and v != unset[k]}
+    return plan.with_(**changes) if changes else plan
+
+
+def search_spaces(framework: Any, fixed: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Fixed-choice sub-searches whose union holds every plan the framework
+    offers (schedule x ZeRO stage, with the fixed sizes a stage needs),
+    intersected with the user's ``fixed`` choices (None: free).  A pipeline
+    of one stage runs no schedule: the 1F1B sub-search holds those plans."""
+    fw = get(framework)
+    if fw is None:
+        return [dict(fixed)]
+    spaces = []
+    schedules = [fixed["schedule"]] if fixed.get("schedule") is not None else \
+        [s for s in fw.schedules if s != "gpipe"]  # the search runs gpipe only when fixed
+    zeros = [fixed["zero"]] if fixed.get("zero") is not None else list(fw.zero)
+    # recomputation modes: split only where the framework lacks one of hpgo's three
+    recomputes = [fixed.get("recompute")] if fixed.get("recompute") is not None or \
+        len(fw.recompute) == 3 else list(fw.recompute)
+    for s in schedules:
+        for z in zeros:
+            for rc in recomputes:
+                space = dict(fixed, schedule=s, zero=z, recompute=rc)
+                ok = True
+                for k, v in fw.zero_needs.get(z, {}).items():
+                    if space.get(k) is None:
+                        space[k] = v
+                    elif space[k] != v:
+                        ok = False
+                if ok:
+                    spaces.append(space)
+    return spaces
+
+
+def refuse_fixed(framework: Any, fixed: Mapping[str, Any], precision: str) -> None:
+    """Raise ValueError when a fixed search choice is one the framework
+    does not offer (schedule, ZeRO stage, recomputation, precision)."""
+    fw = get(framework)
+    if fw is None:
+        return
+    for key, offered in (("schedule", fw.schedules), ("zero", fw.zero),
+                         ("recompute", fw.recompute)):
+        v = fixed.get(key)
+        if v is not None and v not in offered:
+            raise ValueError(f"{key}={v!r} is not offered by {fw.title} (offered: "
+                             f"{', '.join(map(str, offered))})")
+    if precision not in fw.precisions:
+        raise ValueError(f"precision {precision!r} is not offered by {fw.title} (offered: "
+                         f"{', '.join(fw.precisions)})")
