@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
 #include "engine.h"
 #include "memory.h"
 #include "pool.h"
@@ -97,14 +98,52 @@ static int64_t inflight_lb(const hpgo_parplan_t *p, int64_t m, int32_t d)
     case HPGO_PS_GPIPE:
         return m;
     case HPGO_PS_INTERLEAVED: {
+        /* schedule.c's warm-up (current Megatron-Core: capped at m v, no
+         * special case for m = P), then one more forward in 1F1B */
         int64_t total = m * v, w = 2 * (P - 1 - d) + (v - 1) * P;
-        return (m == P || w > total) ? total : w + 1;
+        return w >= total ? total : w + 1;
     }
     case HPGO_PS_ZBV:
         return 2;
     default:
         return P - d < m ? P - d : m;
     }
+}
+
+/* Device of model stage k (engine.c's dev_of). */
+static int32_t stage_dev(const hpgo_parplan_t *p, int32_t k)
+{
+    if (p->schedule == HPGO_PS_ZBV)
+        return k < p->pp ? k : 2 * p->pp - 1 - k;
+    return k % p->pp;
+}
+
+/* Seconds device d stands blocked on its own pipeline sends in one step
+ * when they block (engine.c, Megatron's kernel set): each forward of a
+ * stage whose successor lives on another device, and each backward of a
+ * stage whose predecessor does, is followed by at least its transfer's
+ * point-to-point time before the device computes on (the link may queue
+ * it longer, the receiver's re-gather too). */
+static double blocked_sends(const search_t *S, const hpgo_parplan_t *p,
+                            const hpgo_stage_cost_t *sc, int32_t d, int64_t m)
+{
+    if (p->kernels != HPGO_KS_TE)
+        return 0;
+    int32_t K = p->pp * p->vstages;
+    int64_t per_dev = (int64_t)p->tp * p->cp * p->dp;
+    double t = 0;
+    for (int32_t ch = 0; ch < p->vstages; ch++) {
+        int32_t k = hpgo_sched_stage(p->schedule, p->pp, p->vstages, d, ch);
+        int32_t nb[2] = {k + 1, k - 1};
+        for (int i = 0; i < 2; i++) {
+            if (nb[i] < 0 || nb[i] >= K || stage_dev(p, nb[i]) == d)
+                continue;
+            int32_t lvl = hpgo_cost_level_between(S->c, d * per_dev,
+                                                  stage_dev(p, nb[i]) * per_dev);
+            t += (double)m * hpgo_cost_p2p(S->c, lvl, sc[i == 0 ? k : nb[i]].send_bytes);
+        }
+    }
+    return t;
 }
 
 static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
@@ -145,7 +184,8 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
     for (int32_t d = 0; d < p.pp; d++) {
         hpgo_device_load_t load;
         hpgo_step_device_load(&p, sc, d, &load);
-        double busy = (double)m * load.work, params = load.params;
+        double busy = (double)m * load.work + blocked_sends(S, &p, sc, d, m);
+        double params = load.params;
         double maxlayer = load.max_layer_params, transient = load.transient;
         double minact = load.min_act, sumact = load.sum_act;
         double act = p.schedule == HPGO_PS_ZBV ? sumact : (double)inflight_lb(&p, m, d) * minact;
@@ -412,6 +452,8 @@ static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *
             hpgo_parplan_t p = base;
             p.recompute = rc;
             p.sequence_parallel = sp;
+            /* the overlap needs sequence parallelism: the other plans run without */
+            p.tp_overlap = sp && p.tp > 1 && o->tp_overlap > 0 ? o->tp_overlap : HPGO_TPO_NONE;
             /* the balanced split of this shape (shared by the ZeRO variants),
              * kept when it differs from the even split */
             int64_t off = -1;
@@ -548,6 +590,8 @@ static int enumerate(search_t *S, int64_t N, hpgo_err_t *err)
                 base.overlap_grad_reduce = 1;
                 base.fp8_params = o->fp8_params == 1;
                 base.reshard_after_forward = 1; /* ZeRO-3 as DeepSpeed and FSDP's default */
+                base.kernels = o->kernels > 0 ? o->kernels : HPGO_KS_TE;
+                base.cp_comm = o->cp_comm > 0 ? o->cp_comm : HPGO_CP_P2P;
                 /* schedules and their vstages */
                 static const int order[] = {HPGO_PS_1F1B, HPGO_PS_ZBH1, HPGO_PS_INTERLEAVED,
                                             HPGO_PS_ZBV, HPGO_PS_GPIPE};
@@ -647,7 +691,8 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
     if (o->objective != HPGO_OBJ_TIME && o->objective != HPGO_OBJ_COST)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "objective must be time or cost");
     if (o->schedule >= HPGO_PS__COUNT || o->recompute > HPGO_RC_FULL || o->zero > 3 ||
-        o->sequence_parallel > 1)
+        o->sequence_parallel > 1 || o->kernels > HPGO_KS_EAGER || o->tp_overlap > HPGO_TPO_ASYNC ||
+        o->cp_comm > HPGO_CP_A2A)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "a fixed choice is out of range");
     if (o->no_reshard < -1 || o->no_reshard > 2 || o->offload_optimizer < -1 ||
         o->offload_optimizer > 1 || o->shard_size < 0 || !(o->offload_activations <= 1) ||

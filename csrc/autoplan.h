@@ -60,6 +60,10 @@ typedef struct hpgo_autoplan_opts {
     int32_t offload_optimizer; /* 0 off, 1 every plan, -1 search both (clusters with host
                                   figures only) */
     double offload_activations;/* >= 0: every plan's share; < 0: search 0, 0.5 and 1 */
+    /* the training stack every plan is priced on (not searched; -1: the
+     * defaults): kernel set, tensor-parallel overlap (on the plans with
+     * sequence parallelism), context-parallel exchange (parplan.h) */
+    int32_t kernels, tp_overlap, cp_comm;
 } hpgo_autoplan_opts_t;
 
 typedef struct hpgo_autoplan_entry {

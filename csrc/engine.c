@@ -21,9 +21,14 @@
 #include "cost.h"
 #include "schedule.h"
 
-double hpgo_step_optimizer_time(const hpgo_cluster_t *c, double params)
+double hpgo_step_optimizer_bytes(const hpgo_parplan_t *p)
 {
-    double bytes = 30 * params;
+    return p->kernels == HPGO_KS_TE ? 46 : 40;
+}
+
+double hpgo_step_optimizer_time(const hpgo_cluster_t *c, const hpgo_parplan_t *p, double params)
+{
+    double bytes = hpgo_step_optimizer_bytes(p) * params;
     if (bytes <= 0)
         return 0;
     return bytes / (c->gpu.hbm_bandwidth * hpgo_gpu_efficiency(&c->gpu, HPGO_EFF_MEMORY, bytes));
@@ -33,7 +38,7 @@ double hpgo_step_optimizer_seconds(const hpgo_cluster_t *c, const hpgo_parplan_t
                                    double params)
 {
     if (!p->offload_optimizer)
-        return hpgo_step_optimizer_time(c, params);
+        return hpgo_step_optimizer_time(c, p, params);
     /* the optimizer on the host (ZeRO-Offload's DeepSpeedCPUAdam, Megatron's
      * HybridDeviceOptimizer; spec/stack-mechanisms.md 6): Adam reads the fp32
      * weight, gradient and two moments and writes three of them back (28
@@ -315,6 +320,13 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                           "host_memory_bandwidth");
         goto fail;
     }
+    /* Megatron's pipeline sends and receives (p2p_communication.py
+     * _communicate) wait for completion before the rank computes on, with a
+     * device synchronisation after batch_isend_irecv in the releases of
+     * Korthikanti et al. 2022; its interleaved --overlap-p2p-communication
+     * (later releases) is not modelled.  torch.distributed.pipelining
+     * (torchtitan: the compile and eager kernel sets) sends asynchronously. */
+    int block_p2p = p->kernels == HPGO_KS_TE;
     while (total > 0) {
         int64_t ran = 0;
         if (hpgo_cancelled(cancel)) {
@@ -387,6 +399,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                         if (rc != HPGO_OK)
                             goto fail;
                         e.act_arr[x + (size_t)m] = a;
+                        if (block_p2p && a > s->t)
+                            s->t = a;
                     }
                 } else {
                     if (op.kind != HPGO_OP_W) {
@@ -397,6 +411,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                             if (rc != HPGO_OK)
                                 goto fail;
                             e.grad_arr[x - (size_t)m] = a;
+                            if (block_p2p && a > s->t)
+                                s->t = a;
                         }
                     }
                     if (op.kind == HPGO_OP_B)

@@ -91,9 +91,18 @@ double hpgo_step_shard_params(const hpgo_parplan_t *p, double params, double exp
 void hpgo_step_device_load(const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc, int32_t d,
                            hpgo_device_load_t *out);
 
-/* Seconds of the optimizer step of `params` local parameters (30 bytes each
- * read or written at the GPU's memory bandwidth).  Thread-safe. */
-double hpgo_step_optimizer_time(const hpgo_cluster_t *c, double params);
+/* Seconds of the optimizer step of `params` local parameters under the
+ * plan's kernel set, its bytes per parameter read or written at the GPU's
+ * memory bandwidth (hpgo_step_optimizer_bytes).  Thread-safe. */
+double hpgo_step_optimizer_time(const hpgo_cluster_t *c, const hpgo_parplan_t *p, double params);
+/* Bytes per local parameter of the optimizer step (spec stack-mechanisms
+ * 2.4): Megatron's Adam on fp32 master weights, gradients and moments (16
+ * read, 12 written), the copy of the master into the 16-bit weight (6),
+ * the inf/NaN check and gradient norm (8) and zeroing the gradient buffer
+ * (4): 46; PyTorch's fused AdamW on fp32 master weights (torchtitan's
+ * default; compile and eager) 28, the 16-bit gradients cast to fp32 (2 + 4)
+ * and the master copied back to the 16-bit weights (4 + 2): 40. */
+double hpgo_step_optimizer_bytes(const hpgo_parplan_t *p);
 /* The plan's optimizer step: on the GPU as above, or on the host with
  * offload_optimizer (28 bytes a parameter over the node's CPU memory
  * bandwidth shared by its GPUs, plus 4 bytes over the GPU's host link);

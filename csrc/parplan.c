@@ -55,6 +55,29 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
     if (p->overlap_ep && !(p->overlap_share > 0 && p->overlap_share <= 1))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "the overlap share must be in (0, 1], got %g", p->overlap_share);
+    if (p->kernels < HPGO_KS_TE || p->kernels > HPGO_KS_EAGER || p->tp_overlap < HPGO_TPO_NONE ||
+        p->tp_overlap > HPGO_TPO_ASYNC || p->cp_comm < HPGO_CP_P2P || p->cp_comm > HPGO_CP_A2A ||
+        (p->recompute_method != HPGO_RCM_UNIFORM && p->recompute_method != HPGO_RCM_BLOCK))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "kernels (0 te, 1 compile, 2 eager), tp_overlap (0 none, 1 te, 2 "
+                            "async), cp_comm (0 p2p, 1 all_gather, 2 a2a) or recompute_method "
+                            "(0 uniform, 1 block) out of range");
+    if (p->recompute_layers < 0 || p->recompute_layers > (1 << 20) ||
+        (p->recompute_layers > 0 && p->recompute != HPGO_RC_FULL))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "recompute_layers must be in 0..2^20, and > 0 only with full "
+                            "recomputation");
+    if (p->tp_overlap != HPGO_TPO_NONE && p->tp > 1 && !p->sequence_parallel)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "tp_overlap needs sequence_parallel (Megatron asserts it for "
+                            "--tp-comm-overlap; async TP matches all-gather and reduce-scatter)");
+    if (p->tp_overlap == HPGO_TPO_ASYNC && p->kernels != HPGO_KS_COMPILE)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "tp_overlap 'async' is an Inductor pass: it needs kernels 'compile'");
+    if (p->tp_overlap == HPGO_TPO_TE && p->kernels != HPGO_KS_TE)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "tp_overlap 'te' is Transformer Engine's userbuffers: it needs "
+                            "kernels 'te'");
     if (hpgo_parplan_edp(p) < 1)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "etp x ep = %lld must divide tp x cp x dp = %lld (expert layers "

@@ -85,7 +85,29 @@ typedef struct hpgo_parplan {
      * micro-batch's activations kept in host memory until its backward */
     int32_t offload_optimizer;
     double offload_activations;
+    /* the kernels the training stack launches (HPGO_KS_*): Megatron-Core
+     * with Transformer Engine's fused kernels, torch.compile, eager PyTorch
+     * (work.c prices each set's kernel list and host time) */
+    int32_t kernels;
+    /* tensor-parallel communication overlap beyond what every stack does
+     * (HPGO_TPO_*): Transformer Engine's userbuffers (Megatron's
+     * --tp-comm-overlap) or PyTorch's async TP */
+    int32_t tp_overlap;
+    /* how context parallelism exchanges K and V (HPGO_CP_*) */
+    int32_t cp_comm;
+    /* with full recomputation: 0 = every layer; N > 0 = Megatron's
+     * --recompute-num-layers N under recompute_method (HPGO_RCM_*) */
+    int32_t recompute_layers;
+    int32_t recompute_method;
 } hpgo_parplan_t;
+
+enum { HPGO_KS_TE = 0, HPGO_KS_COMPILE = 1, HPGO_KS_EAGER = 2 };
+enum { HPGO_TPO_NONE = 0, HPGO_TPO_TE = 1, HPGO_TPO_ASYNC = 2 };
+enum { HPGO_CP_P2P = 0, HPGO_CP_ALLGATHER = 1, HPGO_CP_A2A = 2 };
+/* uniform: every layer recomputed, the inputs of groups of N layers
+ * stored; block: the first N layers of each model stage recomputed, the
+ * others store everything (Megatron's recompute_method) */
+enum { HPGO_RCM_UNIFORM = 0, HPGO_RCM_BLOCK = 1 };
 
 enum { HPGO_DISPATCH_ALLTOALL = 0, HPGO_DISPATCH_DEDUP = 1 };
 

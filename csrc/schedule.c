@@ -67,11 +67,16 @@ static void item(int32_t p, int32_t v, int64_t k, int forward, int64_t *mb, int 
     *mb = (k / pv) * p + (k % p);
 }
 
+/* Warm-up forwards of rank i: 2 (p - 1 - i) + (v - 1) p, at most all m v
+ * (Megatron-Core's get_pp_rank_microbatches with the default group size
+ * p).  With m = p that cap makes ranks i <= p/2 - 1 run every forward
+ * before any backward, the others 1F1B; releases before 2023 made every
+ * rank do so when m = p. */
 static void gen_interleaved(emit_t *e, int32_t p, int32_t v, int64_t m, int32_t i)
 {
     int64_t total = m * v;
     int64_t w = 2 * (int64_t)(p - 1 - i) + (int64_t)(v - 1) * p;
-    if (m == p || w > total)
+    if (w > total)
         w = total;
     int64_t mb;
     int c;

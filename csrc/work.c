@@ -43,8 +43,29 @@
 /* ---- kernels ------------------------------------------------------------ */
 
 typedef struct acc {
-    double t, flops; /* seconds, FLOPs */
+    double t, flops, n; /* seconds, FLOPs, kernels launched */
 } acc_t;
+
+/* Device seconds between two back-to-back kernels of a stream when the host
+ * is ahead: NVIDIA's "Getting Started with CUDA Graphs" (developer blog,
+ * 2019) times a 2.9 us kernel at 3.8 us per launch back to back without a
+ * graph (recalled figure, spec stack-mechanisms 2.5). */
+#define KERNEL_GAP 1e-6
+/* Host seconds to issue one kernel from Python: the floor hpgo measured for
+ * back-to-back eager launches on an H100 (profiles/h100-sxm5-kernels.json,
+ * the memory curve below 4 MB; docs/training-model.md).  Every stack here
+ * launches its kernels from Python without CUDA graphs (Megatron-Core and
+ * torchtitan's defaults), so a pass takes at least its launches' host time
+ * (spec stack-mechanisms 2.5: t_step >= sum of the ops' host time). */
+#define HOST_PER_KERNEL 8e-6
+/* SMs a communication kernel overlapped with a GEMM holds: NCCL's channels
+ * on a DGX H100 (one CTA per channel) and Transformer Engine's num_sm for
+ * its pipelined reduce-scatter and bulk overlaps (TE
+ * pytorch/module/base.py::initialize_ub defaults, spec stack-mechanisms 1.2) */
+#define COMM_SMS 16
+/* GEMM chunks of Transformer Engine's pipelined GEMM + reduce-scatter
+ * (initialize_ub: num_splits 4) */
+#define TE_RS_SPLITS 4
 
 typedef struct kctx {
     const hpgo_gpu_t *g;
@@ -54,17 +75,24 @@ typedef struct kctx {
     double e;       /* bytes per activation element */
     int quant;      /* fp8: a GEMM's left operand is quantized first (forward input,
                        backward output gradient; the weight gradient reuses both) */
+    int ks;         /* kernel set, HPGO_KS_* */
 } kctx_t;
+
+static void launch(acc_t *a, double t)
+{
+    a->t += t + KERNEL_GAP;
+    a->n += 1;
+}
 
 static void mm(const kctx_t *k, acc_t *a, double m, double kk, double n)
 {
     double fl = 2 * m * kk * n;
     double ob = k->dtype == HPGO_DT_FP8 ? 1 : k->e; /* operand bytes; the output stays 16-bit */
     a->flops += fl;
-    a->t += hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_MATRIX, fl,
-                             ob * (m * kk + kk * n) + k->e * m * n);
+    launch(a, hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_MATRIX, fl,
+                               ob * (m * kk + kk * n) + k->e * m * n));
     if (k->quant) /* Transformer Engine: an amax pass, then a cast to both fp8 layouts */
-        a->t += hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_VECTOR, 0, m * kk * (2 * k->e + 2));
+        launch(a, hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_VECTOR, 0, m * kk * (2 * k->e + 2)));
 }
 
 /* The same context with the GEMMs in 16 bits (attention core, router, head). */
@@ -84,16 +112,112 @@ static kctx_t kwgrad(const kctx_t *k)
     return b;
 }
 
-/* A fused attention kernel on tensor cores with explicit FLOPs and bytes. */
-static void fused(const kctx_t *k, acc_t *a, double fl, double bytes)
+/* Fused attention throughput on the GPUs with published tables (spec
+ * stack-mechanisms 2.2, read from Dao-AILab/flash-attention's benchmark
+ * plots at 16k tokens per batch, hidden 2048), TFLOP/s by the kernel's
+ * sequence length 512 ... 16k, the FLOPs counted as 4 s^2 a d_h b forward,
+ * halved when causal, backward 2.5 x forward: */
+static const double ATT_LEN[6] = {512, 1024, 2048, 4096, 8192, 16384};
+/* H100 SXM5: cuDNN forward, causal, d_h 128 (Transformer Engine's back end on
+ * Hopper) */
+static const double H100_CUDNN_F_CAUSAL[6] = {315, 410, 484, 518, 529, 539};
+/* FlashAttention-2 forward + backward, causal and not, d_h 128 (PyTorch's
+ * SDPA flash back end; the only public table with a backward) */
+static const double H100_FA2_FB_CAUSAL[6] = {163, 221, 265, 294, 308, 328};
+static const double H100_FA2_FB_FULL[6] = {248, 294, 320, 326, 335, 338};
+/* FlashAttention-3 forward: causal and not at d_h 128, causal at d_h 64 (the
+ * ratios price masking and head size for the cuDNN row) */
+static const double H100_FA3_F_CAUSAL[6] = {292, 423, 521, 579, 602, 616};
+static const double H100_FA3_F_FULL[6] = {467, 565, 625, 638, 646, 648};
+static const double H100_FA3_F_CAUSAL64[6] = {197, 265, 371, 420, 460, 473};
+/* A100 80 GB: FlashAttention-2 forward + backward, causal, d_h 128 */
+static const double A100_FA2_FB_CAUSAL[6] = {99, 133, 155, 173, 182, 189};
+#define H100_BF16_PEAK 989.4 /* TFLOP/s the H100 rows are fractions of */
+/* Backward over forward rate of causal attention (d_h 128, GQA) through
+ * PyTorch's SDPA on an H100 SXM5: 0.85 / 0.78 / 0.84 / 0.93 at 16k / 32k /
+ * 64k / 128k tokens, the median (profiles/h100-sxm5-steps.json, hpgo
+ * profile step) */
+#define H100_ATT_BWD_RATIO 0.84
+#define A100_BF16_PEAK 312.0
+
+/* Table value at len (linear in log2 of the length, flat outside 512 ...
+ * 16k: the curves are flat from 8k to 16k, spec 2.2). */
+static double att_at(const double *tab, double len)
+{
+    if (!(len > ATT_LEN[0]))
+        return tab[0];
+    if (len >= ATT_LEN[5])
+        return tab[5];
+    int i = 0;
+    while (len > ATT_LEN[i + 1])
+        i++;
+    double u = log2(len / ATT_LEN[i]);
+    return tab[i] + u * (tab[i + 1] - tab[i]);
+}
+
+/* Fraction of the 16-bit peak a fused attention kernel reaches over a
+ * sequence of `len` keys at head size dh, causal or not, forward or
+ * backward; 0 where no table applies (another GPU, or a calibrated
+ * attention curve, which then prices it).  GPUs are told apart by their
+ * dense bf16 peak: 700-1000 TFLOP/s for the Hopper parts (H100 SXM and
+ * PCIe, H200: the same SM design), 300-320 for the A100. */
+static double attn_eff(const kctx_t *k, double len, double dh, int causal, int bwd)
+{
+    const hpgo_gpu_t *g = k->g;
+    if (g->n_steps[HPGO_EFF_ATTENTION] > 0 || k->attn_dtype != HPGO_DT_BF16)
+        return 0;
+    double pk = g->peak[HPGO_DT_BF16];
+    int hopper = pk >= 700e12 && pk <= 1000e12, ampere = pk >= 300e12 && pk <= 320e12;
+    if (!hopper && !ampere)
+        return 0;
+    double dfac = 1;
+    if (dh < 128) { /* FA3's d_h 64 / 128 ratio, linear in d_h between */
+        double r = att_at(H100_FA3_F_CAUSAL64, len) / att_at(H100_FA3_F_CAUSAL, len);
+        double u = dh <= 64 ? 1 : (128 - dh) / 64;
+        dfac = 1 - u * (1 - r);
+    }
+    /* Hopper: cuDNN's forward (Transformer Engine's back end, and PyTorch's
+     * SDPA on H100 reaches the same class of rate: profiles/h100-sxm5-steps.json),
+     * its backward at the measured backward / forward ratio; A100:
+     * FlashAttention-2's forward + backward rate for both */
+    double base, full;
+    if (hopper) {
+        base = att_at(H100_CUDNN_F_CAUSAL, len) / H100_BF16_PEAK * (bwd ? H100_ATT_BWD_RATIO : 1);
+        full = att_at(H100_FA3_F_FULL, len) / att_at(H100_FA3_F_CAUSAL, len);
+    } else {
+        base = att_at(A100_FA2_FB_CAUSAL, len) / A100_BF16_PEAK;
+        full = att_at(H100_FA2_FB_FULL, len) / att_at(H100_FA2_FB_CAUSAL, len);
+    }
+    return base * (causal ? 1 : full) * dfac;
+}
+
+/* A fused attention kernel on tensor cores with explicit FLOPs and bytes,
+ * over `len` keys per query block, causal or not. */
+static void fused(const kctx_t *k, acc_t *a, double fl, double bytes, double len, double dh,
+                  int causal, int bwd)
 {
     a->flops += fl;
-    a->t += hpgo_gpu_op_time(k->g, k->attn_dtype, HPGO_OP_ATTENTION, fl, bytes);
+    double eff = attn_eff(k, len, dh, causal, bwd);
+    if (!(eff > 0)) {
+        launch(a, hpgo_gpu_op_time(k->g, k->attn_dtype, HPGO_OP_ATTENTION, fl, bytes));
+        return;
+    }
+    double t = fl / (k->g->peak[k->attn_dtype] * eff);
+    if (bytes > 0)
+        t += bytes / (k->g->hbm_bandwidth * hpgo_gpu_efficiency(k->g, HPGO_EFF_MEMORY, bytes));
+    launch(a, t);
 }
 
 static void vec(const kctx_t *k, acc_t *a, double elements, double flops_per, double bytes)
 {
-    a->t += hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_VECTOR, elements * flops_per, bytes);
+    launch(a, hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_VECTOR, elements * flops_per, bytes));
+}
+
+/* A pass cannot run faster than the host issues its kernels. */
+static void host_bound(acc_t *a)
+{
+    if (a->n * HOST_PER_KERNEL > a->t)
+        a->t = a->n * HOST_PER_KERNEL;
 }
 
 /* ---- checks ------------------------------------------------------------- */
@@ -169,6 +293,11 @@ int hpgo_work_check(const hpgo_work_t *w, hpgo_err_t *err)
                                 "0..65536, qk_rope and v_head in 1..65536");
         if (x->mtp < 0 || x->mtp > 16)
             return hpgo_err_set(err, HPGO_E_INVALID, 0, "mtp modules must be in 0..16");
+        if ((x->parallel_block != 0 && x->parallel_block != 1) ||
+            (x->parallel_block && (x->experts > 0 || x->mla)))
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "parallel_block (0 or 1) needs a dense model without latent "
+                                "attention");
         return HPGO_OK;
     }
     if (w->kind != HPGO_WORK_CHAIN)
@@ -240,6 +369,11 @@ typedef struct xshape {
     /* experts */
     double ex, k, fe, fsh, etp, ep, imb, rx; /* rx: routed token slots on the rank */
     int sp, rc, flash, dropout, swiglu, mla;
+    int ks;        /* kernel set (HPGO_KS_*) */
+    int rope;      /* rotary embeddings applied to q and k (no learned positions, no MLA) */
+    int gathered;  /* the column-parallel GEMMs' inputs are stored gathered (async TP) */
+    int pb;        /* parallel attention + MLP block */
+    int fused_act; /* SwiGLU as one fused kernel storing only its input */
 } xshape_t;
 
 static int64_t padded_vocab(const hpgo_xformer_t *x, int64_t tp)
@@ -280,6 +414,13 @@ static void shape(const hpgo_xformer_t *x, const hpgo_parplan_t *p, int32_t prec
     s->sp = p->sequence_parallel && p->tp > 1;
     s->tl = s->sp ? s->T / s->t : s->T;
     s->rc = p->recompute;
+    s->ks = p->kernels;
+    s->rope = !x->learned_pos && !x->mla;
+    s->gathered = p->tp_overlap == HPGO_TPO_ASYNC && s->sp;
+    s->pb = x->parallel_block != 0;
+    /* Megatron's bias_swiglu (jit-fused) and Inductor keep the SwiGLU's input
+     * and recompute the SiLU; eager silu + mul also stores the SiLU output */
+    s->fused_act = x->flash && p->kernels != HPGO_KS_EAGER;
     s->flash = x->flash;
     s->dropout = x->dropout;
     s->swiglu = x->mlp == HPGO_MLP_SWIGLU;
@@ -432,34 +573,36 @@ static void attn_proj_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, int weig
 }
 
 /* Attention core forward (scores, softmax, dropout, probabilities x V). */
-static void core_fwd(const kctx_t *k, acc_t *a, const xshape_t *s, double keys)
+static void core_fwd(const kctx_t *k, acc_t *a, const xshape_t *s, double keys, double len,
+                     int causal)
 {
     double t = s->t, T = s->T, E = s->E;
     if (s->flash) { /* fused; causal (and windowed) kernels skip the masked blocks */
         fused(k, a, 2 * T * keys * (s->q + s->o) / t,
-              E * (T * (s->q + s->kw + s->vw) / t + T * s->o / t));
+              E * (T * (s->q + s->kw + s->vw) / t + T * s->o / t), len, s->qkd, causal, 0);
         return;
     }
     double es = T * (s->a / t) * s->s; /* score elements: local queries x all keys */
     double fq = 2 * T * s->s * s->q / t, fv = 2 * T * s->s * s->o / t;
     a->flops += fq;
-    a->t += hpgo_gpu_op_time(k->g, k->attn_dtype, HPGO_OP_MATRIX, fq,
-                             E * (T * s->q / t + T * s->kw / t + es));
+    launch(a, hpgo_gpu_op_time(k->g, k->attn_dtype, HPGO_OP_MATRIX, fq,
+                               E * (T * s->q / t + T * s->kw / t + es)));
     vec(k, a, es, 5, 2 * E * es);
     if (s->dropout)
         vec(k, a, es, 2, (2 * E + 1) * es);
     a->flops += fv;
-    a->t += hpgo_gpu_op_time(k->g, k->attn_dtype, HPGO_OP_MATRIX, fv,
-                             E * (es + T * s->vw / t + T * s->o / t));
+    launch(a, hpgo_gpu_op_time(k->g, k->attn_dtype, HPGO_OP_MATRIX, fv,
+                               E * (es + T * s->vw / t + T * s->o / t)));
 }
 
-static void core_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double keys)
+static void core_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double keys, double len,
+                     int causal)
 {
     double t = s->t, T = s->T, E = s->E;
     if (s->flash) {
         /* five GEMMs against the forward's two (FlashAttention-2) */
         fused(k, a, 2.5 * 2 * T * keys * (s->q + s->o) / t,
-              E * (2 * T * (s->q + s->kw + s->vw) / t + 2 * T * s->o / t));
+              E * (2 * T * (s->q + s->kw + s->vw) / t + 2 * T * s->o / t), len, s->qkd, causal, 1);
         return;
     }
     double es = T * (s->a / t) * s->s;
@@ -467,8 +610,8 @@ static void core_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double keys)
     for (int i = 0; i < 4; i++) { /* dQ, dK (q width), dProbs, dV (v width) */
         double fl = i < 2 ? fq : fv;
         a->flops += fl;
-        a->t += hpgo_gpu_op_time(k->g, k->attn_dtype, HPGO_OP_MATRIX, fl,
-                                 E * (es + T * s->q / t + T * s->kw / t));
+        launch(a, hpgo_gpu_op_time(k->g, k->attn_dtype, HPGO_OP_MATRIX, fl,
+                                   E * (es + T * s->q / t + T * s->kw / t)));
     }
     if (s->dropout)
         vec(k, a, es, 2, (2 * E + 1) * es);
@@ -477,11 +620,36 @@ static void core_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double keys)
 
 /* A tp-split dense MLP of inner size f on T tokens: forward, input and
  * weight gradients. */
+/* The MLP's activation on n inner elements, forward / backward: one fused
+ * kernel (Megatron's bias_swiglu / bias_gelu, Inductor), or eager PyTorch's
+ * silu + mul (2 kernels, ~10 B per element; backward 3 kernels) -- spec
+ * stack-mechanisms 2.1. */
+static void act_fwd(const kctx_t *k, acc_t *a, const xshape_t *s, double n)
+{
+    if (s->swiglu && k->ks == HPGO_KS_EAGER) {
+        vec(k, a, n, 4, 2 * s->E * n); /* silu(gate) */
+        vec(k, a, n, 1, 3 * s->E * n); /* * up */
+        return;
+    }
+    vec(k, a, n, 8, (s->swiglu ? 3 : 2) * s->E * n);
+}
+
+static void act_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double n)
+{
+    if (s->swiglu && k->ks == HPGO_KS_EAGER) {
+        vec(k, a, n, 1, 3 * s->E * n); /* d(up) = g * silu */
+        vec(k, a, n, 1, 3 * s->E * n); /* d(silu) = g * up */
+        vec(k, a, n, 6, 3 * s->E * n); /* silu backward */
+        return;
+    }
+    vec(k, a, n, 8, (s->swiglu ? 5 : 3) * s->E * n);
+}
+
 static void mlp_fwd(const kctx_t *k, acc_t *a, const xshape_t *s, double T, double f, double t)
 {
     double fN = (s->swiglu ? 2 : 1) * f / t;
     mm(k, a, T, s->h, fN);
-    vec(k, a, T * f / t, 8, (s->swiglu ? 3 : 2) * s->E * T * f / t);
+    act_fwd(k, a, s, T * f / t);
     mm(k, a, T, f / t, s->h);
 }
 
@@ -495,7 +663,7 @@ static void mlp_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double T, doub
         return;
     }
     mm(k, a, T, s->h, f / t); /* fc2 dgrad: (T x h) . (h x f/t) */
-    vec(k, a, T * f / t, 8, (s->swiglu ? 5 : 3) * s->E * T * f / t);
+    act_bwd(k, a, s, T * f / t);
     mm(k, a, T, fN, s->h);
 }
 
@@ -504,13 +672,14 @@ static void mlp_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double T, doub
 static void experts_pass(const kctx_t *k, acc_t *a, const xshape_t *s, int pass)
 {
     double n = s->ex / s->ep, me = s->rx / n;
-    acc_t one = {0, 0};
+    acc_t one = {0, 0, 0};
     if (pass == 0)
         mlp_fwd(k, &one, s, me, s->fe, s->etp);
     else
         mlp_bwd(k, &one, s, me, s->fe, s->etp, pass == 2);
     a->t += n * one.t;
     a->flops += n * one.flops;
+    a->n += n * one.n;
 }
 
 static double tp_coll(const hpgo_cluster_t *c, int op, const xshape_t *s, double bytes)
@@ -540,7 +709,10 @@ static void layer_act(const xshape_t *s, int kind, double *total, double *held_w
      * up-projected q, k, v are recomputed instead of stored */
     int mod = s->rc == HPGO_RC_SELECTIVE && s->flash;
     /* norm inputs (E each), attention and MLP GEMM inputs (ge each) */
-    double rep = (2 * E * h + (mod ? 0 : 2 * ge * h) + masks) / rep_sp;
+    double norms = s->pb ? 1 : 2; /* a parallel block has one norm and one GEMM input */
+    double rep = (norms * E * h + masks) / rep_sp;
+    if (!mod) /* the column-parallel GEMMs' inputs, gathered when async TP stores them so */
+        rep += norms * ge * h / (s->gathered ? 1 : rep_sp);
     double mla = s->mla ? E * (s->ql + s->kl + s->dr) + (mod ? 0 : ge * (s->ql + s->kl)) : 0; /* latents, all T */
     double score = s->flash ? 4 * s->a : E * s->a * s->s + (s->dropout ? (1 + E) * s->a * s->s : 0);
     double attn = (mod && s->mla ? 0 : E * (s->q + s->kw + s->vw)) + ge * s->o;
@@ -548,7 +720,7 @@ static void layer_act(const xshape_t *s, int kind, double *total, double *held_w
      * input; a fused SwiGLU (with the fused kernels of `flash`, as
      * Megatron's bias_swiglu) keeps only its input (gate and up) and
      * recomputes the SiLU in the backward, the unfused one also stores it */
-    double act_in = s->swiglu ? (s->flash ? 2 * E : 3 * E) : E;
+    double act_in = s->swiglu ? (s->fused_act ? 2 * E : 3 * E) : E;
     double mlp_t = act_in + ge;
     double mlp = 0, routed = 0, router = 0;
     if (kind & K_MOE) {
@@ -622,6 +794,341 @@ static double pair_time(double x, double y, double sl)
     return y + (rest > 0 ? rest : 0);
 }
 
+/* ---- pointwise kernels by kernel set (spec stack-mechanisms 2.1) ---- */
+
+/* Norm of n tokens: Transformer Engine's fused norm (one kernel, 4 B per
+ * element), PyTorch's fused RMSNorm / LayerNorm (>= 2.9: one kernel);
+ * torch.compile fuses the residual add before it into the same kernel
+ * (read x and the branch, write the sum and the norm: 8 B). */
+static void norm_fwd(const kctx_t *k, acc_t *a, const xshape_t *s, double n)
+{
+    double e = n * s->h;
+    vec(k, a, e, 5, (k->ks == HPGO_KS_COMPILE ? 4 : 2) * s->E * e);
+}
+
+/* Its backward; compile adds the residual gradient in the same kernel,
+ * eager PyTorch reduces the weight gradient in a second kernel. */
+static void norm_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double n)
+{
+    double e = n * s->h;
+    vec(k, a, e, 8, (k->ks == HPGO_KS_COMPILE ? 4 : 3) * s->E * e);
+    if (k->ks == HPGO_KS_EAGER)
+        vec(k, a, e, 2, s->E * e);
+}
+
+/* Dropout + residual add of n tokens: Megatron's jit-fused
+ * bias_dropout_add (one kernel, 6 B per element + the mask); fused into
+ * the next norm by torch.compile; eager PyTorch: a dropout kernel, then
+ * an add. */
+static void resid_fwd(const kctx_t *k, acc_t *a, const xshape_t *s, double n)
+{
+    double e = n * s->h, E = s->E;
+    if (k->ks == HPGO_KS_COMPILE)
+        return;
+    if (k->ks == HPGO_KS_EAGER) {
+        if (s->dropout)
+            vec(k, a, e, 2, (2 * E + 1) * e);
+        vec(k, a, e, 1, 3 * E * e);
+        return;
+    }
+    vec(k, a, e, 2, (3 * E + (s->dropout ? 1 : 0)) * e);
+}
+
+static void resid_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double n)
+{
+    double e = n * s->h, E = s->E;
+    if (k->ks == HPGO_KS_COMPILE)
+        return;
+    if (k->ks == HPGO_KS_EAGER) {
+        if (s->dropout)
+            vec(k, a, e, 2, (2 * E + 1) * e);
+        vec(k, a, e, 1, 3 * E * e);
+        return;
+    }
+    vec(k, a, e, 2, (2 * E + (s->dropout ? 1 : 0)) * e);
+}
+
+/* Rotary embeddings of q and k (n elements on the rank), forward or
+ * backward alike: Transformer Engine's fused rope (one kernel each for q
+ * and k, 4 B per element), one Triton kernel under torch.compile, eager
+ * PyTorch's complex-multiply path (upcast, multiply, downcast: 4 kernels
+ * each, ~20 B per element). */
+static void rope(const kctx_t *k, acc_t *a, const xshape_t *s, double nq, double nk)
+{
+    double E = s->E;
+    if (k->ks == HPGO_KS_COMPILE) {
+        vec(k, a, nq + nk, 6, 2 * E * (nq + nk));
+        return;
+    }
+    int per = k->ks == HPGO_KS_EAGER ? 4 : 1;
+    double b = k->ks == HPGO_KS_EAGER ? 10 * E / per : 2 * E;
+    for (int i = 0; i < per; i++) {
+        vec(k, a, nq, 6.0 / per, b * nq);
+        vec(k, a, nk, 6.0 / per, b * nk);
+    }
+}
+
+/* ---- tensor-parallel communication and its overlap (spec stack-mechanisms 1) ---- */
+
+/* Seconds of one GEMM (m x kk) . (kk x n) alone. */
+static double gemm_time(const kctx_t *k, double m, double kk, double n)
+{
+    acc_t a = {0, 0, 0};
+    mm(k, &a, m, kk, n);
+    return a.t;
+}
+
+/* Measured slowdown of a bf16 GEMM while other kernels hold n SMs of an
+ * H100 SXM5 (profiles/h100-sxm5-sm-margin.json, benchmarks/gpu_sm_margin.py:
+ * the median over tensor-parallel GEMMs and their overlap chunks): far
+ * above the proportional n_SM / (n_SM - n), as wave quantisation and the
+ * lost SMs' share of each wave add up. */
+static const double SM_HELD[9] = {0, 1, 2, 4, 8, 16, 24, 32, 48};
+static const double SM_SLOW_H100[9] = {1, 1.112, 1.323, 1.418, 1.42, 1.425, 1.375, 1.553, 1.537};
+
+/* Slowdown of a GEMM while communication kernels hold `held` SMs: the
+ * measured table on the Hopper parts (told apart by their bf16 peak, as the
+ * attention tables), proportional to the SMs left elsewhere (1 when the SM
+ * count is unknown). */
+static double sm_slowdown(const hpgo_gpu_t *g, double held)
+{
+    double n = (double)g->sms, pk = g->peak[HPGO_DT_BF16];
+    if (held <= 0 || n <= 2 * held)
+        return 1;
+    if (pk >= 700e12 && pk <= 1000e12 && held <= SM_HELD[8]) {
+        int i = 0;
+        while (held > SM_HELD[i + 1])
+            i++;
+        double u = (held - SM_HELD[i]) / (SM_HELD[i + 1] - SM_HELD[i]);
+        return SM_SLOW_H100[i] + u * (SM_SLOW_H100[i + 1] - SM_SLOW_H100[i]);
+    }
+    return n / (n - held);
+}
+
+typedef struct gdims {
+    double m, kk, n;
+} gdims_t;
+
+/* One of n row chunks of a GEMM (its input quantized once, beforehand):
+ * its FLOPs at the curve's efficiency for the chunk's size, and 1 / n of
+ * the whole GEMM's memory traffic -- each chunk reads the whole weight
+ * again, but a chunk of a transformer GEMM stays above the GPU's ridge
+ * point, so the re-reads stream under its compute and are not charged
+ * (the model otherwise adds a kernel's memory time to its compute). */
+static double chunk_time(const kctx_t *k, gdims_t d, double n)
+{
+    double fl = 2 * d.m * d.kk * d.n / n;
+    double ob = k->dtype == HPGO_DT_FP8 ? 1 : k->e;
+    double bytes = ob * (d.m * d.kk + d.kk * d.n) + k->e * d.m * d.n;
+    return hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_MATRIX, fl, 0) +
+           hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_MATRIX, 0, bytes) / n + KERNEL_GAP;
+}
+
+/* fp8: the quantization of the whole GEMM input, before it is split. */
+static double quant_time(const kctx_t *k, gdims_t d)
+{
+    const kctx_t kn = kwgrad(k);
+    return gemm_time(k, d.m, d.kk, d.n) - gemm_time(&kn, d.m, d.kk, d.n);
+}
+
+/* Exposed seconds of an all-gather of X bytes pipelined with the GEMM it
+ * feeds (m rows gathered): Transformer Engine's ring exchange
+ * (CommOverlapP2PBase::split_overlap_ag) or PyTorch's
+ * _pipelined_multi_all_gather_and_consume -- t chunk GEMMs of m / t rows,
+ * the local chunk first, each next chunk sent by copy engine (no SMs)
+ * while the previous one computes, with `held` SMs busy beside them (TE's
+ * num_sm 1; none for PyTorch's copy-engine pulls); TE then copies the
+ * gathered input out (X read + X written) when `copy`. */
+static double ring_ag(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *s, gdims_t d,
+                      double X, int copy, double held)
+{
+    double t = s->t, g = chunk_time(k, d, t) * sm_slowdown(k->g, held);
+    double whole = gemm_time(k, d.m, d.kk, d.n);
+    double C = hpgo_cost_p2p(c, 0, X / t);
+    double tot = quant_time(k, d) + g + (t - 1) * (g > C ? g : C);
+    if (copy)
+        tot += hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_VECTOR, 0, 2 * X);
+    return tot > whole ? tot - whole : 0;
+}
+
+/* Exposed seconds of a GEMM (m rows) followed by the reduce-scatter of its
+ * X-byte output, pipelined as Transformer Engine's split_overlap_rs: the
+ * GEMM in TE_RS_SPLITS chunks on n_SM - COMM_SMS SMs, chunk i's
+ * reduce-scatter beside chunk i + 1, the last one exposed. */
+static double pipe_rs(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *s, gdims_t d,
+                      double X)
+{
+    double n = TE_RS_SPLITS, g = chunk_time(k, d, n) * sm_slowdown(k->g, COMM_SMS);
+    double whole = gemm_time(k, d.m, d.kk, d.n);
+    double r = tp_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X / n);
+    double tot = quant_time(k, d) + g + (n - 1) * (g > r ? g : r) + r;
+    return tot > whole ? tot - whole : 0;
+}
+
+/* The same by point-to-point sends (PyTorch's
+ * _pipelined_produce_and_all2all; TE's CommOverlapP2PBase::split_overlap_rs):
+ * t chunk GEMMs, each finished partial sent by copy engine beside the next,
+ * then a kernel summing the t partials ((t + 1) X / t bytes), exposed. */
+static double p2p_rs(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *s, gdims_t d,
+                     double X)
+{
+    double t = s->t, g = chunk_time(k, d, t), whole = gemm_time(k, d.m, d.kk, d.n);
+    double C = hpgo_cost_p2p(c, 0, X / t);
+    double tot = quant_time(k, d) + t * (g > C ? g : C) +
+                 hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_VECTOR, X / s->E, (t + 1) * X / t);
+    return tot > whole ? tot - whole : 0;
+}
+
+/* A collective issued on a side stream beside an unrelated GEMM (NCCL with
+ * async_op=True, TE's bulk overlap) contends with it for SMs and memory:
+ * measured across A100, H100, MI250 and MI210, such overlap beat running
+ * the two one after the other by 10.2 % on average, the compute running
+ * 18.9 % slower (arXiv 2507.03114; spec stack-mechanisms 1.4). */
+#define BULK_OVERLAP_GAIN 0.102
+
+/* Exposed seconds of a collective of `comm` seconds run beside a GEMM of
+ * `gemm` seconds: the longer of the GEMM slowed by the SMs the collective
+ * holds while it runs, and the measured share of the serial time. */
+static double bulk(const hpgo_gpu_t *g, double gemm, double comm)
+{
+    double t = pair_time(gemm, comm, sm_slowdown(g, COMM_SMS));
+    double measured = (1 - BULK_OVERLAP_GAIN) * (gemm + comm);
+    return (t > measured ? t : measured) - gemm;
+}
+
+/* One column-parallel / row-parallel GEMM pair of a layer (attention: QKV
+ * and output projection; MLP: FC1 and FC2): its forward GEMMs (col_f,
+ * row_f), the row-parallel input gradient (row_d) and the column-parallel
+ * input and weight gradients (col_d, col_w).  Adds the exposed seconds of
+ * its tensor-parallel collectives to *f and *b.
+ * Without overlap (Megatron / TE with sequence parallelism, spec 1.1): the
+ * forward all-gather and reduce-scatter and the backward all-gather of the
+ * output gradient are exposed; the backward all-gather of the saved norm
+ * output runs beside the input-gradient GEMM and the reduce-scatter of the
+ * input gradient beside the weight-gradient GEMM (async_op=True), slowing
+ * them by the SMs NCCL holds.  Without sequence parallelism: the forward
+ * all-reduce exposed, the backward one beside the weight gradient
+ * (Megatron's LinearWithGradAccumulationAndAsyncCommunication).
+ * "te": ring-exchange all-gathers into the forward column GEMM and the
+ * backward row input gradient, pipelined reduce-scatter after the forward
+ * row GEMM, the backward pair as bulk overlaps.  "async": the matched
+ * all-gather -> mm and mm -> reduce-scatter of the forward and backward
+ * graphs fused (pull by copy engine), the column GEMM's gathered input
+ * saved for its weight gradient (no backward all-gather). */
+static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx_t *k,
+                    const xshape_t *s, gdims_t col_f, gdims_t row_f, gdims_t row_d, gdims_t col_d,
+                    gdims_t col_w, double X, double *f, double *b)
+{
+    const kctx_t kw = kwgrad(k);
+    const hpgo_gpu_t *g = k->g;
+    double cd = gemm_time(k, col_d.m, col_d.kk, col_d.n);
+    double cw = gemm_time(&kw, col_w.m, col_w.kk, col_w.n);
+    if (!s->sp) {
+        double ar = tp_coll(c, HPGO_COLL_ALLREDUCE, s, X);
+        *f += ar;
+        *b += bulk(g, cw, ar);
+        return;
+    }
+    double ag = tp_coll(c, HPGO_COLL_ALLGATHER, s, X);
+    double rs = tp_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X);
+    /* full recomputation re-gathers the input in its forward: no backward gather */
+    double regather = s->rc == HPGO_RC_FULL ? 0 : bulk(g, cd, ag);
+    switch (p->tp_overlap) {
+    case HPGO_TPO_TE:
+        /* the forward's gathered input is gathered again in the backward
+         * (bulk), so only the backward's gathered output gradient, reused by
+         * the weight gradient, is copied out of the userbuffer; NVIDIA's fp8
+         * recipes (Megatron-Bridge training/comm_overlap.py) reduce-scatter
+         * by ring exchange on 1 SM, the bf16 ones pipelined */
+        *f += ring_ag(k, c, s, col_f, X, 0, 1) +
+              (k->dtype == HPGO_DT_FP8 ? p2p_rs(k, c, s, row_f, X) : pipe_rs(k, c, s, row_f, X));
+        *b += ring_ag(k, c, s, row_d, X, 1, 1) + regather + bulk(g, cw, rs);
+        break;
+    case HPGO_TPO_ASYNC:
+        *f += ring_ag(k, c, s, col_f, X, 0, 0) + p2p_rs(k, c, s, row_f, X);
+        *b += ring_ag(k, c, s, row_d, X, 0, 0) + p2p_rs(k, c, s, col_d, X);
+        break;
+    default:
+        *f += ag + rs;
+        *b += ag + regather + bulk(g, cw, rs);
+    }
+}
+
+/* ---- context parallelism (spec stack-mechanisms 4) ---- */
+
+/* The attention core of a layer under context parallelism, forward and
+ * backward compute into fw / bw, the exposed exchange into *xf / *xb, the
+ * receive buffers into *buf.
+ * p2p (Megatron-Core / TE AttnFuncWithCPAndKVP2P): the sequence in 2c
+ * chunks, rank r holding chunks r and 2c - 1 - r, so each of the c ring
+ * steps does the same block work (load balanced): step 0 the causal
+ * diagonal on local K/V, steps 1 .. c-1 unmasked blocks on the K/V received
+ * at the step before while the next are sent; kernels of s / c tokens;
+ * forward = step 0 + sum max(step, send), backward = sum max(2.5 x step,
+ * send of K/V and dK/dV) + the last dK/dV hop, exposed.
+ * all_gather (Llama 3; torchtitan's default rotate; TE's
+ * AttnFuncWithCPAndKVAllGather, not overlapped): K and V of the whole
+ * sequence gathered before the attention, gathered again and their
+ * gradients reduce-scattered in the backward.
+ * a2a (Ulysses): all-to-alls of q, k, v before and of the output after a
+ * full-sequence attention over heads / c (the backward mirrors them). */
+static void cp_core(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
+                    const kctx_t *k, const xshape_t *s, double keys, double len, acc_t *fw,
+                    acc_t *bw, double *xf, double *xb, double *buf)
+{
+    (void)x;
+    double cp = s->c, E = s->E, t = s->t, T = s->T;
+    if (p->cp_comm == HPGO_CP_P2P) {
+        acc_t d = {0, 0, 0}, o = {0, 0, 0}, db = {0, 0, 0}, ob = {0, 0, 0};
+        xshape_t st = *s; /* one step: the local queries against 1 / c of the keys */
+        core_fwd(k, &d, &st, keys / cp, len / cp, 1);
+        core_fwd(k, &o, &st, keys / cp, len / cp, 0);
+        core_bwd(k, &db, &st, keys / cp, len / cp, 1);
+        core_bwd(k, &ob, &st, keys / cp, len / cp, 0);
+        double B = E * T * (s->kw + s->vw) / t; /* this rank's K and V */
+        int32_t lvl = hpgo_cost_level_between(c, 0, (int64_t)(p->cp - 1) * p->tp);
+        double C = hpgo_cost_p2p(c, lvl, B), C2 = hpgo_cost_p2p(c, lvl, 2 * B);
+        double fcomp = d.t + (cp - 1) * o.t;
+        double ftot = d.t + (cp - 1) * (o.t > C ? o.t : C);
+        /* output and log-sum-exp correction after each step (fp32 out) */
+        acc_t corr = {0, 0, 0};
+        vec(k, &corr, T * s->o / t, 4, 3 * 4 * T * s->o / t);
+        fcomp += (cp - 1) * corr.t, ftot += (cp - 1) * corr.t;
+        double bcomp = db.t + (cp - 1) * ob.t;
+        double btot = (db.t > C ? db.t : C) + (cp - 2) * (ob.t > C2 ? ob.t : C2) +
+                      (ob.t > C ? ob.t : C) + C;
+        fw->t += fcomp, fw->flops += d.flops + (cp - 1) * o.flops;
+        fw->n += d.n + (cp - 1) * (o.n + 1);
+        bw->t += bcomp, bw->flops += db.flops + (cp - 1) * ob.flops;
+        bw->n += db.n + (cp - 1) * ob.n;
+        *xf += ftot - fcomp;
+        *xb += btot - bcomp;
+        *buf += 4 * B; /* double-buffered K/V, and K/V with dK/dV in the backward */
+        return;
+    }
+    acc_t f1 = {0, 0, 0}, b1 = {0, 0, 0};
+    core_fwd(k, &f1, s, keys, len, 1);
+    core_bwd(k, &b1, s, keys, len, 1);
+    fw->t += f1.t, fw->flops += f1.flops, fw->n += f1.n;
+    bw->t += b1.t, bw->flops += b1.flops, bw->n += b1.n;
+    if (p->cp_comm == HPGO_CP_ALLGATHER) {
+        double kv = E * T * cp * (s->kw + s->vw) / t;
+        double ag = hpgo_cost_collective(c, HPGO_COLL_ALLGATHER, p->cp, p->tp, kv, HPGO_ALGO_AUTO);
+        double rs = hpgo_cost_collective(c, HPGO_COLL_REDUCE_SCATTER, p->cp, p->tp, kv,
+                                         HPGO_ALGO_AUTO);
+        *xf += ag;
+        *xb += ag + rs;
+        *buf += 2 * kv; /* gathered K/V, and their gradients */
+        return;
+    }
+    double qkv = E * T * (s->q + s->kw + s->vw) / t, out = E * T * s->o / t;
+    double a2a = hpgo_cost_collective(c, HPGO_COLL_ALLTOALL, p->cp, p->tp, qkv, HPGO_ALGO_AUTO) +
+                 hpgo_cost_collective(c, HPGO_COLL_ALLTOALL, p->cp, p->tp, out, HPGO_ALGO_AUTO);
+    *xf += a2a;
+    *xb += a2a;
+    *buf += 2 * (qkv + out);
+}
+
 /* One layer of the given kind, priced on one rank. */
 static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
                        const kctx_t *k, const xshape_t *s, int kind, lcost_t *o)
@@ -629,26 +1136,40 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
     memset(o, 0, sizeof *o);
     double T = s->T, tl = s->tl, h = s->h, E = s->E, X = E * T * h;
     double keys = attn_keys(x, s, kind, 1);
+    /* the kernel's sequence: the window, or the whole sequence */
+    double len = (kind & K_WINDOW) ? (double)x->window : s->s;
     const kctx_t kb = k16(k), kw = kwgrad(k);
     int moe = (kind & K_MOE) != 0;
-    double resid_f = (3 * E + (s->dropout ? 1 : 0)) * tl * h;
-    double resid_b = (2 * E + (s->dropout ? 1 : 0)) * tl * h;
-    acc_t core = {0, 0}, cb = {0, 0};
-    core_fwd(k, &core, s, keys);
-    core_bwd(k, &cb, s, keys);
+    acc_t core = {0, 0, 0}, cb = {0, 0, 0};
+    double cp_f = 0, cp_b = 0;
+    if (p->cp > 1) {
+        cp_core(x, c, p, k, s, keys, len, &core, &cb, &cp_f, &cp_b, &o->buf);
+    } else {
+        core_fwd(k, &core, s, keys, len, 1);
+        core_bwd(k, &cb, s, keys, len, 1);
+    }
     double f_mlp = 0, b_mlp = 0; /* a MoE layer's expert-side compute, forward and backward */
+    double nqkv = (s->q + s->kw + s->vw) / s->t, nq = T * s->q / s->t, nk = T * s->kw / s->t;
+    double fN = (s->swiglu ? 2 : 1) * s->f / s->t;
 
     /* forward */
-    vec(k, &o->fw, tl * h, 5, 2 * E * tl * h); /* norm 1 */
-    attn_proj_fwd(k, &o->fw, s);
+    norm_fwd(k, &o->fw, s, tl); /* norm 1 */
+    if (s->pb) /* QKV and FC1 as one GEMM */
+        mm(k, &o->fw, T, h, nqkv + fN);
+    else
+        attn_proj_fwd(k, &o->fw, s);
     if (x->qk_norm)
-        vec(k, &o->fw, T * (s->q + s->kw) / s->t, 5, 2 * E * T * (s->q + s->kw) / s->t);
-    o->fw.t += core.t, o->fw.flops += core.flops;
+        vec(k, &o->fw, T * (s->q + s->kw) / s->t, 5, 2 * s->E * T * (s->q + s->kw) / s->t);
+    if (s->rope)
+        rope(k, &o->fw, s, nq, nk);
+    o->fw.t += core.t, o->fw.flops += core.flops, o->fw.n += core.n;
     mm(k, &o->fw, T, s->o / s->t, h);
-    vec(k, &o->fw, tl * h, 2, resid_f);
-    vec(k, &o->fw, tl * h, 5, 2 * E * tl * h); /* norm 2 */
+    if (!s->pb) {
+        resid_fwd(k, &o->fw, s, tl);
+        norm_fwd(k, &o->fw, s, tl); /* norm 2 */
+    }
     /* input gradient (reverse order) and weight gradient */
-    vec(k, &o->bi, tl * h, 2, resid_b);
+    resid_bwd(k, &o->bi, s, tl);
     if (moe) {
         double n_tl = tl * s->ex;
         mm(&kb, &o->fw, tl, h, s->ex); /* router */
@@ -672,48 +1193,68 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
         if (s->fsh > 0)
             mlp_bwd(&kw, &o->bw, s, T, s->fsh, s->t, 1);
         b_mlp = o->bi.t - b0 + o->bw.t;
+    } else if (s->pb) { /* FC1 ran with QKV; its weight gradient runs with QKV's below */
+        act_fwd(k, &o->fw, s, T * s->f / s->t);
+        mm(k, &o->fw, T, s->f / s->t, h);
+        mm(k, &o->bi, T, h, s->f / s->t);
+        act_bwd(k, &o->bi, s, T * s->f / s->t);
+        mm(&kw, &o->bw, s->f / s->t, T, h);
     } else {
         mlp_fwd(k, &o->fw, s, T, s->f, s->t);
         mlp_bwd(k, &o->bi, s, T, s->f, s->t, 0);
         mlp_bwd(&kw, &o->bw, s, T, s->f, s->t, 1);
     }
-    vec(k, &o->fw, tl * h, 2, resid_f);
-    vec(k, &o->bi, tl * h, 8, 3 * E * tl * h); /* norm 2 */
-    vec(k, &o->bi, tl * h, 2, resid_b);
+    resid_fwd(k, &o->fw, s, tl);
+    if (!s->pb) {
+        norm_bwd(k, &o->bi, s, tl); /* norm 2 */
+        resid_bwd(k, &o->bi, s, tl);
+    }
     mm(k, &o->bi, T, h, s->o / s->t);
-    o->bi.t += cb.t, o->bi.flops += cb.flops;
+    o->bi.t += cb.t, o->bi.flops += cb.flops, o->bi.n += cb.n;
+    if (s->rope)
+        rope(k, &o->bi, s, nq, nk);
     if (x->qk_norm)
-        vec(k, &o->bi, T * (s->q + s->kw) / s->t, 8, 3 * E * T * (s->q + s->kw) / s->t);
-    attn_proj_bwd(k, &o->bi, s, 0);
-    vec(k, &o->bi, tl * h, 8, 3 * E * tl * h); /* norm 1 */
-    attn_proj_bwd(&kw, &o->bw, s, 1);
+        vec(k, &o->bi, T * (s->q + s->kw) / s->t, 8, 3 * s->E * T * (s->q + s->kw) / s->t);
+    if (s->pb) {
+        mm(k, &o->bi, T, nqkv + fN, h);
+        mm(&kw, &o->bw, h, T, nqkv + fN);
+    } else {
+        attn_proj_bwd(k, &o->bi, s, 0);
+        attn_proj_bwd(&kw, &o->bw, s, 1);
+    }
+    norm_bwd(k, &o->bi, s, tl); /* norm 1 */
     mm(&kw, &o->bw, s->o / s->t, T, h);
+    host_bound(&o->fw);
+    host_bound(&o->bi);
+    host_bound(&o->bw);
 
-    /* tensor-parallel collectives: one gather/scatter (or all-reduce) pair
-     * for the attention and one for a tp-split MLP (a MoE layer's routed
-     * tokens stay sequence-split: only its shared experts need one) */
-    double pairs = moe ? (s->fsh > 0 ? 2 : 1) : 2;
+    /* tensor-parallel collectives: one column / row GEMM pair for the
+     * attention and one for a tp-split MLP (a MoE layer's routed tokens stay
+     * sequence-split: only its shared experts need one); a parallel block
+     * gathers its input once and reduce-scatters the sum of both branches
+     * once.  Latent attention's pair is priced without overlap. */
     if (s->t > 1) {
-        if (s->sp) {
-            double ag = tp_coll(c, HPGO_COLL_ALLGATHER, s, X), rs = tp_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X);
-            o->tp_f = pairs * (ag + rs);
-            o->tp_b = pairs * (ag + rs) + (s->rc == HPGO_RC_FULL ? 0 : pairs * ag);
+        double o_t = s->o / s->t;
+        gdims_t af = {T, h, nqkv}, ar = {T, o_t, h}, ard = {T, h, o_t}, acd = {T, nqkv, h},
+                acw = {h, T, nqkv};
+        double fm = moe ? s->fsh : s->f, fNm = (s->swiglu ? 2 : 1) * fm / s->t;
+        gdims_t mf = {T, h, fNm}, mr = {T, fm / s->t, h}, mrd = {T, h, fm / s->t},
+                mcd = {T, fNm, h}, mcw = {h, T, fNm};
+        if (s->pb) {
+            gdims_t pf = {T, h, nqkv + fN}, pcd = {T, nqkv + fN, h}, pcw = {h, T, nqkv + fN};
+            tp_pair(c, p, k, s, pf, mr, mrd, pcd, pcw, X, &o->tp_f, &o->tp_b);
         } else {
-            double ar = tp_coll(c, HPGO_COLL_ALLREDUCE, s, X);
-            o->tp_f = o->tp_b = pairs * ar;
+            hpgo_parplan_t base = *p;
+            base.tp_overlap = HPGO_TPO_NONE;
+            tp_pair(c, s->mla ? &base : p, k, s, af, ar, ard, acd, acw, X, &o->tp_f, &o->tp_b);
+            if (!moe || s->fsh > 0)
+                tp_pair(c, p, k, s, mf, mr, mrd, mcd, mcw, X, &o->tp_f, &o->tp_b);
         }
+        if (p->tp_overlap == HPGO_TPO_TE && s->sp) /* userbuffers: ~10 of (s b / c, h) */
+            o->buf += 10 * X;
     }
-    if (p->cp > 1) {
-        /* ring attention (Megatron-Core CP): K and V of the whole sequence
-         * gathered around the cp group in the forward, gathered again and
-         * their gradients reduce-scattered in the backward, overlapped with
-         * the attention blocks: only what the attention core cannot hide */
-        double kv = E * s->b * s->s * (s->kw + s->vw) / s->t;
-        double ag = hpgo_cost_collective(c, HPGO_COLL_ALLGATHER, p->cp, p->tp, kv, HPGO_ALGO_AUTO);
-        double rs = hpgo_cost_collective(c, HPGO_COLL_REDUCE_SCATTER, p->cp, p->tp, kv, HPGO_ALGO_AUTO);
-        o->tp_f += ag > core.t ? ag - core.t : 0;
-        o->tp_b += ag + rs > cb.t ? ag + rs - cb.t : 0;
-    }
+    o->tp_f += cp_f;
+    o->tp_b += cp_b;
     if (moe) {
         /* token dispatch and combine: an all-to-all over the ep group each
          * (per rank: its routed token copies; the busiest rank's share),
@@ -766,7 +1307,7 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
             o->ep_f = o->ep_b = cf + cbk > 0 ? exposed / 2 : 0;
         }
         if (gs > 1) /* the permuted copies sent, and the expert outputs received back */
-            o->buf = 2 * send;
+            o->buf += 2 * send;
     }
     if (k->dtype == HPGO_DT_FP8) {
         /* Transformer Engine's per-GEMM scaling state: an amax history, a
@@ -786,7 +1327,7 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
     } else if (s->rc == HPGO_RC_SELECTIVE) {
         /* the modules of layer_act: two norms, the routed experts'
          * activation, the latent attention's norms and up-projections */
-        acc_t r = {0, 0};
+        acc_t r = {0, 0, 0};
         vec(k, &r, 2 * tl * h, 5, 4 * E * tl * h);
         if (moe)
             vec(k, &r, s->rx * s->fe / s->etp, 8, (s->swiglu ? 3 : 2) * E * s->rx * s->fe / s->etp);
@@ -822,6 +1363,7 @@ typedef struct xpieces {
     xshape_t s;
     double X;                       /* bytes of one activation tensor (s b h) */
     lcost_t lk[N_KINDS];
+    lcost_t lk_store[N_KINDS];      /* the same without recomputation (recompute_layers > 0) */
     int has[N_KINDS];
     acc_t ef, eb, hf, hb, hw;       /* embedding forward / backward, head forward / B / W */
     double emb_tp_f, emb_tp_b, head_tp_f, head_tp_b, emb_p, head_p;
@@ -835,7 +1377,8 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     xshape_t s;
     shape(x, p, w->precision, &s);
     int dt = (int)dtype_of(w->precision);
-    kctx_t k = {&c->gpu, dt, dt == HPGO_DT_FP8 ? HPGO_DT_BF16 : dt, s.E, dt == HPGO_DT_FP8};
+    kctx_t k = {&c->gpu, dt, dt == HPGO_DT_FP8 ? HPGO_DT_BF16 : dt, s.E, dt == HPGO_DT_FP8,
+                p->kernels};
     const kctx_t kb = k16(&k);
     if (c->gpu.peak[k.dtype] <= 0)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "the %s GPU has no %s rate",
@@ -854,6 +1397,11 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
                             "context parallelism splits the sequence in 2 x cp chunks: seq=%lld "
                             "is not a multiple of %d",
                             (long long)x->seq, 2 * (int)p->cp);
+    if (p->cp > 1 && p->cp_comm == HPGO_CP_A2A && (x->heads / p->tp) % p->cp != 0)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "cp_comm a2a (Ulysses) splits the heads: cp=%d must divide the %lld "
+                            "heads per tp rank",
+                            (int)p->cp, (long long)(x->heads / p->tp));
     if (s.sp && fmod(s.T, s.t) != 0)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "sequence parallelism needs micro_batch x seq / cp divisible by tp");
@@ -894,9 +1442,16 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
         if (x_out->has[0] + x_out->has[1] + x_out->has[2] + x_out->has[3] == N_KINDS)
             break;
     }
+    if (p->recompute_layers > 0 && p->recompute == HPGO_RC_FULL) {
+        xshape_t s2 = s;
+        s2.rc = HPGO_RC_NONE;
+        for (int kd = 0; kd < N_KINDS; kd++)
+            if (x_out->has[kd])
+                layer_cost(x, c, p, &k, &s2, kd, &x_out->lk_store[kd]);
+    }
 
     /* edges: embedding on model stage 0, final norm + logits + loss on the last */
-    acc_t ef = {0, 0}, eb = {0, 0}, hf = {0, 0}, hb = {0, 0}, hw = {0, 0};
+    acc_t ef = {0, 0, 0}, eb = {0, 0, 0}, hf = {0, 0, 0}, hb = {0, 0, 0}, hw = {0, 0, 0};
     vec(&k, &ef, s.tl * s.h, 1, (E + (s.dropout ? 1 + E : 0)) * s.tl * s.h + 8 * s.T);
     vec(&k, &eb, s.tl * s.h, 1, 3 * E * s.tl * s.h);
     double emb_tp_f = s.t > 1 ? (s.sp ? tp_coll(c, HPGO_COLL_REDUCE_SCATTER, &s, X)
@@ -905,10 +1460,36 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     double emb_tp_b = s.sp ? tp_coll(c, HPGO_COLL_ALLGATHER, &s, X) : 0;
     vec(&k, &hf, s.tl * s.h, 5, 2 * E * s.tl * s.h);
     mm(&kb, &hf, s.T, s.h, s.V / s.t);
-    vec(&k, &hf, s.T * s.V / s.t, 5, 3 * 4 * s.T * s.V / s.t); /* fp32 cross-entropy */
+    double lg = s.T * s.V / s.t; /* logits on the rank */
+    if (p->kernels == HPGO_KS_TE) {
+        /* Transformer Engine's fused cross-entropy (triton/cross_entropy.py):
+         * an online-softmax pass, a pass writing the gradient into the bf16
+         * logits, an in-place scale in the backward: ~10 B per logit */
+        vec(&k, &hf, lg, 5, 2 * lg);
+        vec(&k, &hf, lg, 5, 4 * lg);
+        vec(&k, &hb, lg, 1, 4 * lg);
+    } else if (p->kernels == HPGO_KS_COMPILE) {
+        /* torchtitan's pred.float() + cross_entropy compiled: the cast fused
+         * into one reduction pass (2 B read) keeping the log-sum-exp; the
+         * partitioner recomputes the softmax in the backward from the bf16
+         * logits (2 B read, 2 B gradient written) */
+        vec(&k, &hf, lg, 5, 2 * lg);
+        vec(&k, &hb, lg, 5, 4 * lg);
+    } else {
+        /* eager: the fp32 copy (2 + 4), log-softmax (4 + 4 read, 4 written),
+         * nll; backward: nll's fp32 gradient (4), log-softmax backward
+         * (4 + 4 + 4), the cast back (4 + 2) */
+        vec(&k, &hf, lg, 0, 6 * lg);
+        vec(&k, &hf, lg, 5, 12 * lg);
+        vec(&k, &hf, s.T / s.t, 1, 8 * s.T / s.t);
+        vec(&k, &hb, lg, 0, 4 * lg);
+        vec(&k, &hb, lg, 3, 12 * lg);
+        vec(&k, &hb, lg, 0, 6 * lg);
+    }
     mm(&kb, &hb, s.T, s.V / s.t, s.h);
     vec(&k, &hb, s.tl * s.h, 8, 3 * E * s.tl * s.h);
     mm(&kb, &hw, s.h, s.T, s.V / s.t);
+    host_bound(&ef), host_bound(&eb), host_bound(&hf), host_bound(&hb), host_bound(&hw);
     double head_tp_f = s.sp ? tp_coll(c, HPGO_COLL_ALLGATHER, &s, X) : 0;
     head_tp_f += 3 * tp_coll(c, HPGO_COLL_ALLREDUCE, &s, 4 * s.T); /* max, sum, target logit */
     double head_tp_b = s.sp ? tp_coll(c, HPGO_COLL_REDUCE_SCATTER, &s, X)
@@ -991,6 +1572,9 @@ static int same_pieces(const hpgo_parplan_t *a, const hpgo_parplan_t *b)
            (!a->overlap_ep || a->overlap_share == b->overlap_share) &&
            a->dispatcher == b->dispatcher &&
            a->micro_batch == b->micro_batch && a->sequence_parallel == b->sequence_parallel &&
+           a->kernels == b->kernels && a->tp_overlap == b->tp_overlap && a->cp_comm == b->cp_comm &&
+           a->recompute_layers == b->recompute_layers &&
+           a->recompute_method == b->recompute_method &&
            a->recompute == b->recompute && (a->pp * a->vstages > 1) == (b->pp * b->vstages > 1);
 }
 
@@ -1054,8 +1638,33 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
         else
             for (int32_t i = split[kk]; i < split[kk + 1]; i++)
                 count[layer_kind(&w->x, i)]++;
-        for (int kd = 0; kd < N_KINDS; kd++)
-            add_layers(o, &xp->lk[kd], count[kd]);
+        int32_t nrc = p->recompute == HPGO_RC_FULL ? p->recompute_layers : 0;
+        if (nrc > 0 && p->recompute_method == HPGO_RCM_BLOCK) {
+            /* Megatron's block method: the first nrc layers of the model
+             * stage recompute, the others store everything */
+            double rcount[N_KINDS] = {0, 0, 0, 0};
+            int32_t end = split[kk] + (nrc < o->n_layers ? nrc : o->n_layers);
+            for (int32_t i = split[kk]; i < end; i++)
+                rcount[layer_kind(&w->x, i)]++;
+            for (int kd = 0; kd < N_KINDS; kd++) {
+                add_layers(o, &xp->lk[kd], rcount[kd]);
+                add_layers(o, &xp->lk_store[kd], count[kd] - rcount[kd]);
+            }
+        } else {
+            for (int kd = 0; kd < N_KINDS; kd++)
+                add_layers(o, &xp->lk[kd], count[kd]);
+        }
+        if (nrc > 1 && p->recompute_method == HPGO_RCM_UNIFORM && o->n_layers > 0) {
+            /* uniform: the input of each group of nrc layers is stored and
+             * the group recomputed at once, its nrc layers' activations
+             * live together during its backward */
+            int32_t g = nrc < o->n_layers ? nrc : o->n_layers;
+            double groups = ceil((double)o->n_layers / nrc), r = groups / o->n_layers;
+            o->act *= r, o->act_w *= r, o->act_layers *= r;
+            for (int kd = 0; kd < N_KINDS; kd++)
+                if (count[kd] > 0 && g * xp->lk[kd].full_act + xp->lk[kd].buf > o->transient)
+                    o->transient = g * xp->lk[kd].full_act + xp->lk[kd].buf;
+        }
         o->send_bytes = kk + 1 < K ? X / s.t : 0;
         o->regather = (kk > 0 && !s.sp) ? tp_coll(c, HPGO_COLL_ALLGATHER, &s, X) : 0;
         if (kk == 0) {
@@ -1075,7 +1684,11 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
             o->tp_b += xp->head_tp_b;
             o->params += xp->head_p;
             o->emb_params += xp->head_p;
-            o->transient += 4 * s.T * s.h * (1 + s.V / s.h) / s.t; /* final norm + fp32 logits */
+            /* final norm + the logits: fp32 (Megatron); the bf16 logits and
+             * their gradient (torch.compile); bf16 logits, the fp32 copy and
+             * the saved fp32 log-softmax (eager) -- spec stack-mechanisms 2.3 */
+            double per_logit = p->kernels == HPGO_KS_EAGER ? 10 : 4;
+            o->transient += (4 * s.T * s.h + per_logit * s.T * s.V) / s.t;
             o->model_flops += 3 * 2 * s.h * s.V / s.t * s.T;
             o->hw_flops += xp->hf.flops + xp->hb.flops + xp->hw.flops;
             add_layers(o, &xp->mtp, (double)w->x.mtp);

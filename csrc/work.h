@@ -69,6 +69,7 @@ typedef struct hpgo_xformer {
     int32_t mla;            /* multi-head latent attention (DeepSeek-V2/V3); head_dim unused */
     int64_t q_lora, kv_lora, qk_nope, qk_rope, v_head; /* its ranks and per-head sizes */
     int64_t mtp;            /* multi-token-prediction modules, on the last stage */
+    int32_t parallel_block; /* attention and MLP side by side on one norm (GPT-J, PaLM) */
 } hpgo_xformer_t;
 
 typedef struct hpgo_chain {

@@ -65,7 +65,7 @@ from .dynpipe import (
 from .hetero import HapLayer, HapPlan, hap_cluster
 from .cluster import GPU, Cluster, Level
 from .workmodel import ProfiledModel, Transformer, model_id, profile_model, transformer
-from .parallel import MemoryBreakdown, ParallelPlan, StepResult, simulate
+from .parallel import MemoryBreakdown, ParallelPlan, StepResult, pipeline_split, simulate
 from .autoplan import RankedPlan, RankedPlans, autoplan
 from .hetero import compare as hap_compare, plan as hap_plan
 from . import dynpipe, examples, hetero, validation
@@ -146,6 +146,7 @@ __all__ = [
     "model_id",
     "optimal_ga_iter_size",
     "pipeline_score",
+    "pipeline_split",
     "profile_model",
     "replan",
     "simulate",

@@ -27,9 +27,10 @@ from typing import Any, Iterator
 from . import _args, _core
 from . import frameworks as _frameworks
 from .cluster import Cluster
-from .parallel import (DISPATCHERS, DISPATCHERS_BY_CODE, PRECISIONS, RECOMPUTE_MODES, SCHEDULES,
-                       MemoryBreakdown, ParallelPlan, StepResult, _as_model, _headroom_cluster,
-                       _positive_real, headroom_fraction, overlap_share, simulate)
+from .parallel import (CP_COMMS, DISPATCHERS, DISPATCHERS_BY_CODE, KERNEL_SETS, PRECISIONS,
+                       RECOMPUTE_MODES, SCHEDULES, TP_OVERLAPS, MemoryBreakdown, ParallelPlan,
+                       StepResult, _as_model, _headroom_cluster, _positive_real,
+                       headroom_fraction, overlap_share, simulate)
 from .workmodel import ProfiledModel, Transformer, model_id
 
 __all__ = ["autoplan", "RankedPlan", "RankedPlans", "setup_line"]
@@ -352,6 +353,17 @@ def _bool(name: str, v: Any) -> bool:
     return v
 
 
+def _stack(name: str, v: Any, allowed: dict) -> int:
+    if v not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {v!r}")
+    return allowed[v]
+
+
+_KS_NAMES = {v: k for k, v in KERNEL_SETS.items()}
+_TPO_NAMES = {v: k for k, v in TP_OVERLAPS.items()}
+_CP_NAMES = {v: k for k, v in CP_COMMS.items()}
+
+
 def _dispatcher(v: Any) -> int:
     if v not in DISPATCHERS:
         raise ValueError(f"moe_dispatcher must be one of {', '.join(DISPATCHERS)}, got {v!r}")
@@ -452,6 +464,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              reshard_after_forward: bool | None = True, shard_size: int = 0,
              offload_optimizer: bool | None = False,
              offload_activations: float | None = 0.0,
+             kernels: str = "te", tp_overlap: str = "none", cp_comm: str = "p2p",
              timeout: float | None = None,
              executor: Any = None, headroom: float | None = None,
              tokens: float | None = None, price: float | None = None,
@@ -482,6 +495,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     ``offload_optimizer`` (``None`` searches both) and ``offload_activations``
     (a share, or ``None`` to search 0, 0.5 and 1); offloading needs the
     cluster's ``host_bandwidth`` and ``host_memory_bandwidth``.
+    ``kernels``, ``tp_overlap`` and ``cp_comm`` name the training stack every
+    plan is priced on (not searched; :class:`ParallelPlan`): ``tp_overlap``
+    applies to the plans with sequence parallelism.
     ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
     search with KeyboardInterrupt.  Raises ValueError for impossible arguments; a search with no
     plan that fits returns an empty ranking whose ``table()`` says why.
@@ -567,7 +583,12 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _fixed("ep_placement", ep_placement, {"inner": 0, "outer": 1}),
             int(share > 0), _dispatcher(moe_dispatcher), int(_bool("fp8_params", fp8_params)),
             share, *_memory_opts(c, reshard_after_forward, shard_size, offload_optimizer,
-                                 offload_activations))
+                                 offload_activations),
+            _stack("kernels", kernels, KERNEL_SETS),
+            _stack("tp_overlap", tp_overlap, TP_OVERLAPS), _stack("cp_comm", cp_comm, CP_COMMS))
+    if tp_overlap == "te" and kernels != "te" or tp_overlap == "async" and kernels != "compile":
+        raise ValueError(f"tp_overlap={tp_overlap!r} does not run on kernels={kernels!r} "
+                         "('te' needs kernels='te', 'async' kernels='compile')")
     if (tokens is not None) and not isinstance(m, Transformer):
         raise ValueError("tokens= needs a transformer model (a profiled model has no tokens)")
     fw = _frameworks.get(framework)
@@ -577,7 +598,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
 
     def to_plan(pt: tuple) -> ParallelPlan:
         (p_tp, p_pp, p_dp, p_cp, p_ep, v, mb, gb, sch, rc, sp, z, ov, split, p_etp, outer,
-         ep_ov, disp, f8p, _share, reshard, shard, off_opt, off_act) = pt
+         ep_ov, disp, f8p, _share, reshard, shard, off_opt, off_act, ks, tpo, cpc, _rl,
+         _rm) = pt
         return ParallelPlan(global_batch=gb, tp=p_tp, pp=p_pp, dp=p_dp, cp=p_cp, ep=p_ep,
                             virtual_stages=v, micro_batch=mb, schedule=_SCHED_NAMES[sch],
                             recompute=_RC_NAMES[rc], sequence_parallel=bool(sp), zero=z,
@@ -587,7 +609,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
                             moe_dispatcher=DISPATCHERS_BY_CODE[disp],
                             fp8_params=bool(f8p), reshard_after_forward=bool(reshard),
                             shard_size=shard, offload_optimizer=bool(off_opt),
-                            offload_activations=off_act)
+                            offload_activations=off_act, kernels=_KS_NAMES[ks],
+                            tp_overlap=_TPO_NAMES[tpo], cp_comm=_CP_NAMES[cpc])
 
     def search(o: tuple) -> dict:
         if executor is not None:
@@ -599,8 +622,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     if fw is not None:
         if _bool("max_batch", max_batch) or max_days is not None:
             raise ValueError("framework= does not combine with max_batch=True or max_days=")
-        unset = {k for k, v in (("reshard_after_forward", reshard_after_forward),)
-                 if v is True}
+        unset = {k for k, v in (("reshard_after_forward", reshard_after_forward is True),
+                                ("kernels", kernels == "te"), ("tp_overlap", tp_overlap == "none"),
+                                ("cp_comm", cp_comm == "p2p")) if v}
         stats, entries = _framework_search(fw, m, precision, opts, int(top), search, to_plan,
                                            dict(schedule=schedule, zero=zero, recompute=recompute,
                                                 pp=pp, ep=ep), unset)
@@ -715,6 +739,8 @@ _MAX_TOP = 1000
 # positions in the search options tuple (csrc/module autoplan glue)
 _O_TOP, _O_PP, _O_SCHEDULE, _O_RECOMPUTE, _O_ZERO, _O_EP = 3, 10, 14, 15, 17, 19
 _O_NO_RESHARD = 26
+_O_STACK = {"kernels": (30, KERNEL_SETS), "tp_overlap": (31, TP_OVERLAPS),
+            "cp_comm": (32, CP_COMMS)}
 
 
 def _framework_options(fw: Any, opts: tuple, unset: set) -> tuple:
@@ -733,6 +759,14 @@ def _framework_options(fw: Any, opts: tuple, unset: set) -> tuple:
             o[_O_NO_RESHARD] = 2
         else:
             o[_O_NO_RESHARD] = 0 if v else 1
+    # the framework's training stack prices every plan (kernels, tp overlap,
+    # context-parallel exchange) unless the caller chose one
+    for name, (pos, codes) in _O_STACK.items():
+        if name in unset and isinstance(d.get(name), str) and d[name] in codes:
+            o[pos] = codes[d[name]]
+    if o[_O_STACK["tp_overlap"][0]] == TP_OVERLAPS["async"] and \
+            o[_O_STACK["kernels"][0]] != KERNEL_SETS["compile"]:
+        o[_O_STACK["tp_overlap"][0]] = TP_OVERLAPS["none"]
     return tuple(o)
 
 

@@ -225,6 +225,15 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
     shard.add_argument("--offload-activations", default="0", metavar="SHARE|search",
                        help="share of stored activations kept in host memory, or 'search' "
                             "(0, 0.5, 1)")
+    stack = p.add_argument_group("training stack (every plan priced on it)")
+    stack.add_argument("--kernels", choices=("te", "compile", "eager"), default="te",
+                       help="the kernels: Megatron-Core + Transformer Engine (default), "
+                            "torch.compile, eager PyTorch")
+    stack.add_argument("--tp-overlap", choices=("none", "te", "async"), default="none",
+                       help="tensor-parallel overlap: Megatron's --tp-comm-overlap (te), "
+                            "PyTorch's async TP (async, with --kernels compile)")
+    stack.add_argument("--cp-comm", choices=("p2p", "all_gather", "a2a"), default="p2p",
+                       help="context-parallel K/V exchange: ring, all-gather, Ulysses all-to-all")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="seconds the search may take")
     p.add_argument("--framework", choices=("megatron", "torchtitan", "deepspeed"),
                    help="rank only plans this framework runs (docs/exports.md)")
@@ -319,6 +328,7 @@ def run_autoplan(args) -> int:
                       timeout=args.timeout, overlap_moe_comm=args.overlap_moe_comm,
                       moe_dispatcher=args.moe_dispatcher, fp8_params=args.fp8_params,
                       max_days=args.max_days, framework=framework, **_memory_args(args), **opts,
+                      kernels=args.kernels, tp_overlap=args.tp_overlap, cp_comm=args.cp_comm,
                       **fixed)
     if args.output and len(r):
         r[0].plan.save(args.output)

@@ -105,8 +105,13 @@ def megatron_args(plan: Any, model: Any = None, *, precision: str = "bf16") -> s
         else:
             a.append("--recompute-activations")
     elif plan.recompute == "full":
-        a.append("--recompute-granularity full --recompute-method uniform "
-                 "--recompute-num-layers 1")
+        a.append(f"--recompute-granularity full --recompute-method "
+                 f"{getattr(plan, 'recompute_method', 'uniform')} --recompute-num-layers "
+                 f"{getattr(plan, 'recompute_layers', 0) or 1}")
+    if getattr(plan, "tp_overlap", "none") == "te":
+        a.append("--tp-comm-overlap")
+    if plan.cp > 1 and getattr(plan, "cp_comm", "p2p") != "p2p":
+        a.append(f"--cp-comm-type {plan.cp_comm}")
     if plan.zero in (1, 2):
         a.append("--use-distributed-optimizer")
     elif plan.zero == 3:

@@ -30,8 +30,8 @@ from . import _files
 from .cluster import Cluster
 from .workmodel import ProfiledModel, Transformer, model_id, profile_model
 
-__all__ = ["ParallelPlan", "StepResult", "MemoryBreakdown", "simulate", "SCHEDULES",
-           "RECOMPUTE_MODES", "PRECISIONS", "DEFAULT_HEADROOM", "headroom_fraction"]
+__all__ = ["ParallelPlan", "StepResult", "MemoryBreakdown", "simulate", "pipeline_split",
+           "SCHEDULES", "RECOMPUTE_MODES", "PRECISIONS", "DEFAULT_HEADROOM", "headroom_fraction"]
 
 SCHEDULES = {"gpipe": _core.SCHEDULE_GPIPE, "1f1b": _core.SCHEDULE_1F1B,
              "interleaved-1f1b": _core.SCHEDULE_INTERLEAVED, "zb-h1": _core.SCHEDULE_ZBH1,
@@ -43,6 +43,12 @@ PRECISIONS = {"bf16": _core.PRECISION_BF16, "fp16": _core.PRECISION_FP16,
 #: MoE token dispatchers (csrc/parplan.h HPGO_DISPATCH_)
 DISPATCHERS = {"alltoall": 0, "deepep": 1}
 DISPATCHERS_BY_CODE = {v: k for k, v in DISPATCHERS.items()}
+#: kernel sets (csrc/parplan.h HPGO_KS_), tensor-parallel overlap (HPGO_TPO_),
+#: context-parallel exchange (HPGO_CP_), partial recomputation (HPGO_RCM_)
+KERNEL_SETS = {"te": 0, "compile": 1, "eager": 2}
+TP_OVERLAPS = {"none": 0, "te": 1, "async": 2}
+CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2}
+RECOMPUTE_METHODS = {"uniform": 0, "block": 1}
 # Share of what ideal phase-by-phase pairing hides that Megatron's 1F1B
 # all-to-all overlap realises, measured (csrc/parplan.h; docs/moe.md)
 MEGATRON_OVERLAP_SHARE = _core.EP_OVERLAP_MEGATRON
@@ -101,6 +107,62 @@ def overlap_share(v: Any, name: str = "overlap_moe_comm") -> float:
     return float(v)
 
 
+def pipeline_split(layers: int, stages: int, *, first: int | None = None,
+                   last: int | None = None, embedding_layer: bool = False,
+                   loss_layer: bool = False) -> tuple[int, ...]:
+    """The layer boundaries of ``stages`` model stages (``pp x
+    virtual_stages``) by the pipeline layout rules of the frameworks, for
+    :attr:`ParallelPlan.split` (the embedding is priced on the first model
+    stage, the final norm, output layer and loss on the last).
+
+    ``first`` / ``last``: layers of the first / last model stage, the others
+    split evenly (Megatron's ``--decoder-first-pipeline-num-layers`` and
+    ``--decoder-last-pipeline-num-layers``).  ``embedding_layer`` /
+    ``loss_layer``: the embedding / the loss count as one layer of the
+    first / last model stage, every stage then holding the same count
+    (Megatron's ``--account-for-embedding-in-pipeline-split`` and
+    ``--account-for-loss-in-pipeline-split``; torchtitan's default
+    ``pipeline_parallel_first_stage_less_layers`` and
+    ``..._last_stage_less_layers`` of 1 are both set).  Megatron requires
+    the even division; so does this (``ValueError`` otherwise)."""
+    layers, stages = _int("layers", layers), _int("stages", stages)
+    if (first is not None or last is not None) and (embedding_layer or loss_layer):
+        raise ValueError("first/last cannot be combined with embedding_layer/loss_layer "
+                         "(as Megatron)")
+    counts: list[int]
+    if first is not None or last is not None:
+        f = _int("first", first, 1) if first is not None else None
+        la = _int("last", last, 1) if last is not None else None
+        middle = stages - (f is not None) - (la is not None)
+        rest = layers - (f or 0) - (la or 0)
+        if middle < 0 or (middle == 0 and rest != 0) or (middle > 0 and (rest < middle
+                                                                         or rest % middle)):
+            raise ValueError(f"{layers} layers: the {middle} stages besides first={first}, "
+                             f"last={last} must share {rest} layers evenly")
+        per = rest // middle if middle else 0
+        counts = [per] * stages
+        if f is not None:
+            counts[0] = f
+        if la is not None:
+            counts[-1] = la
+    else:
+        slots = layers + int(bool(embedding_layer)) + int(bool(loss_layer))
+        if slots % stages:
+            raise ValueError(f"{layers} layers{' + embedding' if embedding_layer else ''}"
+                             f"{' + loss' if loss_layer else ''} do not divide evenly over "
+                             f"{stages} model stages")
+        per = slots // stages
+        counts = [per] * stages
+        counts[0] -= int(bool(embedding_layer))
+        counts[-1] -= int(bool(loss_layer))
+    if min(counts) < 1:
+        raise ValueError(f"a model stage would hold no layer: {counts}")
+    split = [0]
+    for n in counts:
+        split.append(split[-1] + n)
+    return tuple(split)
+
+
 def _int(name: str, v: Any, lo: int = 1, hi: int = 1 << 40) -> int:
     if isinstance(v, bool) or not hasattr(v, "__index__"):
         raise TypeError(f"{name} must be an int, not {type(v).__name__}")
@@ -156,6 +218,22 @@ class ParallelPlan:
     host and steps it there (ZeRO-Offload, Megatron's CPU optimizer);
     ``offload_activations=f`` keeps that share of the stored activations in
     host memory until their backward (over the cluster's host link).
+
+    The training stack (docs/training-model.md, "Stacks"): ``kernels`` is
+    the kernel set a layer launches -- ``"te"`` (Megatron-Core with
+    Transformer Engine's fused kernels), ``"compile"`` (``torch.compile``)
+    or ``"eager"`` (eager PyTorch); ``tp_overlap`` hides tensor-parallel
+    communication behind the GEMMs beyond what every stack overlaps --
+    ``"te"`` (Megatron's ``--tp-comm-overlap``, Transformer Engine's
+    userbuffers; needs ``kernels="te"``) or ``"async"`` (PyTorch's async
+    TP; needs ``kernels="compile"``), both with ``sequence_parallel``;
+    ``cp_comm`` is how context parallelism exchanges K and V --
+    ``"p2p"`` (a ring overlapped block by block, Megatron-Core's default),
+    ``"all_gather"`` (Llama 3, torchtitan's default) or ``"a2a"``
+    (Ulysses); ``recompute_layers`` (with ``recompute="full"``) recomputes
+    groups of that many layers (``recompute_method="uniform"``) or only the
+    first that many layers of each model stage (``"block"``), as
+    Megatron's ``--recompute-num-layers`` (0: every layer).
     """
 
     global_batch: int
@@ -182,6 +260,11 @@ class ParallelPlan:
     shard_size: int = 0
     offload_optimizer: bool = False
     offload_activations: float = 0.0
+    kernels: str = "te"
+    tp_overlap: str = "none"
+    cp_comm: str = "p2p"
+    recompute_layers: int = 0
+    recompute_method: str = "uniform"
 
     def __post_init__(self) -> None:
         for f in ("global_batch", "tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch"):
@@ -219,6 +302,23 @@ class ParallelPlan:
         if not 0.0 <= float(oa) <= 1.0:
             raise ValueError(f"offload_activations must be in [0, 1], got {oa}")
         object.__setattr__(self, "offload_activations", float(oa))
+        for f, allowed in (("kernels", KERNEL_SETS), ("tp_overlap", TP_OVERLAPS),
+                           ("cp_comm", CP_COMMS), ("recompute_method", RECOMPUTE_METHODS)):
+            if getattr(self, f) not in allowed:
+                raise ValueError(f"{f} must be one of {', '.join(allowed)}; "
+                                 f"got {getattr(self, f)!r}")
+        object.__setattr__(self, "recompute_layers",
+                           _int("recompute_layers", self.recompute_layers, 0, 1 << 20))
+        if self.recompute_layers and self.recompute != "full":
+            raise ValueError("recompute_layers needs recompute='full' (Megatron's "
+                             "--recompute-num-layers applies to full recomputation)")
+        if self.tp_overlap != "none" and self.tp > 1 and not self.sequence_parallel:
+            raise ValueError(f"tp_overlap={self.tp_overlap!r} needs sequence_parallel=True")
+        if self.tp_overlap == "te" and self.kernels != "te":
+            raise ValueError("tp_overlap='te' (Transformer Engine's userbuffers) needs "
+                             "kernels='te'")
+        if self.tp_overlap == "async" and self.kernels != "compile":
+            raise ValueError("tp_overlap='async' (an Inductor pass) needs kernels='compile'")
         overlap_share(self.overlap_moe_comm)
         if not isinstance(self.overlap_moe_comm, bool):
             object.__setattr__(self, "overlap_moe_comm", float(self.overlap_moe_comm))
@@ -251,7 +351,9 @@ class ParallelPlan:
                 int(bool(self.overlap_moe_comm)), DISPATCHERS[self.moe_dispatcher],
                 int(self.fp8_params), overlap_share(self.overlap_moe_comm),
                 int(self.reshard_after_forward), self.shard_size, int(self.offload_optimizer),
-                self.offload_activations)
+                self.offload_activations,
+                KERNEL_SETS[self.kernels], TP_OVERLAPS[self.tp_overlap], CP_COMMS[self.cp_comm],
+                self.recompute_layers, RECOMPUTE_METHODS[self.recompute_method])
 
     @property
     def expert_data_parallel(self) -> int:
@@ -410,6 +512,9 @@ class ParallelPlan:
             parts.append(f"zero={self.zero}")
         if self.recompute != "none":
             parts.append(f"recompute={self.recompute}")
+        if self.recompute_layers:
+            parts.append(f"recompute-layers={self.recompute_layers}"
+                         + (" block" if self.recompute_method == "block" else ""))
         if self.fp8_params:
             parts.append("fp8-params")
         if not self.reshard_after_forward:
@@ -420,6 +525,12 @@ class ParallelPlan:
             parts.append("offload-optimizer")
         if self.offload_activations:
             parts.append(f"offload-activations={self.offload_activations:g}")
+        if self.kernels != "te":
+            parts.append(f"kernels={self.kernels}")
+        if self.tp_overlap != "none":
+            parts.append(f"tp-overlap={self.tp_overlap}")
+        if self.cp_comm != "p2p":
+            parts.append(f"cp-comm={self.cp_comm}")
         return " ".join(parts)
 
     def __repr__(self) -> str:

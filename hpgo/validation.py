@@ -58,6 +58,7 @@ class PublishedRun:
     dispatcher: str = "alltoall"   # MoE token dispatcher ("deepep": DeepEP / flex)
     overlap_moe_comm: bool = False  # EP all-to-all overlapped with another micro-batch
     fp8_params: bool = True         # fp8 runs keep fp8 weights only (--fp8-param-gather)
+    tp_overlap: str = "none"        # tensor-parallel overlap ("te": userbuffers, --tp-comm-overlap)
 
     def plan(self, recompute: str | None = None) -> Any:
         from .parallel import ParallelPlan
@@ -70,7 +71,8 @@ class PublishedRun:
                             sequence_parallel=self.tp > 1, zero=3 if self.fsdp else 1,
                             moe_dispatcher=self.dispatcher,
                             overlap_moe_comm=self.overlap_moe_comm,
-                            fp8_params=self.precision == "fp8" and self.fp8_params)
+                            fp8_params=self.precision == "fp8" and self.fp8_params,
+                            tp_overlap=self.tp_overlap if self.tp > 1 else "none")
 
 
 _MB = "Megatron-Bridge performance summary, NeMo "
@@ -87,15 +89,15 @@ MEGATRON_BRIDGE_H100: tuple[PublishedRun, ...] = (
     PublishedRun(_MB + "26.02", "qwen3-235b-a22b", 256, "fp8", 8192, 1, 4096, False, 2, 8, 1, 4, 32, 1633,
                  "embedding and loss count as pipeline layers", overlap_moe_comm=True),
     PublishedRun(_MB + "26.02", "llama3-70b", 64, "fp8", 256, 1, 8192, False, 4, 8, 1, 5, 1, 1621,
-                 "tp communication overlapped (userbuffers)"),
+                 "tp communication overlapped (userbuffers)", tp_overlap="te"),
     PublishedRun(_MB + "26.02", "llama3-405b", 1024, "fp8", 1536, 1, 8192, False, 8, 8, 2, 8, 1, 311,
-                 "Llama 3.1 405B; tp communication overlapped (userbuffers)"),
+                 "Llama 3.1 405B; tp communication overlapped (userbuffers)", tp_overlap="te"),
     PublishedRun(_MB + "25.11", "llama3-8b", 8, "fp8", 128, 1, 8192, True, 1, 1, 1, 1, 1, 14451,
                  "Megatron-FSDP (optimizer, gradients and weights sharded)"),
     PublishedRun(_MB + "25.11", "llama3-70b", 64, "fp8", 128, 1, 8192, False, 4, 8, 1, 5, 1, 1602,
-                 "tp communication overlapped (userbuffers)"),
+                 "tp communication overlapped (userbuffers)", tp_overlap="te"),
     PublishedRun(_MB + "25.11", "llama3-405b", 1024, "fp8", 512, 1, 8192, False, 8, 8, 2, 8, 1, 292,
-                 "Llama 3.1 405B; tp communication overlapped (userbuffers)"),
+                 "Llama 3.1 405B; tp communication overlapped (userbuffers)", tp_overlap="te"),
     PublishedRun(_MB + "25.11", "gpt-oss-120b", 64, "bf16", 512, 4, 4096, False, 1, 4, 1, 1, 8, 5630,
                  "recompute modules layernorm, moe_act; no recipe found with MBS 4",
                  recompute="selective"),
@@ -329,6 +331,9 @@ class MeasuredRun:
     split: tuple[int, ...] | None
     measured_mem_gib: float | None
     notes: str = ""
+    # the training stack the notes publish (ParallelPlan's kernels, tp_overlap)
+    kernels: str = "te"
+    tp_overlap: str = "none"
 
     def transformer(self) -> Any:
         """The model: ``arch`` is a family (``gpt``: LayerNorm, biases, GeLU,
@@ -395,7 +400,8 @@ class MeasuredRun:
                             virtual_stages=self.vp, micro_batch=self.mbs,
                             schedule="interleaved-1f1b" if self.vp > 1 else "1f1b",
                             recompute=rc, sequence_parallel=self.sequence_parallel,
-                            zero=self.zero, split=self.split,
+                            zero=self.zero, split=self.split, kernels=self.kernels,
+                            tp_overlap=self.tp_overlap,
                             # FSDP under pipelining keeps the gathered weights to the
                             # backward: torchtitan's default reshard policy is
                             # "not pp_enabled" (torchtitan/distributed/fsdp.py)
@@ -520,7 +526,33 @@ def load_runs(path: Any) -> list[MeasuredRun]:
             flops_def=(row.get("flops_def") or "").strip(), arch=_cell(row, "arch", str, where),
             gpu_mem_gb=o["gpu_mem_gb"], split=sp, measured_mem_gib=o["measured_mem_gib"],
             notes=(row.get("notes") or "").strip()))
-    return out
+    return [_with_stack(r, out) for r in out]
+
+
+def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
+    """The run with the training stack its notes publish (following "as
+    <run>" references): torch.compile (torchtitan) -> kernels "compile", with
+    AsyncTP -> tp_overlap "async"; Megatron's --tp-comm-overlap -> "te"
+    (both with sequence parallelism and tp > 1); otherwise Megatron's fused
+    kernels without overlap."""
+    import dataclasses
+    import re
+    by_id = {r.source_id: r for r in runs}
+    notes, seen, r = [], set(), run
+    while r is not None and r.source_id not in seen:
+        seen.add(r.source_id)
+        notes.append(r.notes)
+        ref = re.match(r"as (\S+)", r.notes)
+        r = by_id.get(ref.group(1).rstrip(";,.:")) if ref else None
+    text = " ".join(notes)
+    kernels = "compile" if re.search(r"\bcompile\b", text) else "te"
+    tpo = "none"
+    if run.tp > 1 and run.sequence_parallel:
+        if kernels == "compile" and re.search(r"async ?tp", text, re.I):
+            tpo = "async"
+        elif kernels == "te" and "--tp-comm-overlap" in text:
+            tpo = "te"
+    return dataclasses.replace(run, kernels=kernels, tp_overlap=tpo)
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,10 @@ class Transformer:
     (from layer 0), multi-head latent attention (``mla`` with ``q_lora``,
     ``kv_lora``, ``qk_nope``, ``qk_rope``, ``v_head``; DeepSeek-V3) and
     ``mtp`` multi-token-prediction modules on the last pipeline stage.
+    ``parallel_block``: attention and MLP read the same normed input and
+    add to one residual, y = x + Attn(LN(x)) + MLP(LN(x)) (GPT-J, GPT-NeoX,
+    PaLM): one norm, the QKV and first MLP GEMMs as one, one tensor-parallel
+    gather and scatter per layer and direction.
     ``qkv_bias``: biases on the query, key and value projections only, none
     on the output projection (Qwen2; ``attn_bias`` has all four).
 
@@ -128,6 +132,7 @@ class Transformer:
     qk_rope: int = 0
     v_head: int = 0
     mtp: int = 0
+    parallel_block: bool = False
     qkv_bias: bool = False
     rope_theta: float | None = None
     rope_scaling: Any = None
@@ -152,7 +157,8 @@ class Transformer:
         if self.norm not in _NORMS:
             raise ValueError(f"norm must be 'layernorm' or 'rmsnorm', got {self.norm!r}")
         for f in ("tied", "bias", "dropout", "flash", "causal_flops", "learned_pos", "expert_bias",
-                  "router_bias", "attn_bias", "qk_norm", "attn_sinks", "mla", "qkv_bias"):
+                  "router_bias", "attn_bias", "qk_norm", "attn_sinks", "mla", "qkv_bias",
+                  "parallel_block"):
             if not isinstance(getattr(self, f), bool):
                 raise TypeError(f"{f} must be a bool")
         for f in ("experts", "topk", "shared_experts", "dense_first", "mtp", "q_lora", "kv_lora",
@@ -214,7 +220,7 @@ class Transformer:
                1 if self.attn_bias else 2 if self.qkv_bias else 0, int(self.qk_norm),
                int(self.attn_sinks), self.window or 0, self.window_every, int(self.mla),
                self.q_lora, self.kv_lora, self.qk_nope, self.qk_rope, self.v_head, self.mtp,
-               self.routing_groups, self.routing_group_topk)
+               self.routing_groups, self.routing_group_topk, int(self.parallel_block))
         return ("transformer", precision, self.hidden, self.ffn, self.heads, self.kv_heads,
                 self.head_dim, self.layers, self.vocab, self.seq, _MLPS[self.mlp], int(self.tied),
                 int(self.bias), int(self.norm == "layernorm"), int(self.dropout), int(self.flash),
@@ -760,7 +766,7 @@ _MOE_FIELDS = {f.name: f.default for f in dataclasses.fields(Transformer)
                              "capacity_factor", "routing_imbalance", "attn_bias", "qk_norm",
                              "attn_sinks", "window", "window_every", "mla", "q_lora", "kv_lora",
                              "qk_nope", "qk_rope", "v_head", "mtp", "routing_groups",
-                             "routing_group_topk", "qkv_bias")}
+                             "routing_group_topk", "qkv_bias", "parallel_block")}
 # Rotary-embedding fields change neither the work nor the memory: not part of
 # a model's identity (a plan fits the model with any rope base or scaling).
 _ROPE_FIELDS = ("rope_theta", "rope_scaling")

@@ -36,9 +36,14 @@ def test_pruned_search_equals_exhaustive(seed):
     cluster = cluster.with_gpu(memory_bytes=rng.choice([4e9, 16e9, 80e9]))
     gb = rng.choice([8, 16, 32, 48])
     top = rng.choice([1, 5, 20])
-    fast = hpgo.autoplan(model, cluster, gb, top=top, threads=rng.choice([1, 2]))
-    slow = hpgo.autoplan(model, cluster, gb, top=top, exhaustive=True, threads=1)
+    # the training stack every plan is priced on (kernel set, tp overlap, cp exchange)
+    stack = rng.choice([{}, {"tp_overlap": "te"}, {"kernels": "eager"},
+                        {"kernels": "compile", "tp_overlap": "async", "cp_comm": "all_gather"},
+                        {"cp_comm": "a2a"}])
+    fast = hpgo.autoplan(model, cluster, gb, top=top, threads=rng.choice([1, 2]), **stack)
+    slow = hpgo.autoplan(model, cluster, gb, top=top, exhaustive=True, threads=1, **stack)
     assert key(fast) == key(slow)
+    assert all(rp.plan.kernels == stack.get("kernels", "te") for rp in slow)
     assert slow.stats["simulated"] == slow.stats["candidates"] - slow.stats["rejected"]
     assert fast.stats["simulated"] <= slow.stats["simulated"]
 
@@ -135,7 +140,7 @@ def test_table_names_the_gpus_each_plan_uses():
     c = hpgo.Cluster.preset("dgx-h100", nodes=2)
     part = hpgo.autoplan("llama3-8b", c, 64, gpus=8, top=2).table()
     assert "(8 of 16 GPUs)" in part.splitlines()[0] and " GPUs " not in part.splitlines()[2]
-    cost = hpgo.autoplan("llama3-8b", c, 64, objective="cost", top=6)
+    cost = hpgo.autoplan("llama3-8b", c, 64, objective="cost", top=12)
     lines = cost.table().splitlines()
     assert len({rp.plan.gpus for rp in cost}) > 1  # several counts ranked: a column says which
     assert lines[2].split()[:2] == ["#", "GPUs"]
@@ -336,3 +341,16 @@ def test_long_sequences_search_context_parallelism_exactly():
     assert any(rp.plan.cp > 1 for rp in slow)
     only = hpgo.autoplan(m, c, 16, top=3, cp=4)
     assert all(rp.plan.cp == 4 for rp in only)
+
+
+def test_pruned_equals_exhaustive_with_as_many_micro_batches_as_stages():
+    """Interleaved plans with m = pp: only ranks below pp / 2 hold every
+    chunk-micro-batch (the memory bound must follow the schedule's rule; the
+    last stage, with the logits, holds fewer)."""
+    m = hpgo.transformer("llama3-8b").with_(layers=16, vocab=262144)
+    for gib in range(40, 90, 3):
+        c = hpgo.Cluster.preset("dgx-h100", nodes=1).with_gpu(memory_bytes=gib * 2 ** 30)
+        fast = hpgo.autoplan(m, c, 8, top=10, schedule="interleaved-1f1b", dp=1, tp=1)
+        slow = hpgo.autoplan(m, c, 8, top=10, schedule="interleaved-1f1b", dp=1, tp=1,
+                             exhaustive=True)
+        assert key(fast) == key(slow), gib

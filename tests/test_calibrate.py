@@ -247,23 +247,29 @@ def test_calibrated_h100_keeps_dense_runs_within_15_percent(h100):
 @pytest.mark.parametrize("name, preset", MEASURED)
 def test_calibrated_model_predicts_a_measured_llama_layer(name, preset):
     """hpgo profile kernels also timed whole Llama-3-8B layers (eager
-    PyTorch, bf16, forward + backward): the model's layer time on the
-    calibrated GPU is within 15 % of them, and closer than the preset's."""
+    PyTorch, bf16, forward + backward, no rotary embeddings): the model's
+    layer time with the eager kernel set is within 15 % of them on the
+    calibrated GPU, and on the preset too now that attention has its own
+    published curve; the fused kernel set ("te") is faster than eager."""
     path, prof, _ = _measured(name, preset)
     layers = [s for s in json.loads(path.read_text())["samples"] if s["op"] == "layer"]
     assert layers
     for s in layers:
         seq = s["shape"][4]
-        m = hpgo.transformer("llama3-8b", seq=seq)
-        p = hpgo.ParallelPlan(global_batch=8, micro_batch=1, pp=8, dp=1)
+        m = hpgo.transformer("llama3-8b", seq=seq, learned_pos=True)  # no RoPE, as measured
         err = {}
         for label, c in (("preset", hpgo.Cluster.preset(preset, nodes=1)),
                          ("calibrated", calibrate.cluster(prof, preset, nodes=1))):
-            st = hpgo.simulate(m, c, p, precision="bf16", timeline=False).stages[3]
-            t = (st["forward"] + st["backward_input"] + st["backward_weight"]) / st["layers"]
-            err[label] = t / s["seconds"] - 1
+            t = {}
+            for ks in ("eager", "te"):
+                p = hpgo.ParallelPlan(global_batch=8, micro_batch=1, pp=8, dp=1, kernels=ks)
+                st = hpgo.simulate(m, c, p, precision="bf16", timeline=False).stages[3]
+                t[ks] = (st["forward"] + st["backward_input"]
+                         + st["backward_weight"]) / st["layers"]
+            assert t["te"] < t["eager"], (seq, label, t)
+            err[label] = t["eager"] / s["seconds"] - 1
         assert abs(err["calibrated"]) < 0.15, (seq, err)
-        assert abs(err["calibrated"]) < abs(err["preset"]), (seq, err)
+        assert abs(err["preset"]) < 0.15, (seq, err)
 
 
 def test_the_measured_h100_is_one_call_away():

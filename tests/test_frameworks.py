@@ -167,7 +167,9 @@ def test_runtime_defaults_follow_the_plan_where_the_framework_does():
     # a value the plan states is kept; fields this ParallelPlan lacks are skipped
     p = P(global_batch=8, dp=8, overlap_grad_reduce=False)
     assert F.apply_defaults("megatron", p) == p
-    assert F.apply_defaults("torchtitan", P(global_batch=8, dp=8)) == P(global_batch=8, dp=8)
+    # the training stack is a ParallelPlan field: torchtitan's is set
+    assert F.apply_defaults("torchtitan", P(global_batch=8, dp=8)) == \
+        P(global_batch=8, dp=8, kernels="compile", cp_comm="all_gather")
     with pytest.raises(ValueError, match="framework must be one of"):
         F.get("nemo")
 
@@ -184,7 +186,11 @@ def test_framework_search_equals_filtering_every_plan(name, cluster, nodes, gb, 
     m = hpgo.transformer(name)
     # every plan, with and without resharding after forward (ZeRO-3), kept
     # where the framework's own default says
-    every = hpgo.autoplan(m, c, gb, top=1000, exhaustive=True, reshard_after_forward=None, **kw)
+    # priced on the framework's training stack (kernels, tp overlap, cp exchange)
+    d = F.runtime_defaults(framework, hpgo.ParallelPlan(global_batch=gb))
+    stack = {k: d[k] for k in ("kernels", "tp_overlap", "cp_comm") if isinstance(d.get(k), str)}
+    every = hpgo.autoplan(m, c, gb, top=1000, exhaustive=True, reshard_after_forward=None,
+                          **stack, **kw)
     assert len(every) < 1000  # every plan that fits is in the list
 
     def as_run(p):

@@ -51,6 +51,16 @@ def setter(attr, value):
 
 # (public name, call, exception, words of the message)
 CASES = [
+    # ---- pipeline layouts
+    ("pipeline_split", lambda: hpgo.pipeline_split(0, 4), ValueError, "layers"),
+    ("pipeline_split", lambda: hpgo.pipeline_split(8, 0), ValueError, "stages"),
+    ("pipeline_split", lambda: hpgo.pipeline_split(8.0, 4), TypeError, "layers must be an int"),
+    ("pipeline_split", lambda: hpgo.pipeline_split(8, 4, first=0), ValueError, "first"),
+    ("pipeline_split", lambda: hpgo.pipeline_split(8, 4, first=True), TypeError, "first"),
+    ("pipeline_split", lambda: hpgo.pipeline_split(4, 4, embedding_layer=True, loss_layer=True),
+     ValueError, "evenly"),
+    ("pipeline_split", lambda: hpgo.pipeline_split(6, 4, first=3, last=3), ValueError, "evenly"),
+    ("pipeline_split", lambda: hpgo.pipeline_split(8, 3), ValueError, "evenly"),
     # ---- models
     ("model_from_torch_graph", lambda: hpgo.model_from_torch_graph(PROF, 0, 8), ValueError, "pbs"),
     ("model_from_torch_graph", lambda: hpgo.model_from_torch_graph(PROF, -1, 8), ValueError, "pbs"),

@@ -189,7 +189,7 @@ static PyObject *from_cluster(const hpgo_cluster_t *c)
  *         (experts, topk, expert_ffn, shared_experts, shared_ffn, dense_first,
  *          moe_every, expert_bias, router_bias, capacity, imbalance, attn_bias,
  *          qk_norm, sinks, window, window_every, mla, q_lora, kv_lora, qk_nope,
- *          qk_rope, v_head, mtp, route_groups, route_topk_groups))
+ *          qk_rope, v_head, mtp, route_groups, route_topk_groups, parallel_block))
  *     or ("chain", precision, batch, fwd, bwd, params, act, out) with five
  *        equally long tuples of floats.  `arrays` receives the chain's
  *        storage (PyMem); free it with PyMem_Free. */
@@ -225,7 +225,7 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
                 return -1;
         /* experts and attention variants */
         PyObject *ext = PyTuple_GET_ITEM(t, 18);
-        const Py_ssize_t M = 25;
+        const Py_ssize_t M = 26;
         int64_t *ints[17] = {&x->experts, &x->topk, &x->expert_ffn, &x->shared_experts,
                              &x->shared_ffn, &x->dense_first, &x->moe_every, &x->window,
                              &x->window_every, &x->q_lora, &x->kv_lora, &x->qk_nope,
@@ -235,10 +235,10 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
         for (int i = 0; i < 17; i++)
             if (get_i64(ext, idx64[i], M, "transformer expert/attention field", ints[i]) < 0)
                 return -1;
-        int32_t *f32[6] = {&x->expert_bias, &x->router_bias, &x->attn_bias, &x->qk_norm,
-                           &x->sinks, &x->mla};
-        static const int idx32[6] = {7, 8, 11, 12, 13, 16};
-        for (int i = 0; i < 6; i++)
+        int32_t *f32[7] = {&x->expert_bias, &x->router_bias, &x->attn_bias, &x->qk_norm,
+                           &x->sinks, &x->mla, &x->parallel_block};
+        static const int idx32[7] = {7, 8, 11, 12, 13, 16, 25};
+        for (int i = 0; i < 7; i++)
             if (get_i32(ext, idx32[i], M, "transformer flag", f32[i]) < 0)
                 return -1;
         if (get_f(ext, 9, M, "capacity_factor", &x->capacity) < 0 ||
@@ -291,12 +291,13 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
 /* plan: (tp, pp, dp, cp, ep, vstages, micro_batch, global_batch, schedule,
  *        recompute, sequence_parallel, zero, overlap_grad_reduce, split, etp,
  *        ep_outer, overlap_moe_comm, moe_dispatcher, fp8_params, overlap_share,
- *        reshard_after_forward, shard_size, offload_optimizer, offload_activations)
+ *        reshard_after_forward, shard_size, offload_optimizer, offload_activations,
+ *        kernels, tp_overlap, cp_comm, recompute_layers, recompute_method)
  *        with split None or a tuple of pp * vstages + 1 ints.  `split`
  *        receives its storage (PyMem). */
 static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
 {
-    const Py_ssize_t N = 24;
+    const Py_ssize_t N = 29;
     memset(p, 0, sizeof *p);
     *split = NULL;
     int32_t *ints[6] = {&p->tp, &p->pp, &p->dp, &p->cp, &p->ep, &p->vstages};
@@ -319,7 +320,12 @@ static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
         get_i32(t, 20, N, "reshard_after_forward", &p->reshard_after_forward) < 0 ||
         get_i32(t, 21, N, "shard_size", &p->shard_size) < 0 ||
         get_i32(t, 22, N, "offload_optimizer", &p->offload_optimizer) < 0 ||
-        get_f(t, 23, N, "offload_activations", &p->offload_activations) < 0)
+        get_f(t, 23, N, "offload_activations", &p->offload_activations) < 0 ||
+        get_i32(t, 24, N, "kernels", &p->kernels) < 0 ||
+        get_i32(t, 25, N, "tp_overlap", &p->tp_overlap) < 0 ||
+        get_i32(t, 26, N, "cp_comm", &p->cp_comm) < 0 ||
+        get_i32(t, 27, N, "recompute_layers", &p->recompute_layers) < 0 ||
+        get_i32(t, 28, N, "recompute_method", &p->recompute_method) < 0)
         return -1;
     PyObject *s = PyTuple_GET_ITEM(t, 13);
     if (s == Py_None)
@@ -679,14 +685,16 @@ static PyObject *plan_tuple(const hpgo_parplan_t *p)
     } else {
         split = Py_NewRef(Py_None);
     }
-    return Py_BuildValue("(iiiiiiLLiiiiiNiiiiidiiid)", (int)p->tp, (int)p->pp, (int)p->dp,
+    return Py_BuildValue("(iiiiiiLLiiiiiNiiiiidiiidiiiii)", (int)p->tp, (int)p->pp, (int)p->dp,
                          (int)p->cp, (int)p->ep, (int)p->vstages, (long long)p->micro_batch,
                          (long long)p->global_batch, (int)p->schedule, (int)p->recompute,
                          (int)p->sequence_parallel, (int)p->zero, (int)p->overlap_grad_reduce,
                          split, (int)p->etp, (int)p->ep_outer, (int)p->overlap_ep,
                          (int)p->dispatcher, (int)p->fp8_params, p->overlap_share,
                          (int)p->reshard_after_forward, (int)p->shard_size,
-                         (int)p->offload_optimizer, p->offload_activations);
+                         (int)p->offload_optimizer, p->offload_activations,
+                         (int)p->kernels, (int)p->tp_overlap, (int)p->cp_comm,
+                         (int)p->recompute_layers, (int)p->recompute_method);
 }
 
 typedef struct autoplan_work {
@@ -710,7 +718,8 @@ PyDoc_STRVAR(autoplan_doc,
              "max_vstages, overhead_bytes or None, tp, pp, dp, vstages, micro_batch, schedule,\n"
              "recompute, sequence_parallel, zero, cp, ep, etp, ep_outer, overlap_moe_comm,\n"
              "moe_dispatcher, fp8_params, overlap_share, no_reshard, shard_size,\n"
-             "offload_optimizer, offload_activations) with -1 for a free choice\n"
+             "offload_optimizer, offload_activations, kernels, tp_overlap, cp_comm) with\n"
+             "-1 for a free choice or the default\n"
              "(overlap_moe_comm, fp8_params: -1 is off; moe_dispatcher: -1 is the\n"
              "all-to-all; overlap_share: a float, used with overlap_moe_comm 1).  The GIL is\n"
              "released while\n"
@@ -730,7 +739,7 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     double *arrays = NULL;
     PyObject *res = NULL;
     memset(&o, 0, sizeof o);
-    const Py_ssize_t N = 30;
+    const Py_ssize_t N = 33;
     if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c) < 0)
         goto done;
     if (get_i64(ot, 0, N, "global_batch", &o.global_batch) < 0 ||
@@ -755,7 +764,10 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
         get_i32(ot, 26, N, "reshard_after_forward", &o.no_reshard) < 0 ||
         get_i32(ot, 27, N, "shard_size", &o.shard_size) < 0 ||
         get_i32(ot, 28, N, "offload_optimizer", &o.offload_optimizer) < 0 ||
-        get_f(ot, 29, N, "offload_activations", &o.offload_activations) < 0)
+        get_f(ot, 29, N, "offload_activations", &o.offload_activations) < 0 ||
+        get_i32(ot, 30, N, "kernels", &o.kernels) < 0 ||
+        get_i32(ot, 31, N, "tp_overlap", &o.tp_overlap) < 0 ||
+        get_i32(ot, 32, N, "cp_comm", &o.cp_comm) < 0)
         goto done;
     hpgo_cancel_t cancel;
     hpgo_cancel_init(&cancel);
