@@ -48,6 +48,7 @@ typedef struct cand {
     double lb, lb_score, time, score;
     int8_t state;
     int8_t balanced;
+    int8_t mem_lb_over; /* the memory bound says it cannot fit */
 } cand_t;
 
 typedef struct search {
@@ -142,6 +143,20 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
         before[k + 1] = before[k] + sc[k].f;
         back[k + 1] = back[k] + sc[k].b + (fused ? sc[k].w : 0);
     }
+    /* opt[d]: device d's optimizer step, which follows everything it runs */
+    double *opt = malloc(sizeof(double) * (size_t)p.pp);
+    if (!opt) {
+        cd->state = ST_NOMEM;
+        free(before);
+        free(sc);
+        return;
+    }
+    for (int32_t d = 0; d < p.pp; d++) {
+        hpgo_device_load_t load;
+        hpgo_step_device_load(&p, sc, d, &load);
+        opt[d] = hpgo_step_optimizer_time(S->c, hpgo_step_shard_params(&p, load.params,
+                                                                       load.expert_params));
+    }
     for (int32_t d = 0; d < p.pp; d++) {
         hpgo_device_load_t load;
         hpgo_step_device_load(&p, sc, d, &load);
@@ -174,20 +189,37 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
         double wsum = 0;
         for (int32_t ch = 0; ch < p.vstages; ch++)
             wsum += (double)m * sc[hpgo_sched_stage(p.schedule, p.pp, p.vstages, d, ch)].w;
-        double t = before[d] + busy;
-        if (fused)
-            t += back[d];
-        else if (p.schedule == HPGO_PS_ZBH1 && before[d] + busy - wsum + back[d] > t)
-            t = before[d] + busy - wsum + back[d];
-        t += hpgo_step_optimizer_time(S->c, hpgo_step_shard_params(&p, params, load.expert_params));
+        /* Proof that t <= the engine's iteration time.  Device d runs at
+         * least busy seconds (an op lasts at least its pass: ZeRO-3 only
+         * lengthens it) and none before before[d], so its ops end at
+         * E >= before[d] + busy; its optimizer step follows (the engine
+         * starts it after its ops and gradient syncs): iteration >=
+         * E + opt[d].  Its last backward (fused schedules: its last op;
+         * ZB-H1: at the latest its W passes, wsum, can follow it) ends at
+         * B >= E (ZB-H1: E - wsum) and still has to run down stages d-1 ..
+         * 0, which live on devices d-1 .. 0 (1F1B, interleaved, ZB-H1):
+         * device j < d ends at >= B + back[d] - back[j] and then takes its
+         * OWN optimizer step, opt[j].  (Adding opt[d] to the whole chain,
+         * as before, over-estimated whenever device d's shard is larger
+         * than device j's: the routed experts, sharded only over their
+         * expert data-parallel group, make MoE stages' steps the longest.) */
+        double t = before[d] + busy + opt[d];
+        if (fused || p.schedule == HPGO_PS_ZBH1) {
+            double b_end = before[d] + busy - (fused ? 0 : wsum);
+            for (int32_t j = 0; j < d; j++)
+                if (b_end + back[d] - back[j] + opt[j] > t)
+                    t = b_end + back[d] - back[j] + opt[j];
+        }
         if (t > lb)
             lb = t;
     }
+    free(opt);
     free(before);
     free(sc);
     cd->lb = lb;
     cd->lb_score = S->o->objective == HPGO_OBJ_COST ? lb * (double)((int64_t)p.tp * p.cp * p.pp * p.dp)
                                                     : lb;
+    cd->mem_lb_over = (int8_t)!fits;
     if (!fits && !S->o->exhaustive)
         cd->state = ST_MEMORY;
 }
@@ -675,6 +707,10 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
                 r->rejected++;
                 continue;
             }
+            /* exhaustive: every candidate is simulated, so each bound can be
+             * checked against the engine (the tests require none broken) */
+            if (cd->lb_score * (1 - 1e-9) > cd->score || (cd->mem_lb_over && cd->state == ST_FITS))
+                r->bounds_broken++;
             if (cd->state == ST_NOFIT) {
                 r->did_not_fit++;
                 continue;

@@ -751,11 +751,12 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
         }
     }
     if (plans)
-        res = Py_BuildValue("{sNsLsLsLsLsLsL}", "plans", plans, "candidates",
+        res = Py_BuildValue("{sNsLsLsLsLsLsLsL}", "plans", plans, "candidates",
                             (long long)r->candidates, "rejected", (long long)r->rejected,
                             "pruned_memory", (long long)r->pruned_memory, "pruned_time",
                             (long long)r->pruned_time, "simulated", (long long)r->simulated,
-                            "did_not_fit", (long long)r->did_not_fit);
+                            "did_not_fit", (long long)r->did_not_fit, "bounds_broken",
+                            (long long)r->bounds_broken);
     hpgo_autoplan_result_free(r);
 done:
     PyMem_Free(arrays);
