@@ -56,7 +56,9 @@ class Transformer:
     ``"swiglu"`` (3).  ``flash`` means fused attention (no s x s tensors
     stored); ``dropout`` stores dropout masks; ``causal_flops`` halves the
     attention core in the *model* FLOPs used for MFU (current Megatron; the
-    2021-22 papers do not).  Immutable: derive variants with :meth:`with_`.
+    2021-22 papers do not); with ``flash`` the core always counts its causal
+    half, the work its kernels do (so MFU stays <= 100 %).  Immutable:
+    derive variants with :meth:`with_`.
 
     Mixture of experts (``experts`` > 0): each MoE layer routes every token
     to ``topk`` of ``experts`` experts of inner size ``expert_ffn`` (plus
