@@ -270,7 +270,7 @@ static void sim_job(void *ctx, int64_t j)
  * stages from the left (the first with the embedding) reach.  Returns 0
  * and fills split (K + 1), or -1 when no better split than even exists. */
 static int balanced_split(const double *t, int64_t L, int32_t K, double e0, double e1,
-                          int32_t *split)
+                          int32_t *split, hpgo_cancel_t *cancel)
 {
     if (K < 2 || L < K)
         return -1;
@@ -283,6 +283,8 @@ static int balanced_split(const double *t, int64_t L, int32_t K, double e0, doub
     double lo = total / K > mx ? total / K : mx, hi = total;
     int found = 0;
     for (int it = 0; it < 64; it++) {
+        if (hpgo_cancelled(cancel))
+            return -1; /* O(L) a step: the caller reports the cancellation */
         double T = it == 0 ? hi : 0.5 * (lo + hi);
         /* last stage from the right */
         int64_t last = L - 1;
@@ -394,6 +396,9 @@ static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *
                 continue; /* MoE with tp needs sequence parallelism */
             if (!free_or(o->sequence_parallel, sp))
                 continue;
+            /* each shape costs O(layers): look at the flag before each */
+            if (hpgo_cancelled(o->cancel))
+                return hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the search was cancelled");
             hpgo_parplan_t p = base;
             p.recompute = rc;
             p.sequence_parallel = sp;
@@ -404,7 +409,7 @@ static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *
             if (K > 1 &&
                 hpgo_work_layer_times(S->w, S->c, &p, ltimes, &e0, &e1, &S->cache, NULL) ==
                     HPGO_OK &&
-                balanced_split(ltimes, L, K, e0, e1, tmp_split) == 0) {
+                balanced_split(ltimes, L, K, e0, e1, tmp_split, o->cancel) == 0) {
                 hpgo_work_even_split(L, K, tmp_split + K + 1);
                 if (memcmp(tmp_split, tmp_split + K + 1, sizeof(int32_t) * (size_t)(K + 1))) {
                     if (grow((void **)&S->splits, &S->cap_splits, S->n_splits + K + 1,
