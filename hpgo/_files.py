@@ -87,6 +87,26 @@ def _temp_name(path: str, suffix: str = "") -> str:
 
 
 @contextlib.contextmanager
+def atomic_stream(path: PathLike) -> Iterator[Any]:
+    """A text file (UTF-8) to write a large output in pieces; it replaces
+    ``path`` when the block ends without error (flushed to disk, the old
+    file's permissions kept) and is removed otherwise."""
+    with atomic_path(path) as tmp:
+        try:
+            mode = stat.S_IMODE(os.stat(os.fspath(path)).st_mode)
+        except OSError:
+            mode = None
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+                     0o666)
+        with open(fd, "w", encoding="utf-8", newline="") as f:
+            if mode is not None and hasattr(os, "fchmod"):
+                os.fchmod(f.fileno(), mode)
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
 def atomic_path(path: PathLike, *, keep_suffix: bool = False) -> Iterator[str]:
     """A temporary path next to ``path`` for a writer that needs a file name
     (``savefig``); it replaces ``path`` when the block ends without error

@@ -28,6 +28,7 @@ from typing import Any, Mapping
 from . import _core
 from . import _files
 from .cluster import Cluster
+from .timeline import Timeline
 from .workmodel import ProfiledModel, Transformer, model_id, profile_model
 
 __all__ = ["ParallelPlan", "StepResult", "MemoryBreakdown", "simulate", "SCHEDULES",
@@ -524,7 +525,7 @@ class StepResult:
     devices: tuple[dict, ...]
     memory: tuple[MemoryBreakdown, ...]
     stages: tuple[dict, ...]
-    events: tuple[tuple, ...] | None = field(default=None, repr=False)
+    events: Timeline | None = field(default=None, repr=False)
 
     @property
     def bubble(self) -> float:
@@ -563,32 +564,19 @@ class StepResult:
         return (f"<p>{html.escape(self.summary())}</p><table><tr><th>device</th><th>busy s</th>"
                 f"<th>bubble</th><th>in flight</th><th>GiB</th><th>fits</th></tr>{rows}{more}</table>")
 
-    def to_chrome_trace(self, path: str | os.PathLike | None = None) -> dict:
+    def to_chrome_trace(self, path: str | os.PathLike | None = None) -> dict | None:
         """The timeline as Chrome trace / Perfetto JSON: one process per
         device, one thread per stream (compute, send to the next device, send
-        to the previous, gradient sync); each stream's events are disjoint."""
+        to the previous, gradient sync); each stream's events are disjoint.
+        Returns the dict, or with ``path`` streams it to that file (memory
+        bounded, see hpgo.timeline) and returns None."""
         if self.events is None:
             raise ValueError("this result has no timeline (simulated with timeline=False)")
-        lanes = {0: "compute", 1: "send next", 2: "send previous", 3: "gradient sync"}
-        evs: list[dict] = []
-        for d in range(len(self.devices)):
-            evs.append({"name": "process_name", "ph": "M", "pid": d, "args": {"name": f"device {d}"}})
-            for lane, label in lanes.items():
-                evs.append({"name": "thread_name", "ph": "M", "pid": d, "tid": lane,
-                            "args": {"name": label}})
-        for start, dur, dev, kind, lane, stage, mb, peer in self.events:
-            args: dict[str, Any] = {"stage": stage}
-            if mb >= 0:
-                args["microbatch"] = mb
-            if peer >= 0:
-                args["to"] = peer
-            evs.append({"name": kind if mb < 0 else f"{kind} {mb}", "cat": kind, "ph": "X",
-                        "ts": start * 1e6, "dur": dur * 1e6, "pid": dev, "tid": lane,
-                        "args": args})
-        trace = {"traceEvents": evs, "displayTimeUnit": "ms"}
         if path is not None:
-            _files.atomic_write(path, json.dumps(trace))
-        return trace
+            self.events.write_chrome_trace(path, len(self.devices))
+            return None
+        return {"traceEvents": list(self.events.chrome_trace_events(len(self.devices))),
+                "displayTimeUnit": "ms"}
 
 
 def _as_model(model: Any, profile_batch: float | None) -> Transformer | ProfiledModel:
@@ -651,4 +639,4 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         model_flops=d["model_flops"], hw_flops=d["hw_flops"], gpus=d["gpus"],
         microbatches=d["microbatches"], fits=d["fits"], devices=tuple(d["devices"]),
         memory=mems, stages=tuple(d["stages"]),
-        events=tuple(d["events"]) if d["events"] is not None else None)
+        events=Timeline(d["events"]) if d["events"] is not None else None)

@@ -516,7 +516,7 @@ static PyObject *mem_dict(const hpgo_mem_t *m)
                          m->margin, "fits", m->fits ? Py_True : Py_False);
 }
 
-static PyObject *result_dict(const hpgo_step_result_t *r)
+static PyObject *result_dict(PyObject *module, hpgo_step_result_t *r)
 {
     PyObject *d = Py_BuildValue(
         "{sdsdsdsdsdsdsdsdsLsLsisisisO}", "iteration_time", r->iteration_time, "compute_time",
@@ -556,19 +556,11 @@ static PyObject *result_dict(const hpgo_step_result_t *r)
             goto fail;
         PyList_SET_ITEM(stages, k, o);
     }
-    const hpgo_sim_result_t *tl = r->timeline;
-    PyObject *evs = tl ? PyList_New((Py_ssize_t)tl->n_events) : Py_NewRef(Py_None);
+    /* the timeline stays in C (40 bytes an event): hpgo.timeline reads it lazily */
+    PyObject *evs = r->timeline ? glue_wrap_timeline(module, r->timeline) : Py_NewRef(Py_None);
+    r->timeline = NULL;
     if (dict_set(d, "events", evs) < 0)
         goto fail;
-    for (int64_t i = 0; tl && i < tl->n_events; i++) {
-        const hpgo_sim_event_t *ev = &tl->events[i];
-        PyObject *o = Py_BuildValue("(ddisiiii)", ev->start, ev->duration, (int)ev->device,
-                                    hpgo_sim_event_name(ev->kind), (int)ev->lane, (int)ev->stage,
-                                    (int)ev->microbatch, (int)ev->peer);
-        if (!o)
-            goto fail;
-        PyList_SET_ITEM(evs, (Py_ssize_t)i, o);
-    }
     return d;
 fail:
     Py_DECREF(d);
@@ -628,7 +620,7 @@ static PyObject *step_simulate(PyObject *module, PyObject *args)
             glue_raise(module, sw.rc, &sw.err);
         goto done;
     }
-    res = result_dict(r);
+    res = result_dict(module, r);
     hpgo_step_result_free(r);
 done:
     PyMem_Free(arrays);
