@@ -70,9 +70,10 @@ def read_text(path: PathLike, what: str = "file", limit: int = MAX_FILE_BYTES) -
                          f"{e.reason})") from None
 
 
-def load_json(path: PathLike, what: str = "JSON file") -> Any:
-    """Parse a JSON file; every malformed input is a ValueError naming it."""
-    text = read_text(path, what)
+def load_json(path: PathLike, what: str = "JSON file", limit: int = MAX_FILE_BYTES) -> Any:
+    """Parse a JSON file (at most ``limit`` bytes); every malformed input is
+    a ValueError naming it."""
+    text = read_text(path, what, limit)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
