@@ -20,6 +20,7 @@ best; ``exhaustive=True`` simulates everything and returns the same plans.
 from __future__ import annotations
 
 import html
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -252,9 +253,21 @@ def _fixed(name: str, v: Any, table: dict | None = None) -> int:
     if not hasattr(v, "__index__"):
         raise TypeError(f"{name} must be an int, not {type(v).__name__}")
     i = v.__index__()
-    if not 0 <= i <= 1 << 24:
-        raise ValueError(f"{name} must be in 0..{1 << 24}, got {i}")
+    lo = 0 if name == "zero" else 1  # a size of 0 would mean "free" to the core
+    if not lo <= i <= 1 << 24:
+        raise ValueError(f"{name} must be in {lo}..{1 << 24}, got {i}")
     return int(i)
+
+
+def _overhead(v: Any) -> float | None:
+    """overhead_bytes: None (the default) or a finite number >= 0."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"overhead_bytes must be a number, not {type(v).__name__}")
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"overhead_bytes must be a finite number >= 0 (bytes), got {v!r}")
+    return float(v)
 
 
 def _distributed_search(executor: Any, mt: tuple, c: Cluster, opts: tuple,
@@ -363,7 +376,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             raise TypeError(f"{name} must be an int, not {type(v).__name__}")
     if not isinstance(exhaustive, bool):
         raise TypeError("exhaustive must be a bool")
-    opts = (global_batch, 0 if n is None else _fixed("gpus", n),
+    overhead_bytes = _overhead(overhead_bytes)
+    opts = (global_batch, 0 if n is None else _fixed("gpus" if gpus is not None else "max_gpus", n),
             _core.OBJECTIVE_TIME if objective == "time" else _core.OBJECTIVE_COST, top,
             int(exhaustive), threads, max_micro_batch, max_virtual_stages, overhead_bytes,
             _fixed("tp", tp), _fixed("pp", pp), _fixed("dp", dp),

@@ -627,6 +627,11 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
     if not isinstance(timeline, bool):
         raise TypeError("timeline must be a bool")
+    if overhead_bytes is not None and not (isinstance(overhead_bytes, (int, float)) and
+                                           not isinstance(overhead_bytes, bool) and
+                                           0 <= overhead_bytes < float("inf")):
+        raise ValueError(f"overhead_bytes must be a finite number >= 0 (bytes), got "
+                         f"{overhead_bytes!r}")
     d = _core._step_simulate(m._tuple(PRECISIONS[precision]), c._tuple(), plan._tuple(), timeline,
                              overhead_bytes)
     mems = tuple(MemoryBreakdown(**dev.pop("memory")) for dev in d["devices"])

