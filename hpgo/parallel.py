@@ -251,6 +251,14 @@ class ParallelPlan:
         extra = set(body) - known
         if extra:
             raise ValueError(f"{where}: unknown plan fields {sorted(extra)}")
+        for k, v in body.items():  # JSON types, named with the field
+            if k in _TEXT_FIELDS and not isinstance(v, str) and not (k == "model" and v is None):
+                raise ValueError(f"{where}: {k} must be a string, not {type(v).__name__} {v!r:.60}")
+            if k == "split" and v is not None and not (
+                    isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool)
+                                                for x in v)):
+                raise ValueError(f"{where}: split must be a list of integers (layer boundaries) "
+                                 f"or null, not {v!r:.60}")
         try:
             return cls(**body)
         except (TypeError, ValueError) as e:
@@ -577,6 +585,10 @@ class StepResult:
             return None
         return {"traceEvents": list(self.events.chrome_trace_events(len(self.devices))),
                 "displayTimeUnit": "ms"}
+
+
+#: ParallelPlan fields that JSON holds as strings.
+_TEXT_FIELDS = frozenset({"schedule", "recompute", "ep_placement", "moe_dispatcher", "model"})
 
 
 def _as_model(model: Any, profile_batch: float | None) -> Transformer | ProfiledModel:

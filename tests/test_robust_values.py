@@ -37,3 +37,28 @@ def test_cli_refuses_zero_gpus(capsys):
                "--global-batch", "8"])
     assert rc == 2
     assert "gpus" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("field, value", [("schedule", ["1f1b"]), ("split", 5), ("split", [1, "2"]),
+                                          ("recompute", {}), ("moe_dispatcher", 3),
+                                          ("ep_placement", None), ("model", 7)])
+def test_plan_json_with_a_wrongly_typed_field(tmp_path, field, value):
+    d = hpgo.ParallelPlan(global_batch=8, dp=8).to_dict()
+    d[field] = value
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(ValueError) as e:
+        hpgo.ParallelPlan.load(p)
+    assert field in str(e.value) and str(p) in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("field, value", [("levels", {"a": 1}), ("levels", [1, 2]),
+                                          ("gpu", [1]), ("name", 5)])
+def test_cluster_json_with_a_wrongly_typed_field(tmp_path, field, value):
+    d = C.to_dict()
+    d[field] = value
+    p = tmp_path / "cluster.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(ValueError) as e:
+        hpgo.Cluster.load(p)
+    assert field in str(e.value) and str(p) in str(e.value), str(e.value)
