@@ -62,3 +62,17 @@ def test_cluster_json_with_a_wrongly_typed_field(tmp_path, field, value):
     with pytest.raises(ValueError) as e:
         hpgo.Cluster.load(p)
     assert field in str(e.value) and str(p) in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("field", ["bf16_flops", "vector_flops", "memory_bandwidth", "fp8_flops"])
+def test_tiny_gpu_rates_are_refused_with_their_limit(field):
+    # accepted before, then simulate raised HpgoError ("the op order deadlocks")
+    with pytest.raises(ValueError, match=r">= 1"):
+        C.with_gpu(**{field: 1e-300})
+
+
+def test_tiny_link_bandwidth_is_refused():
+    import dataclasses
+    lv = tuple(dataclasses.replace(x, bandwidth=1e-300) for x in C.levels)
+    with pytest.raises(ValueError, match="bandwidth"):
+        dataclasses.replace(C, levels=lv)
