@@ -198,17 +198,17 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
          * ZB-H1: at the latest its W passes, wsum, can follow it) ends at
          * B >= E (ZB-H1: E - wsum) and still has to run down stages d-1 ..
          * 0, which live on devices d-1 .. 0 (1F1B, interleaved, ZB-H1):
-         * device j < d ends at >= B + back[d] - back[j] and then takes its
-         * OWN optimizer step, opt[j].  (Adding opt[d] to the whole chain,
+         * device i < d ends at >= B + back[d] - back[i] and then takes its
+         * OWN optimizer step, opt[i].  (Adding opt[d] to the whole chain,
          * as before, over-estimated whenever device d's shard is larger
-         * than device j's: the routed experts, sharded only over their
+         * than device i's: the routed experts, sharded only over their
          * expert data-parallel group, make MoE stages' steps the longest.) */
         double t = before[d] + busy + opt[d];
         if (fused || p.schedule == HPGO_PS_ZBH1) {
             double b_end = before[d] + busy - (fused ? 0 : wsum);
-            for (int32_t j = 0; j < d; j++)
-                if (b_end + back[d] - back[j] + opt[j] > t)
-                    t = b_end + back[d] - back[j] + opt[j];
+            for (int32_t i = 0; i < d; i++)
+                if (b_end + back[d] - back[i] + opt[i] > t)
+                    t = b_end + back[d] - back[i] + opt[i];
         }
         if (t > lb)
             lb = t;
