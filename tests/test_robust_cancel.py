@@ -98,6 +98,16 @@ LONG_CALLS = {
                              vocab=1000, experts=8, topk=2, expert_ffn=1024, moe_every=2)
         c = hpgo.Cluster.preset('dgx-h100', nodes=8)
         run = lambda: hpgo.autoplan(m, c, 64)""",
+    "step_timeline_to_python": """
+        # 8.4 M events: simulate keeps them in C; reading them all takes long
+        m = hpgo.transformer(hidden=1024, ffn=4096, heads=16, layers=32, seq=1024, vocab=32000)
+        c = hpgo.Cluster.preset('dgx-h100', nodes=2)
+        p = hpgo.ParallelPlan(global_batch=2**18, tp=1, pp=16, dp=1, micro_batch=1)
+        run = lambda: sum(1 for _ in hpgo.simulate(m, c, p).events)""",
+    "pipeline_timeline_to_python": """
+        st = [hpgo.Stage(1e-3, 2e-3, send_bytes=1e6, param_bytes=1e8)] * 16
+        r = hpgo.simulate_pipeline(st, 2**16)
+        run = lambda: (setattr(r, '_timeline', None), r.timeline)""",
     "replan": """
         L = 70000  # 4 x 70,000^2 / 2 steps: under HPGO_REPLAN_MAX_WORK, ~15 s
         run = lambda: hpgo.replan([1.0] * L, [2.0] * L, current=[L // 4] * 4,
