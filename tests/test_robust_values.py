@@ -76,3 +76,27 @@ def test_tiny_link_bandwidth_is_refused():
     lv = tuple(dataclasses.replace(x, bandwidth=1e-300) for x in C.levels)
     with pytest.raises(ValueError, match="bandwidth"):
         dataclasses.replace(C, levels=lv)
+
+
+def kernel_profile(sample):
+    base = {"op": "attention", "dtype": "bf16", "flops": 1e9, "bytes": 1e6, "seconds": 1e-3,
+            "name": "attention flash"}
+    return {"format": hpgo.calibrate.FORMAT, "device": "x", "samples": [dict(base, **sample)]}
+
+
+@pytest.mark.parametrize("sample, field", [({"name": 5}, "name"), ({"name": ["a"]}, "name"),
+                                           ({"backend": 3}, "backend"),
+                                           ({"flops": 10 ** 400}, "flops"),
+                                           ({"seconds": 10 ** 400}, "seconds")])
+def test_hostile_kernel_profile_names_the_sample(tmp_path, sample, field):
+    p = tmp_path / "kernels.json"
+    p.write_text(json.dumps(kernel_profile(sample)))
+    with pytest.raises(ValueError) as e:
+        hpgo.calibrate.load(p)
+    msg = str(e.value)
+    assert "sample 0" in msg and field in msg and str(p) in msg, msg
+
+
+def test_blank_attention_name_is_read():
+    prof = hpgo.calibrate.from_dict(kernel_profile({"name": "   "}))
+    assert prof.kernels[0].backend == ""
