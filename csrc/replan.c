@@ -342,13 +342,15 @@ static int run_topk(ctx_t *c, const hpgo_replan_input_t *in, int32_t *best_cut, 
                           HPGO_REPLAN_MAX_CANDIDATES, (int)n_opt, (int)(S - 1));
         goto done;
     }
-    if ((double)total * S * in->microbatches > HPGO_REPLAN_MAX_WORK) {
+    double work = (double)total * S * in->microbatches * HPGO_REPLAN_REPLAY_STEP;
+    if (work > HPGO_REPLAN_MAX_WORK) {
         rc = hpgo_err_set(err, HPGO_E_LIMIT, 0,
                           "top-k search would take %lld partitions x %d stages x %d micro-batches "
-                          "= %.6g steps, over the limit of %.6g (HPGO_REPLAN_MAX_WORK); use fewer "
-                          "micro-batches, a smaller top_k or the DP method",
+                          "x %g (HPGO_REPLAN_REPLAY_STEP) = %.6g steps, over the limit of %.6g "
+                          "(HPGO_REPLAN_MAX_WORK); use fewer micro-batches, a smaller top_k or "
+                          "the DP method",
                           (long long)total, (int)S, (int)in->microbatches,
-                          (double)total * S * in->microbatches, HPGO_REPLAN_MAX_WORK);
+                          HPGO_REPLAN_REPLAY_STEP, work, HPGO_REPLAN_MAX_WORK);
         goto done;
     }
     for (int32_t i = 0; i < S - 1; i++)
