@@ -226,13 +226,15 @@ class Cluster:
             if d.get("format") != "hpgo-cluster-1":
                 raise ValueError("not an hpgo-cluster-1 description")
             if not isinstance(d.get("gpu"), Mapping):
-                raise ValueError(f"gpu must be an object of GPU fields, not {d.get('gpu')!r:.60}")
+                raise ValueError("malformed cluster description: gpu must be an object of GPU "
+                                 f"fields, not {d.get('gpu')!r:.60}")
             lvs = d.get("levels")
             if not isinstance(lvs, list) or not all(isinstance(x, Mapping) for x in lvs):
-                raise ValueError("levels must be a list of objects (size, bandwidth, ...), not "
-                                 f"{lvs!r:.60}")
+                raise ValueError("malformed cluster description: levels must be a list of "
+                                 f"objects (size, bandwidth, ...), not {lvs!r:.60}")
             if not isinstance(d.get("name"), str):
-                raise ValueError(f"name must be a string, not {d.get('name')!r:.60}")
+                raise ValueError("malformed cluster description: name must be a string, not "
+                                 f"{d.get('name')!r:.60}")
             g = dict(d["gpu"])
             gpu = GPU(**g)
             levels = tuple(Level(**dict(x)) for x in d["levels"])

@@ -217,6 +217,10 @@ class _FrozenRaw:
     def events(self) -> list:
         return list(self._events)
 
+    def event_slice(self, start: int, stop: int, short: bool) -> list:
+        evs = self._events[max(start, 0):max(stop, 0)]
+        return [e[:7] + e[8:] for e in evs] if short else list(evs)
+
 
 def _restore_simulation(iteration_time: float, stages: tuple, devices: tuple, events: tuple,
                         batch_size: int | None, config: dict) -> "SimulationResult":
