@@ -4,9 +4,9 @@
 builds Python tuples only for the events read; `to_chrome_trace(path)`
 streams the trace to the file.  This script simulates one large step and
 prints, per event: the heap the result holds (glibc's mallinfo2, with
-PYTHONMALLOC=malloc so that it counts Python's objects too), the peak while iterating over every event, and the
-peak while writing the Chrome trace; with the resident set size (VmHWM)
-for reference.  Run: python benchmarks/bench_timeline.py [microbatches]
+PYTHONMALLOC=malloc so that it counts Python's objects too), the peak
+while iterating over every event and the peak while writing the Chrome
+trace; with the resident set size (VmHWM) for reference.  Run: python benchmarks/bench_timeline.py [microbatches]
 """
 import ctypes
 import ctypes.util

@@ -47,7 +47,8 @@ def random_case(seed):
                   moe_dispatcher=rng.choice(["alltoall", "deepep"]))
     # sometimes fix one choice, as a user may
     fixed = rng.choice([{}, {}, {"zero": 3}, {"zero": 1}, {"recompute": "selective"},
-                        {"schedule": "zb-h1"}, {"schedule": "interleaved-1f1b"}, {"schedule": "zb-v"}, {"pp": 2}])
+                        {"schedule": "zb-h1"}, {"schedule": "interleaved-1f1b"},
+                        {"schedule": "zb-v"}, {"pp": 2}])
     kw.update(fixed)
     return m, c, rng.choice([8, 16, 32]), kw
 
