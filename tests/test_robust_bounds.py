@@ -48,7 +48,10 @@ def random_case(seed):
     # sometimes fix one choice, as a user may
     fixed = rng.choice([{}, {}, {"zero": 3}, {"zero": 1}, {"recompute": "selective"},
                         {"schedule": "zb-h1"}, {"schedule": "interleaved-1f1b"},
-                        {"schedule": "zb-v"}, {"pp": 2}])
+                        {"schedule": "zb-v"}, {"pp": 2}, {"cp": 2}, {"tp": 2},
+                        {"sequence_parallel": False}, {"micro_batch": 1}])
+    if moe and rng.random() < 0.3:
+        fixed = dict(fixed, **rng.choice([{"etp": 1}, {"ep_placement": "outer"}, {"ep": 2}]))
     kw.update(fixed)
     return m, c, rng.choice([8, 16, 32]), kw
 
