@@ -49,6 +49,7 @@ typedef struct cand {
     double lb, lb_score, time, score;
     int8_t state;
     int8_t balanced;
+    int8_t mem_lb_over; /* the memory bound says it cannot fit */
 } cand_t;
 
 typedef struct search {
@@ -181,6 +182,21 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
         before[k + 1] = before[k] + sc[k].f;
         back[k + 1] = back[k] + sc[k].b + (fused ? sc[k].w : 0);
     }
+    /* opt[d]: device d's optimizer step, which follows everything it runs */
+    double *opt = malloc(sizeof(double) * (size_t)p.pp);
+    if (!opt) {
+        cd->state = ST_NOMEM;
+        free(before);
+        free(sc);
+        return;
+    }
+    for (int32_t d = 0; d < p.pp; d++) {
+        hpgo_device_load_t load;
+        hpgo_step_device_load(&p, sc, d, &load);
+        opt[d] = hpgo_step_optimizer_seconds(S->c, &p,
+                                             hpgo_step_shard_params(&p, load.params,
+                                                                    load.expert_params));
+    }
     for (int32_t d = 0; d < p.pp; d++) {
         hpgo_device_load_t load;
         hpgo_step_device_load(&p, sc, d, &load);
@@ -215,21 +231,37 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
         double wsum = 0;
         for (int32_t ch = 0; ch < p.vstages; ch++)
             wsum += (double)m * sc[hpgo_sched_stage(p.schedule, p.pp, p.vstages, d, ch)].w;
-        double t = before[d] + busy;
-        if (fused)
-            t += back[d];
-        else if (p.schedule == HPGO_PS_ZBH1 && before[d] + busy - wsum + back[d] > t)
-            t = before[d] + busy - wsum + back[d];
-        t += hpgo_step_optimizer_seconds(S->c, &p,
-                                         hpgo_step_shard_params(&p, params, load.expert_params));
+        /* Proof that t <= the engine's iteration time.  Device d runs at
+         * least busy seconds (an op lasts at least its pass: ZeRO-3 only
+         * lengthens it) and none before before[d], so its ops end at
+         * E >= before[d] + busy; its optimizer step follows (the engine
+         * starts it after its ops and gradient syncs): iteration >=
+         * E + opt[d].  Its last backward (fused schedules: its last op;
+         * ZB-H1: at the latest its W passes, wsum, can follow it) ends at
+         * B >= E (ZB-H1: E - wsum) and still has to run down stages d-1 ..
+         * 0, which live on devices d-1 .. 0 (1F1B, interleaved, ZB-H1):
+         * device i < d ends at >= B + back[d] - back[i] and then takes its
+         * OWN optimizer step, opt[i].  (Adding opt[d] to the whole chain,
+         * as before, over-estimated whenever device d's shard is larger
+         * than device i's: the routed experts, sharded only over their
+         * expert data-parallel group, make MoE stages' steps the longest.) */
+        double t = before[d] + busy + opt[d];
+        if (fused || p.schedule == HPGO_PS_ZBH1) {
+            double b_end = before[d] + busy - (fused ? 0 : wsum);
+            for (int32_t i = 0; i < d; i++)
+                if (b_end + back[d] - back[i] + opt[i] > t)
+                    t = b_end + back[d] - back[i] + opt[i];
+        }
         if (t > lb)
             lb = t;
     }
+    free(opt);
     free(before);
     free(sc);
     cd->lb = lb;
     cd->lb_score = S->o->objective == HPGO_OBJ_COST ? lb * (double)((int64_t)p.tp * p.cp * p.pp * p.dp)
                                                     : lb;
+    cd->mem_lb_over = (int8_t)!fits;
     if (!fits && !S->o->exhaustive)
         cd->state = ST_MEMORY;
 }
@@ -280,7 +312,7 @@ static void sim_job(void *ctx, int64_t j)
  * stages from the left (the first with the embedding) reach.  Returns 0
  * and fills split (K + 1), or -1 when no better split than even exists. */
 static int balanced_split(const double *t, int64_t L, int32_t K, double e0, double e1,
-                          int32_t *split)
+                          int32_t *split, hpgo_cancel_t *cancel)
 {
     if (K < 2 || L < K)
         return -1;
@@ -293,6 +325,8 @@ static int balanced_split(const double *t, int64_t L, int32_t K, double e0, doub
     double lo = total / K > mx ? total / K : mx, hi = total;
     int found = 0;
     for (int it = 0; it < 64; it++) {
+        if (hpgo_cancelled(cancel))
+            return -1; /* O(L) a step: the caller reports the cancellation */
         double T = it == 0 ? hi : 0.5 * (lo + hi);
         /* last stage from the right */
         int64_t last = L - 1;
@@ -449,6 +483,9 @@ static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *
                 continue; /* MoE with tp needs sequence parallelism */
             if (!free_or(o->sequence_parallel, sp))
                 continue;
+            /* each shape costs O(layers): look at the flag before each */
+            if (hpgo_cancelled(o->cancel))
+                return hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the search was cancelled");
             hpgo_parplan_t p = base;
             p.recompute = rc;
             p.sequence_parallel = sp;
@@ -461,7 +498,7 @@ static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *
             if (K > 1 &&
                 hpgo_work_layer_times(S->w, S->c, &p, ltimes, &e0, &e1, &S->cache, NULL) ==
                     HPGO_OK &&
-                balanced_split(ltimes, L, K, e0, e1, tmp_split) == 0) {
+                balanced_split(ltimes, L, K, e0, e1, tmp_split, o->cancel) == 0) {
                 hpgo_work_even_split(L, K, tmp_split + K + 1);
                 if (memcmp(tmp_split, tmp_split + K + 1, sizeof(int32_t) * (size_t)(K + 1))) {
                     if (grow((void **)&S->splits, &S->cap_splits, S->n_splits + K + 1,
@@ -780,6 +817,10 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
                 r->rejected++;
                 continue;
             }
+            /* exhaustive: every candidate is simulated, so each bound can be
+             * checked against the engine (the tests require none broken) */
+            if (cd->lb_score * (1 - 1e-9) > cd->score || (cd->mem_lb_over && cd->state == ST_FITS))
+                r->bounds_broken++;
             if (cd->state == ST_NOFIT) {
                 r->did_not_fit++;
                 continue;

@@ -83,6 +83,8 @@ typedef struct hpgo_autoplan_result {
     int64_t pruned_time;             /* proven slower than the top-th plan */
     int64_t simulated;               /* run by the engine */
     int64_t did_not_fit;             /* simulated and over the GPU's memory */
+    int64_t bounds_broken;           /* simulated candidates whose time or memory bound exceeds
+                                        what the engine found (0 unless a bound is wrong) */
 } hpgo_autoplan_result_t;
 
 /* Search; *out is the caller's (hpgo_autoplan_result_free).  A search that

@@ -307,6 +307,16 @@ int hpgo_cluster_check(const hpgo_cluster_t *c, hpgo_err_t *err)
                                 "gpu peak %s must be a finite number >= 0", dt[i]);
     if (!(g->peak[HPGO_DT_BF16] > 0) || !isfinite(g->peak[HPGO_DT_BF16]))
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "gpu peak bf16 must be > 0");
+    for (int i = 0; i < HPGO_DT__COUNT; i++)
+        if (g->peak[i] > 0 && g->peak[i] < HPGO_CLUSTER_MIN_RATE)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "gpu peak %s must be 0 (none) or >= %g FLOP/s, got %g", dt[i],
+                                HPGO_CLUSTER_MIN_RATE, g->peak[i]);
+    if (g->vector_flops < HPGO_CLUSTER_MIN_RATE || g->hbm_bandwidth < HPGO_CLUSTER_MIN_RATE)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "gpu vector_flops and hbm_bandwidth must be >= %g (FLOP/s, bytes/s), "
+                            "got %g and %g",
+                            HPGO_CLUSTER_MIN_RATE, g->vector_flops, g->hbm_bandwidth);
     if (!(g->vector_flops > 0) || !isfinite(g->vector_flops))
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "gpu vector_flops must be > 0");
     if (!(g->hbm_bytes > 0) || !isfinite(g->hbm_bytes))
@@ -361,6 +371,10 @@ int hpgo_cluster_check(const hpgo_cluster_t *c, hpgo_err_t *err)
             !isfinite(v->coll_bandwidth))
             return hpgo_err_set(err, HPGO_E_INVALID, 0,
                                 "level %d: bandwidths must be finite and > 0", (int)l);
+        if (v->bandwidth < HPGO_CLUSTER_MIN_RATE || v->coll_bandwidth < HPGO_CLUSTER_MIN_RATE)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "level %d: bandwidths must be >= %g bytes/s, got %g and %g",
+                                (int)l, HPGO_CLUSTER_MIN_RATE, v->bandwidth, v->coll_bandwidth);
         if (bad_num(v->latency))
             return hpgo_err_set(err, HPGO_E_INVALID, 0,
                                 "level %d: latency must be finite and >= 0", (int)l);

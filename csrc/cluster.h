@@ -24,6 +24,9 @@
 #define HPGO_CLUSTER_MAX_LEVELS 4
 #define HPGO_EFF_MAX_STEPS 8
 #define HPGO_CLUSTER_MAX_GPUS ((int64_t)1 << 24)
+/* Least GPU rate (FLOP/s) or bandwidth (bytes/s) a cluster may give: a
+ * slower one (1e-300) turns every kernel and transfer time into infinity */
+#define HPGO_CLUSTER_MIN_RATE 1.0
 #define HPGO_NAME_LEN 48
 
 /* Data types of the matrix peaks. */

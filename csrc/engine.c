@@ -378,6 +378,13 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                     if (mv > dur)
                         dur = mv;
                 }
+                if (!isfinite(dur)) {
+                    rc = hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                      "stage %d's pass time is not finite: the model's numbers "
+                                      "are too large for the cluster's rates",
+                                      (int)k);
+                    goto fail;
+                }
                 double start = s->t > ready ? s->t : ready, end = start + dur;
                 s->t = end;
                 s->busy += dur;

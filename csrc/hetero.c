@@ -273,7 +273,7 @@ static int search(const hpgo_hap_problem_t *pb, uint32_t allowed, const shape_t 
     if (fend < 0)
         return hpgo_err_set(err, HPGO_E_NOPLAN, 0,
                             "no allowed strategy covers every layer (linear layers need one of "
-                            "dp/col/row/rep, element-wise ones ew)");
+                            "dp/col/row/rep, element-wise ones one of ew_r/ew_gb/ew_gf)");
     int f = fend;
     for (int32_t l = pb->n_layers - 1; l >= 0; l--) {
         int s = bp_s[(size_t)l * NFORM + f];

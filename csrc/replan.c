@@ -26,6 +26,7 @@
  * freed before returning. */
 #include "replan.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -341,13 +342,15 @@ static int run_topk(ctx_t *c, const hpgo_replan_input_t *in, int32_t *best_cut, 
                           HPGO_REPLAN_MAX_CANDIDATES, (int)n_opt, (int)(S - 1));
         goto done;
     }
-    if ((double)total * S * in->microbatches > HPGO_REPLAN_MAX_WORK) {
+    double work = (double)total * S * in->microbatches * HPGO_REPLAN_REPLAY_STEP;
+    if (work > HPGO_REPLAN_MAX_WORK) {
         rc = hpgo_err_set(err, HPGO_E_LIMIT, 0,
                           "top-k search would take %lld partitions x %d stages x %d micro-batches "
-                          "= %.6g steps, over the limit of %.6g (HPGO_REPLAN_MAX_WORK); use fewer "
-                          "micro-batches, a smaller top_k or the DP method",
+                          "x %g (HPGO_REPLAN_REPLAY_STEP) = %.6g steps, over the limit of %.6g "
+                          "(HPGO_REPLAN_MAX_WORK); use fewer micro-batches, a smaller top_k or "
+                          "the DP method",
                           (long long)total, (int)S, (int)in->microbatches,
-                          (double)total * S * in->microbatches, HPGO_REPLAN_MAX_WORK);
+                          HPGO_REPLAN_REPLAY_STEP, work, HPGO_REPLAN_MAX_WORK);
         goto done;
     }
     for (int32_t i = 0; i < S - 1; i++)
@@ -687,6 +690,18 @@ void hpgo_trigger_reset(hpgo_trigger_t *t)
         t->sum[s] = t->base[s] = 0.0;
 }
 
+
+/* A stage's window over its baseline.  A baseline of no time (0, or
+ * subnormal: under DBL_MIN seconds, below any clock) carries no signal
+ * (1); a quotient past DBL_MAX is DBL_MAX, never infinity. */
+static double trigger_ratio(double sum, double base)
+{
+    if (!(base >= DBL_MIN))
+        return 1.0;
+    double rho = sum / base;
+    return rho > DBL_MAX ? DBL_MAX : rho;
+}
+
 int hpgo_trigger_push(hpgo_trigger_t *t, const double *sample, int *kind, double *ratios,
                       hpgo_err_t *err)
 {
@@ -698,6 +713,11 @@ int hpgo_trigger_push(hpgo_trigger_t *t, const double *sample, int *kind, double
         if (!finite_nonneg(sample[s]))
             return hpgo_err_set(err, HPGO_E_INVALID, 0,
                                 "sample value %d must be finite and >= 0", (int)s);
+    for (int32_t s = 0; s < S; s++)
+        if (!isfinite(t->sum[s] + sample[s]))
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "sample value %d (%g) makes its window's sum overflow", (int)s,
+                                sample[s]);
     for (int32_t s = 0; s < S; s++)
         t->sum[s] += sample[s];
     if (++t->in_window < t->p.window)
@@ -711,8 +731,7 @@ int hpgo_trigger_push(hpgo_trigger_t *t, const double *sample, int *kind, double
     } else {
         int slow = 0, fast = 0;
         for (int32_t s = 0; s < S; s++) {
-            /* a stage with no baseline time carries no signal */
-            double rho = t->base[s] > 0.0 ? t->sum[s] / t->base[s] : 1.0;
+            double rho = trigger_ratio(t->sum[s], t->base[s]);
             if (rho >= t->p.high)
                 slow = 1;
             else if (rho <= t->p.low)
@@ -723,7 +742,7 @@ int hpgo_trigger_push(hpgo_trigger_t *t, const double *sample, int *kind, double
             *kind = slow ? HPGO_TRIGGER_SLOWDOWN : HPGO_TRIGGER_SPEEDUP;
             if (ratios)
                 for (int32_t s = 0; s < S; s++) {
-                    double rho = t->base[s] > 0.0 ? t->sum[s] / t->base[s] : 1.0;
+                    double rho = trigger_ratio(t->sum[s], t->base[s]);
                     ratios[s] = (rho >= t->p.high || rho <= t->p.low) ? rho : 1.0;
                 }
             t->run = 0;

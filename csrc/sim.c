@@ -103,6 +103,19 @@ int hpgo_sim_result_add_event(hpgo_sim_result_t *r, const hpgo_sim_event_t *ev, 
     return HPGO_OK;
 }
 
+void hpgo_sim_result_trim(hpgo_sim_result_t *r)
+{
+    if (!r || !r->events || r->n_events == r->cap_events)
+        return;
+    /* keep the larger array when the system refuses the smaller one */
+    size_t n = (size_t)(r->n_events ? r->n_events : 1);
+    hpgo_sim_event_t *e = realloc(r->events, n * sizeof *e);
+    if (e) {
+        r->events = e;
+        r->cap_events = (int64_t)n;
+    }
+}
+
 void hpgo_sim_result_free(hpgo_sim_result_t *r)
 {
     if (!r)

@@ -123,6 +123,9 @@ int hpgo_sim_result_new(int32_t n_stages, int32_t n_devices, hpgo_sim_result_t *
 /* Append an event, growing the array; HPGO_E_LIMIT past HPGO_SIM_MAX_EVENTS,
  * HPGO_E_NOMEM.  Not thread-safe on one result. */
 int hpgo_sim_result_add_event(hpgo_sim_result_t *r, const hpgo_sim_event_t *ev, hpgo_err_t *err);
+/* Shrink the event array to the events (the doubling growth leaves up to
+ * half of it unused): 40 bytes per event after it.  Never fails. */
+void hpgo_sim_result_trim(hpgo_sim_result_t *r);
 void hpgo_sim_result_free(hpgo_sim_result_t *r);
 
 /* ---- generic pipeline plan ------------------------------------------------ */

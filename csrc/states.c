@@ -258,8 +258,23 @@ static int nomem(builder *b)
     return berr(b, HPGO_E_NOMEM, 0, "out of memory while building the layer states");
 }
 
-static int over_budget(builder *b)
+/* The work budget is spent in one of three phases; the message names the
+ * one that ran out (a long chain or a dense DAG is not "wide"). */
+enum { PH_REACH, PH_ANTICHAINS, PH_SUMS };
+
+static int over_budget(builder *b, int phase)
 {
+    if (phase == PH_REACH)
+        return berr(b, HPGO_E_LIMIT, 0,
+                    "the graph's %d nodes and %lld edges need more than %.0e set operations for "
+                    "their reachability sets (the state builder's work limit; about 40,000 nodes "
+                    "of a chain, or fewer with more edges)",
+                    (int)b->m, (long long)b->me, (double)WORK_BUDGET);
+    if (phase == PH_SUMS)
+        return berr(b, HPGO_E_LIMIT, 0,
+                    "summing the %d layer states needs more than %.0e set operations (the state "
+                    "builder's work limit): the graph is too large for HPGO's layer-state import",
+                    (int)b->n_dag, (double)WORK_BUDGET);
     return berr(b, HPGO_E_LIMIT, 0,
                 "the antichain enumeration needs more than %.0e set operations: the graph is "
                 "too wide for HPGO's layer-state import",
@@ -483,7 +498,7 @@ static int reachability(builder *b)
                     (int)m, (double)m * (double)words * 16.0 / 1048576.0, BITSET_BUDGET >> 20);
     b->work += 2 * ((uint64_t)b->me + (uint64_t)m) * words;
     if (b->work > WORK_BUDGET)
-        return over_budget(b);
+        return over_budget(b, PH_REACH);
     b->anc = calloc((size_t)m * words, sizeof *b->anc);
     b->des = calloc((size_t)m * words, sizeof *b->des);
     b->branch = calloc(words, sizeof *b->branch);
@@ -743,7 +758,7 @@ static int expand(builder *b, int32_t a)
                 iv_push(&b->queue, id) < 0)
                 return nomem(b);
             if (b->work > WORK_BUDGET)
-                return over_budget(b);
+                return over_budget(b, PH_ANTICHAINS);
         }
     }
     return HPGO_OK;
@@ -965,7 +980,7 @@ static int finish(builder *b, hpgo_states_t **out)
     for (int32_t k = 0; k < L; k++)
         b->work += ((uint64_t)b->ac_len[k] + 1) * b->words + (uint64_t)b->m / 8;
     if (b->work > WORK_BUDGET) {
-        rc = over_budget(b);
+        rc = over_budget(b, PH_SUMS);
         goto done;
     }
 

@@ -507,9 +507,19 @@ static double attn_proj_flops(const xshape_t *s)
     return 2 * s->h * (s->q + s->kw + s->vw) + 2 * s->o * s->h;
 }
 
+/* Model FLOPs count the attention core's keys per query once, here: half
+ * the square (causal) with causal_flops (current Megatron's
+ * num_floating_point_operations), or with fused attention whatever the
+ * convention -- a flash kernel skips the masked blocks (core_fwd), so a
+ * full square would credit work no GPU does and MFU could pass 100 %;
+ * the full square only for unfused attention, which computes it (the
+ * 2021-22 papers' count).  Hardware FLOPs are what the kernels execute,
+ * recomputation and FlashAttention-2's backward included, so they are
+ * never below these. */
 static double layer_model_flops(const hpgo_xformer_t *x, const xshape_t *s, int kind)
 {
-    double fl = attn_proj_flops(s) + 2 * attn_keys(x, s, kind, x->causal_flops) * (s->q + s->o);
+    int causal = x->causal_flops || s->flash;
+    double fl = attn_proj_flops(s) + 2 * attn_keys(x, s, kind, causal) * (s->q + s->o);
     double mf = s->swiglu ? 6 : 4;
     if (kind & K_MOE)
         fl += 2 * s->h * s->ex + s->k * mf * s->h * s->fe + mf * s->h * s->fsh;

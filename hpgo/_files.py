@@ -70,9 +70,10 @@ def read_text(path: PathLike, what: str = "file", limit: int = MAX_FILE_BYTES) -
                          f"{e.reason})") from None
 
 
-def load_json(path: PathLike, what: str = "JSON file") -> Any:
-    """Parse a JSON file; every malformed input is a ValueError naming it."""
-    text = read_text(path, what)
+def load_json(path: PathLike, what: str = "JSON file", limit: int = MAX_FILE_BYTES) -> Any:
+    """Parse a JSON file (at most ``limit`` bytes); every malformed input is
+    a ValueError naming it."""
+    text = read_text(path, what, limit)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -84,6 +85,26 @@ def load_json(path: PathLike, what: str = "JSON file") -> Any:
 def _temp_name(path: str, suffix: str = "") -> str:
     d, base = os.path.split(path)
     return os.path.join(d, f".{base}.{secrets.token_hex(4)}.tmp{suffix}")
+
+
+@contextlib.contextmanager
+def atomic_stream(path: PathLike) -> Iterator[Any]:
+    """A text file (UTF-8) to write a large output in pieces; it replaces
+    ``path`` when the block ends without error (flushed to disk, the old
+    file's permissions kept) and is removed otherwise."""
+    with atomic_path(path) as tmp:
+        try:
+            mode = stat.S_IMODE(os.stat(os.fspath(path)).st_mode)
+        except OSError:
+            mode = None
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+                     0o666)
+        with open(fd, "w", encoding="utf-8", newline="") as f:
+            if mode is not None and hasattr(os, "fchmod"):
+                os.fchmod(f.fileno(), mode)
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
 
 
 @contextlib.contextmanager

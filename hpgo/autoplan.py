@@ -20,6 +20,7 @@ best; ``exhaustive=True`` simulates everything and returns the same plans.
 from __future__ import annotations
 
 import html
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -384,8 +385,9 @@ def _fixed(name: str, v: Any, table: dict | None = None) -> int:
     if not hasattr(v, "__index__"):
         raise TypeError(f"{name} must be an int, not {type(v).__name__}")
     i = v.__index__()
-    if not 0 <= i <= 1 << 24:
-        raise ValueError(f"{name} must be in 0..{1 << 24}, got {i}")
+    lo = 0 if name == "zero" else 1  # a size of 0 would mean "free" to the core
+    if not lo <= i <= 1 << 24:
+        raise ValueError(f"{name} must be in {lo}..{1 << 24}, got {i}")
     return int(i)
 
 
@@ -412,6 +414,17 @@ def _memory_opts(c: Cluster, reshard: Any, shard_size: Any, off_opt: Any,
         raise ValueError(f"offloading needs the cluster's host_memory_bytes, host_bandwidth and "
                          f"host_memory_bandwidth ({c.name} has none)")
     return (tri("reshard_after_forward", reshard, 0), int(shard_size), oo, act)
+
+
+def _overhead(v: Any) -> float | None:
+    """overhead_bytes: None (the default) or a finite number >= 0."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"overhead_bytes must be a number, not {type(v).__name__}")
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"overhead_bytes must be a finite number >= 0 (bytes), got {v!r}")
+    return float(v)
 
 
 def _distributed_search(executor: Any, mt: tuple, c: Cluster, opts: tuple,
@@ -567,12 +580,15 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             raise TypeError(f"{name} must be an int, not {type(v).__name__}")
     if not isinstance(exhaustive, bool):
         raise TypeError("exhaustive must be a bool")
+    overhead_bytes = _overhead(overhead_bytes)
     if n is not None and not isinstance(n, bool) and hasattr(n, "__index__") and n.__index__() < 1:
-        raise ValueError(f"gpus must be >= 1 (None: the whole cluster), got {n}")
+        raise ValueError(f"{'gpus' if gpus is not None else 'max_gpus'} must be >= 1 (None: the "
+                         f"whole cluster), got {n}")
     if zero is not None and not isinstance(zero, bool) and hasattr(zero, "__index__") \
             and not 0 <= zero.__index__() <= 3:
         raise ValueError(f"zero must be 0, 1, 2 or 3 (ZeRO stage), got {zero}")
-    opts = (global_batch, 0 if n is None else _fixed("gpus", n),
+    opts = (global_batch,
+            0 if n is None else _fixed("gpus" if gpus is not None else "max_gpus", n),
             _core.OBJECTIVE_TIME if objective == "time" else _core.OBJECTIVE_COST, top,
             int(exhaustive), threads, max_micro_batch, max_virtual_stages, overhead_bytes,
             _fixed("tp", tp), _fixed("pp", pp), _fixed("dp", dp),

@@ -75,7 +75,10 @@ class KernelProfile:
 def _num(v: Any, where: str, what: str, positive: bool = False) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError(f"{where}: {what} must be a number, got {v!r}")
-    x = float(v)
+    try:
+        x = float(v)
+    except OverflowError:  # an integer of hundreds of digits
+        raise ValueError(f"{where}: {what} is too large for a number ({str(v)[:20]}...)") from None
     if not math.isfinite(x) or x < 0 or (positive and x == 0):
         raise ValueError(f"{where}: {what} must be finite and {'> 0' if positive else '>= 0'}, got {v!r}")
     return x
@@ -100,8 +103,13 @@ def from_dict(d: Any, *, where: str = "kernel profile") -> KernelProfile:
             raise ValueError(f"{w}: \"op\" and \"dtype\" must be strings")
         if dt not in ("fp32", "tf32", "bf16", "fp16", "fp8"):
             raise ValueError(f"{w}: unknown dtype {dt!r}")
-        name = s.get("name") or ""
-        backend = s.get("backend") or (name.split()[-1] if op.startswith("attention") and name else "")
+        name, backend = s.get("name", ""), s.get("backend", "")
+        for key, v in (("name", name), ("backend", backend)):
+            if v is not None and not isinstance(v, str):
+                raise ValueError(f"{w}: \"{key}\" must be a string, got {v!r:.60}")
+        name, backend = name or "", backend or ""
+        if not backend and op.startswith("attention") and name.split():
+            backend = name.split()[-1]  # "attention ... <backend>"
         out.append(Kernel(op, dt, _num(s.get("flops"), w, "flops"), _num(s.get("bytes"), w, "bytes"),
                           _num(s.get("seconds"), w, "seconds", positive=True), str(name), str(backend)))
     return KernelProfile(str(d.get("device", "?")), where, tuple(out))

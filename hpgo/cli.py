@@ -24,6 +24,7 @@ import os
 import sys
 from typing import Any, Callable, List, Optional, Sequence, TextIO
 
+from . import _files
 from .autoplan_cli import add_autoplan_subcommand
 from .profile_cli import add_profile_subcommand
 
@@ -123,8 +124,7 @@ def _recorded_pbs(path: str) -> Optional[int]:
     file, or it records none)."""
     j = os.path.join(os.path.dirname(os.path.abspath(path)), "profile.json")
     try:
-        with open(j, encoding="utf-8") as f:
-            meta = json.load(f).get("meta", {})
+        meta = _files.load_json(j, "profile.json", limit=64 << 20).get("meta", {})
     except (OSError, ValueError, AttributeError):
         return None
     bs = meta.get("batch_size") if isinstance(meta, dict) else None

@@ -377,6 +377,18 @@ class Cluster:
                              f"{d.get('format')!r}; `hpgo cluster dgx-h100` prints an example)")
         _schema.check(d, _schema.load_schema("cluster"), where)
         try:
+            if d.get("format") != "hpgo-cluster-1":
+                raise ValueError("not an hpgo-cluster-1 description")
+            if not isinstance(d.get("gpu"), Mapping):
+                raise ValueError("malformed cluster description: gpu must be an object of GPU "
+                                 f"fields, not {d.get('gpu')!r:.60}")
+            lvs = d.get("levels")
+            if not isinstance(lvs, list) or not all(isinstance(x, Mapping) for x in lvs):
+                raise ValueError("malformed cluster description: levels must be a list of "
+                                 f"objects (size, bandwidth, ...), not {lvs!r:.60}")
+            if not isinstance(d.get("name"), str):
+                raise ValueError("malformed cluster description: name must be a string, not "
+                                 f"{d.get('name')!r:.60}")
             g = dict(d["gpu"])
             gpu = GPU(**g)
             levels = tuple(Level(**dict(x)) for x in d["levels"])

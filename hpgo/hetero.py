@@ -67,6 +67,9 @@ BANDWIDTHS = {
 
 STRATEGIES = ("dp", "col", "row", "rep", "ew_r", "ew_gb", "ew_gf")
 _KINDS = {"linear": 0, "elementwise": 1}
+#: The strategies each kind of layer can take (csrc/hetero.c strategy_fits).
+_LINEAR_STRATEGIES = ("dp", "col", "row", "rep")
+_EW_STRATEGIES = ("ew_r", "ew_gb", "ew_gf")
 _RATIO_MODES = {"optimal": 0, "proportional": 1, "uniform": 2}
 
 
@@ -186,6 +189,10 @@ def transformer_chain(blocks: int = 12, batch: int = 256, seq: int = 128, d_mode
     for name, v in (("blocks", blocks), ("batch", batch), ("seq", seq), ("d_model", d_model),
                     ("ffn", ffn)):
         _args.index(name, v, 1)
+    if 6 * blocks > _core.HAP_MAX_LAYERS:
+        # refused before building: the planner's layer limit (HPGO_HAP_MAX_LAYERS)
+        raise ValueError(f"blocks = {blocks} gives {6 * blocks:,} layers, more than the planner's "
+                         f"limit of {_core.HAP_MAX_LAYERS:,} (HPGO_HAP_MAX_LAYERS)")
     M = batch * seq
     out = []
     for i in range(blocks):
@@ -281,6 +288,14 @@ def plan(layers: Sequence[HapLayer], cluster: Cluster, *, dtype_bytes: float = 4
             allowed |= 1 << STRATEGIES.index(s)
         if not allowed:
             raise ValueError("strategies must name at least one strategy")
+        names = [STRATEGIES[i] for i in range(len(STRATEGIES)) if allowed >> i & 1]
+        for i, (kind, *_rest) in enumerate(ls):
+            fit = _LINEAR_STRATEGIES if kind == _KINDS["linear"] else _EW_STRATEGIES
+            if not set(fit) & set(names):
+                what = "linear" if kind == _KINDS["linear"] else "element-wise"
+                raise _core.PlanningError(
+                    f"no allowed strategy covers layer {i} ({what}): it needs one of "
+                    f"{'/'.join(fit)}; allowed: {'/'.join(names)}")
     given = None
     if isinstance(ratios, str):
         if ratios not in _RATIO_MODES:

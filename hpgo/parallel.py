@@ -28,6 +28,7 @@ from typing import Any, Mapping
 from . import _core
 from . import _files
 from .cluster import Cluster
+from .timeline import Timeline
 from .workmodel import ProfiledModel, Transformer, model_id, profile_model
 
 __all__ = ["ParallelPlan", "StepResult", "MemoryBreakdown", "simulate", "pipeline_split",
@@ -424,6 +425,14 @@ class ParallelPlan:
         extra = set(body) - known
         if extra:
             raise ValueError(f"{where}: unknown plan fields {sorted(extra)}")
+        for k, v in body.items():  # JSON types, named with the field
+            if k in _TEXT_FIELDS and not isinstance(v, str) and not (k == "model" and v is None):
+                raise ValueError(f"{where}: {k} must be a string, not {type(v).__name__} {v!r:.60}")
+            if k == "split" and v is not None and not (
+                    isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool)
+                                                for x in v)):
+                raise ValueError(f"{where}: split must be a list of integers (layer boundaries) "
+                                 f"or null, not {v!r:.60}")
         try:
             return cls(**body)
         except (TypeError, ValueError) as e:
@@ -601,7 +610,7 @@ class StepResult:
     devices: tuple[dict, ...]
     memory: tuple[MemoryBreakdown, ...]
     stages: tuple[dict, ...]
-    events: tuple[tuple, ...] | None = field(default=None, repr=False)
+    events: Timeline | None = field(default=None, repr=False)
     precision: str = "bf16"
     peak_flops: float = 0.0
     bf16_peak_flops: float = 0.0
@@ -840,32 +849,23 @@ class StepResult:
             _files.atomic_write(path, pickle.dumps(snap, protocol=2))
         return snap
 
-    def to_chrome_trace(self, path: str | os.PathLike | None = None) -> dict:
+    def to_chrome_trace(self, path: str | os.PathLike | None = None) -> dict | None:
         """The timeline as Chrome trace / Perfetto JSON: one process per
         device, one thread per stream (compute, send to the next device, send
-        to the previous, gradient sync); each stream's events are disjoint."""
+        to the previous, gradient sync); each stream's events are disjoint.
+        Returns the dict, or with ``path`` streams it to that file (memory
+        bounded, see hpgo.timeline) and returns None."""
         if self.events is None:
             raise ValueError("this result has no timeline (simulated with timeline=False)")
-        lanes = {0: "compute", 1: "send next", 2: "send previous", 3: "gradient sync"}
-        evs: list[dict] = []
-        for d in range(len(self.devices)):
-            evs.append({"name": "process_name", "ph": "M", "pid": d, "args": {"name": f"device {d}"}})
-            for lane, label in lanes.items():
-                evs.append({"name": "thread_name", "ph": "M", "pid": d, "tid": lane,
-                            "args": {"name": label}})
-        for start, dur, dev, kind, lane, stage, mb, peer in self.events:
-            args: dict[str, Any] = {"stage": stage}
-            if mb >= 0:
-                args["microbatch"] = mb
-            if peer >= 0:
-                args["to"] = peer
-            evs.append({"name": kind if mb < 0 else f"{kind} {mb}", "cat": kind, "ph": "X",
-                        "ts": start * 1e6, "dur": dur * 1e6, "pid": dev, "tid": lane,
-                        "args": args})
-        trace = {"traceEvents": evs, "displayTimeUnit": "ms"}
         if path is not None:
-            _files.atomic_write(path, json.dumps(trace))
-        return trace
+            self.events.write_chrome_trace(path, len(self.devices))
+            return None
+        return {"traceEvents": list(self.events.chrome_trace_events(len(self.devices))),
+                "displayTimeUnit": "ms"}
+
+
+#: ParallelPlan fields that JSON holds as strings.
+_TEXT_FIELDS = frozenset({"schedule", "recompute", "ep_placement", "moe_dispatcher", "model"})
 
 
 _COMPUTE = ("forward", "backward", "backward_input", "backward_weight")
@@ -952,6 +952,11 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
     if not isinstance(timeline, bool):
         raise TypeError("timeline must be a bool")
+    if overhead_bytes is not None and not (isinstance(overhead_bytes, (int, float)) and
+                                           not isinstance(overhead_bytes, bool) and
+                                           0 <= overhead_bytes < float("inf")):
+        raise ValueError(f"overhead_bytes must be a finite number >= 0 (bytes), got "
+                         f"{overhead_bytes!r}")
     if framework is not None:
         from . import frameworks as _frameworks
         _frameworks.check(framework, plan, m if isinstance(m, Transformer) else None, precision)
@@ -976,6 +981,6 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         model_flops=d["model_flops"], hw_flops=d["hw_flops"], gpus=d["gpus"],
         microbatches=d["microbatches"], fits=d["fits"], devices=tuple(d["devices"]),
         memory=mems, stages=tuple(d["stages"]),
-        events=tuple(d["events"]) if d["events"] is not None else None,
+        events=Timeline(d["events"]) if d["events"] is not None else None,
         precision=precision, peak_flops=peak, bf16_peak_flops=bf16, headroom=room,
         tokens=tokens, price=price)

@@ -77,6 +77,8 @@ HPGO_GPUS_PER_MACHINE = 8
 #: :func:`hpgo.dynpipe.chain_from_model`): 1/2, as in HPGO's recursive
 #: pipeline model (F = B = c / 2).
 FORWARD_FRACTION = 0.5
+#: Events turned into Python objects at a time (between two looks at Ctrl-C).
+_TIMELINE_BLOCK = 4096
 
 
 def default_threads() -> int:
@@ -215,6 +217,10 @@ class _FrozenRaw:
     def events(self) -> list:
         return list(self._events)
 
+    def event_slice(self, start: int, stop: int, short: bool) -> list:
+        evs = self._events[max(start, 0):max(stop, 0)]
+        return [e[:7] + e[8:] for e in evs] if short else list(evs)
+
 
 def _restore_simulation(iteration_time: float, stages: tuple, devices: tuple, events: tuple,
                         batch_size: int | None, config: dict) -> "SimulationResult":
@@ -294,8 +300,13 @@ class SimulationResult:
     @property
     def timeline(self) -> list[Event]:
         if self._timeline is None:
-            make = Event._make
-            self._timeline = [make(t) for t in self._raw.events()]
+            # a block at a time, so that Ctrl-C stops a long conversion
+            make, raw, n = Event._make, self._raw, self._raw.n_events
+            out: list[Event] = []
+            for start in range(0, n, _TIMELINE_BLOCK):
+                out.extend(map(make, raw.event_slice(start, min(n, start + _TIMELINE_BLOCK),
+                                                     False)))
+            self._timeline = out
         return self._timeline
 
     def to_chrome_trace(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:

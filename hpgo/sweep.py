@@ -240,7 +240,9 @@ def sweep(
             model.min_micro_batch_size = min_micro_batch_size
         if peak_activation_per_batch is not None:
             model.peak_activation_per_batch = peak_activation_per_batch
-    if hasattr(type(gbs), "__index__") and not isinstance(gbs, bool):
+    # a NumPy array's type has __index__ too: only a 0-d one is one batch size
+    if hasattr(type(gbs), "__index__") and not isinstance(gbs, bool) and (
+            not isinstance(gbs, Iterable) or getattr(gbs, "ndim", None) == 0):
         gbs_list = [gbs]
     elif isinstance(gbs, (str, bytes)) or not isinstance(gbs, Iterable):
         raise TypeError(f"gbs must be an int or a sequence of ints, not {type(gbs).__name__}")

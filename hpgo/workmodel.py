@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from . import _core
+from . import _core, _files
 
 __all__ = ["Transformer", "ProfiledModel", "transformer", "profile_model", "model_id"]
 
@@ -56,7 +56,9 @@ class Transformer:
     ``"swiglu"`` (3).  ``flash`` means fused attention (no s x s tensors
     stored); ``dropout`` stores dropout masks; ``causal_flops`` halves the
     attention core in the *model* FLOPs used for MFU (current Megatron; the
-    2021-22 papers do not).  Immutable: derive variants with :meth:`with_`.
+    2021-22 papers do not); with ``flash`` the core always counts its causal
+    half, the work its kernels do (so MFU stays <= 100 %).  Immutable:
+    derive variants with :meth:`with_`.
 
     Mixture of experts (``experts`` > 0): each MoE layer routes every token
     to ``topk`` of ``experts`` experts of inner size ``expert_ffn`` (plus
@@ -514,6 +516,12 @@ def _hf_refuse_unmodelled(cfg: Mapping[str, Any], mt: str, where: str) -> None:
         raise ValueError(f"{where}: rope_scaling on a {mt} model is not read")
 
 
+#: Largest Hugging Face config.json read (they are a few KB).
+_HF_CONFIG_MAX_BYTES = 16 << 20
+#: Keys of a config.json whose values are text, not numbers.
+_HF_TEXT_KEYS = frozenset({"hidden_act", "model_type", "topk_method", "_name_or_path"})
+
+
 def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | None = None,
                    name: str | None = None) -> Transformer:
     """A transformer from a Hugging Face ``config.json`` (a path or the parsed
@@ -530,21 +538,38 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
         where = "config"
     else:
         where = os.fspath(config)
-        try:
-            with open(where, "r", encoding="utf-8") as f:
-                cfg = json.load(f)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-            raise ValueError(f"{where}: not a JSON config ({e})") from None
+        # FIFOs, devices and oversized files are refused there, never read forever
+        cfg = _files.load_json(where, "Hugging Face config", limit=_HF_CONFIG_MAX_BYTES)
         if not isinstance(cfg, dict):
             raise ValueError(f"{where}: a config.json holds an object")
+
+    def num(key: str, v: Any) -> Any:
+        # every number read: an integer (an integral float such as 4096.0
+        # too), finite; else a ValueError naming the field and the file
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"{where}: {key} must be an integer, not {v!r:.60}")
+        if isinstance(v, float):
+            if not math.isfinite(v) or v != int(v):
+                raise ValueError(f"{where}: {key} must be an integer, not {v!r}")
+            v = int(v)
+        if not -(1 << 62) <= v <= 1 << 62:
+            raise ValueError(f"{where}: {key} = {v:.3g} is out of range")
+        return v
 
     def get(*keys: str, default: Any = None) -> Any:
         for k in keys:
             if k in cfg and cfg[k] is not None:
-                return cfg[k]
+                return num(k, cfg[k]) if k not in _HF_TEXT_KEYS else cfg[k]
         if default is not None:
             return default
         raise ValueError(f"{where}: missing {' / '.join(keys)}")
+
+    def opt(*keys: str) -> Any:
+        # the first of keys present and truthy, as a number (None when none is)
+        for k in keys:
+            if cfg.get(k) is not None and num(k, cfg[k]):
+                return num(k, cfg[k])
+        return None
 
     mt = str(cfg.get("model_type", "")).lower()
     gpt2 = mt in ("gpt2",)
@@ -564,7 +589,7 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
                          f"pretraining sequence length here, and its position limit"
                          f"{f' ({limit:,})' if isinstance(limit, int) else ''} is not one")
     if gpt2 or neox:
-        ffn = get("intermediate_size", "n_inner", default=4 * int(hidden))
+        ffn = get("intermediate_size", "n_inner", default=4 * hidden)
         return Transformer(hidden=hidden, ffn=ffn, heads=heads, layers=layers, seq=s, vocab=vocab,
                            mlp="gelu", tied=bool(cfg.get("tie_word_embeddings", gpt2)), bias=True,
                            norm="layernorm", dropout=False, flash=True, learned_pos=gpt2,
@@ -576,7 +601,7 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
                          "configs are read")
     f: dict[str, Any] = dict(
         hidden=hidden, ffn=get("intermediate_size"), heads=heads,
-        kv_heads=get("num_key_value_heads", default=heads), head_dim=cfg.get("head_dim") or None,
+        kv_heads=get("num_key_value_heads", default=heads), head_dim=opt("head_dim"),
         layers=layers, seq=s, vocab=vocab, mlp="swiglu",
         tied=bool(cfg.get("tie_word_embeddings", False)), bias=False, norm="rmsnorm",
         dropout=False, flash=True, causal_flops=True, learned_pos=False,
@@ -596,21 +621,21 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
     f["rope_theta"] = theta
     if mt in ("qwen3", "qwen3_moe"):
         f["qk_norm"] = True
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
+    experts = opt("num_local_experts", "num_experts", "n_routed_experts")
     if experts:
-        f["experts"] = int(experts)
+        f["experts"] = experts
         f["topk"] = get("num_experts_per_tok", "experts_per_token")
         if mt in ("mixtral", "gpt_oss"):
             f["expert_ffn"] = get("intermediate_size")
         else:
             f["expert_ffn"] = get("moe_intermediate_size")
-        shared = cfg.get("n_shared_experts")
+        shared = opt("n_shared_experts")
         if shared:
-            f["shared_experts"], f["shared_ffn"] = int(shared), get("moe_intermediate_size")
-        elif cfg.get("shared_expert_intermediate_size"):
-            f["shared_experts"], f["shared_ffn"] = 1, int(cfg["shared_expert_intermediate_size"])
-        f["dense_first"] = int(cfg.get("first_k_dense_replace") or 0)
-        f["moe_every"] = int(cfg.get("moe_layer_freq") or cfg.get("decoder_sparse_step") or 1)
+            f["shared_experts"], f["shared_ffn"] = shared, get("moe_intermediate_size")
+        elif opt("shared_expert_intermediate_size"):
+            f["shared_experts"], f["shared_ffn"] = 1, opt("shared_expert_intermediate_size")
+        f["dense_first"] = opt("first_k_dense_replace") or 0
+        f["moe_every"] = opt("moe_layer_freq", "decoder_sparse_step") or 1
         if cfg.get("mlp_only_layers"):
             raise ValueError(f"{where}: mlp_only_layers (dense layers at chosen places) is not "
                              "modelled; only the first layers can be dense (dense_first)")
@@ -618,13 +643,15 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
             f["expert_bias"] = f["router_bias"] = f["attn_sinks"] = True
         if cfg.get("topk_method") == "noaux_tc":  # DeepSeek-V3's e_score_correction_bias
             f["router_bias"] = True
-        if int(cfg.get("n_group") or 1) > 1 and cfg.get("topk_method") in (
+        if (opt("n_group") or 1) > 1 and cfg.get("topk_method") in (
                 "group_limited_greedy", "noaux_tc"):  # node-limited routing
-            f["routing_groups"] = int(cfg["n_group"])
-            f["routing_group_topk"] = int(get("topk_group"))
+            f["routing_groups"] = opt("n_group")
+            f["routing_group_topk"] = get("topk_group")
     if mt == "gpt_oss" or cfg.get("layer_types"):
         types = cfg.get("layer_types") or []
-        win = cfg.get("sliding_window")
+        win = opt("sliding_window")
+        if not isinstance(types, list):
+            raise ValueError(f"{where}: layer_types must be a list of strings")
         if win and types:
             sliding = [i for i, t in enumerate(types) if t == "sliding_attention"]
             if sliding:
@@ -632,19 +659,19 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
                 if sliding[0] != 0 or sliding != list(range(0, len(types), every)):
                     raise ValueError(f"{where}: layer_types: sliding-window layers must be every "
                                      "n-th layer from layer 0")
-                f["window"], f["window_every"] = int(win), every
-    elif cfg.get("sliding_window") and cfg.get("use_sliding_window", mt == "mistral"):
-        f["window"] = int(cfg["sliding_window"])
-    if cfg.get("kv_lora_rank"):
-        if not cfg.get("q_lora_rank"):
+                f["window"], f["window_every"] = win, every
+    elif opt("sliding_window") and cfg.get("use_sliding_window", mt == "mistral"):
+        f["window"] = opt("sliding_window")
+    if opt("kv_lora_rank"):
+        if not opt("q_lora_rank"):
             raise ValueError(f"{where}: latent attention without q_lora_rank (DeepSeek-V2-Lite) "
                              "is not modelled")
-        f.update(mla=True, q_lora=int(cfg["q_lora_rank"]), kv_lora=int(cfg["kv_lora_rank"]),
-                 qk_nope=int(get("qk_nope_head_dim")), qk_rope=int(get("qk_rope_head_dim")),
-                 v_head=int(get("v_head_dim")), kv_heads=heads,
-                 head_dim=int(get("qk_nope_head_dim")) + int(get("qk_rope_head_dim")))
-    if cfg.get("num_nextn_predict_layers"):
-        f["mtp"] = int(cfg["num_nextn_predict_layers"])
+        f.update(mla=True, q_lora=opt("q_lora_rank"), kv_lora=opt("kv_lora_rank"),
+                 qk_nope=get("qk_nope_head_dim"), qk_rope=get("qk_rope_head_dim"),
+                 v_head=get("v_head_dim"), kv_heads=heads,
+                 head_dim=get("qk_nope_head_dim") + get("qk_rope_head_dim"))
+    if opt("num_nextn_predict_layers"):
+        f["mtp"] = opt("num_nextn_predict_layers")
     return Transformer(**f)
 
 

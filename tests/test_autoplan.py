@@ -44,6 +44,7 @@ def test_pruned_search_equals_exhaustive(seed):
     slow = hpgo.autoplan(model, cluster, gb, top=top, exhaustive=True, threads=1, **stack)
     assert key(fast) == key(slow)
     assert all(rp.plan.kernels == stack.get("kernels", "te") for rp in slow)
+    assert slow.stats["bounds_broken"] == 0
     assert slow.stats["simulated"] == slow.stats["candidates"] - slow.stats["rejected"]
     assert fast.stats["simulated"] <= slow.stats["simulated"]
 
@@ -103,6 +104,7 @@ def test_pruned_equals_exhaustive_on_profiled_chains(seed):
         fast = hpgo.autoplan(model, cluster, 64, top=8, objective=objective)
         slow = hpgo.autoplan(model, cluster, 64, top=8, objective=objective, exhaustive=True)
         assert key(fast) == key(slow)
+        assert slow.stats["bounds_broken"] == 0
 
 
 def test_plans_fit_are_ranked_and_respect_fixed_choices():

@@ -86,6 +86,28 @@ LONG_CALLS = {
         c = hpgo.Cluster.preset('dgx-a100-80gb', nodes=8)
         run = lambda: hpgo.autoplan('gpt3-175b', c, global_batch=8192, exhaustive=True,
                                     threads=2)""",
+    "autoplan_million_layers": """
+        # the documented layer limit: each shape of the enumeration costs
+        # O(layers), so the enumeration itself must read the flag
+        m = hpgo.transformer(hidden=1024, ffn=4096, heads=8, layers=1_000_000, seq=1024,
+                             vocab=1000)
+        c = hpgo.Cluster.preset('dgx-h100', nodes=8)
+        run = lambda: hpgo.autoplan(m, c, 64)""",
+    "autoplan_million_layers_moe": """
+        m = hpgo.transformer(hidden=1024, ffn=4096, heads=8, layers=1_000_000, seq=1024,
+                             vocab=1000, experts=8, topk=2, expert_ffn=1024, moe_every=2)
+        c = hpgo.Cluster.preset('dgx-h100', nodes=8)
+        run = lambda: hpgo.autoplan(m, c, 64)""",
+    "step_timeline_to_python": """
+        # 8.4 M events: simulate keeps them in C; reading them all takes long
+        m = hpgo.transformer(hidden=1024, ffn=4096, heads=16, layers=32, seq=1024, vocab=32000)
+        c = hpgo.Cluster.preset('dgx-h100', nodes=2)
+        p = hpgo.ParallelPlan(global_batch=2**18, tp=1, pp=16, dp=1, micro_batch=1)
+        run = lambda: sum(1 for _ in hpgo.simulate(m, c, p).events)""",
+    "pipeline_timeline_to_python": """
+        st = [hpgo.Stage(1e-3, 2e-3, send_bytes=1e6, param_bytes=1e8)] * 16
+        r = hpgo.simulate_pipeline(st, 2**16)
+        run = lambda: (setattr(r, '_timeline', None), r.timeline)""",
     "replan": """
         L = 70000  # 4 x 70,000^2 / 2 steps: under HPGO_REPLAN_MAX_WORK, ~15 s
         run = lambda: hpgo.replan([1.0] * L, [2.0] * L, current=[L // 4] * 4,
@@ -163,3 +185,27 @@ def test_bad_timeouts(bad, exc):
         hpgo.sweep(m, 1, [128], [8, 16], timeout=bad)
     with pytest.raises(exc, match="timeout"):
         hpgo.replan([1.0] * 4, [1.0] * 4, current=[2, 2], timeout=bad)
+
+
+def test_autoplan_timeout_in_every_phase():
+    """timeout= stops the search within a second whichever phase it is in:
+    enumeration (O(layers) per shape on a 1,000,000-layer model), bounds or
+    simulations."""
+    child = run_child(PRELUDE + """
+m = hpgo.transformer(hidden=1024, ffn=4096, heads=8, layers=1_000_000, seq=1024, vocab=1000)
+c = hpgo.Cluster.preset('dgx-h100', nodes=8)
+late = []
+for to in (0.2, 1.0, 3.0):
+    t = time.monotonic()
+    try:
+        hpgo.autoplan(m, c, 64, timeout=to)
+        late.append(None)
+    except TimeoutError:
+        late.append(time.monotonic() - t - to)
+result['late'] = late
+result['works'] = still_works()
+""", timeout=300)
+    assert child.returncode == 0, child.describe()
+    r = child.result
+    assert all(x is not None and x < 1.0 for x in r["late"]), r
+    assert r["works"], r

@@ -58,6 +58,19 @@ def test_replan_topk_work_limit():
     assert sum(r.stages) == L
 
 
+def test_replan_topk_work_counts_what_a_score_costs():
+    # 198,485 partitions x 4 stages x 2,000 micro-batches = 1.6e9 replay steps: under
+    # 1e10 counted as DP steps, yet about 30 s (a replay step costs about 12 DP steps)
+    assert _header_value("HPGO_REPLAN_REPLAY_STEP", "replan.h") == 12.0
+    L, S = 400, 4
+    with pytest.raises(ValueError, match=r"HPGO_REPLAN_REPLAY_STEP.*HPGO_REPLAN_MAX_WORK"):
+        hpgo.replan([1.0] * L, [2.0] * L, current=[L // S] * S, slowdown=[1.5, 1, 1, 1],
+                    method="topk", top_k=27, microbatches=2000)
+    r = hpgo.replan([1.0] * L, [2.0] * L, current=[L // S] * S, slowdown=[1.5, 1, 1, 1],
+                    method="topk", top_k=27, microbatches=9)
+    assert r.candidates == 198485
+
+
 def test_slice_table_cells_limit():
     n = 4096  # 4096 x 4096 = 2^24 cells: the largest allowed square table
     t = hpgo.slice_table([1] * n, [1] * n)

@@ -79,6 +79,11 @@ int glue_call(glue_work_fn fn, void *ctx, hpgo_cancel_t *cancel, double timeout,
 int glue_timeout(PyObject *o, double *out);
 
 /* Init hooks, one per glue file; return 0 or -1 with an exception set. */
+/* A step's timeline as a SimResult object that owns r (trimmed; freed
+ * here on failure); its events become Python objects only when read. */
+struct hpgo_sim_result;
+PyObject *glue_wrap_timeline(PyObject *module, struct hpgo_sim_result *r);
+
 int glue_profile_init(PyObject *module);
 int glue_plan_init(PyObject *module);
 int glue_sim_init(PyObject *module);

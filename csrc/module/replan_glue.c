@@ -738,6 +738,7 @@ int glue_replan_init(PyObject *module)
     if (!glue_add_type(module, &trigger_spec, NULL))
         return -1;
     if (PyModule_AddIntConstant(module, "HAP_MAX_DEVICES", HPGO_HAP_MAX_DEVICES) < 0 ||
+        PyModule_AddIntConstant(module, "HAP_MAX_LAYERS", HPGO_HAP_MAX_LAYERS) < 0 ||
         PyModule_AddIntConstant(module, "REPLAN_MAX_SLICE_CELLS", HPGO_REPLAN_MAX_SLICE_CELLS) < 0)
         return -1;
     return PyModule_AddFunctions(module, replan_functions);

@@ -127,10 +127,50 @@ error:
     return NULL;
 }
 
+PyDoc_STRVAR(simresult_event_slice_doc,
+             "event_slice(start, stop, short) -> list of the events [start, stop) as events()\n"
+             "gives them; short: without the layer (start, duration, device, name, lane, stage,\n"
+             "microbatch, peer).  Indices are clamped to 0 .. n_events.");
+
+static PyObject *simresult_event_slice(PyObject *self, PyObject *args)
+{
+    long long a, b;
+    int shrt;
+    if (!PyArg_ParseTuple(args, "LLp:event_slice", &a, &b, &shrt))
+        return NULL;
+    const hpgo_sim_result_t *r = ((SimResultObject *)self)->r;
+    if (a < 0)
+        a = 0;
+    if (b > r->n_events)
+        b = r->n_events;
+    if (b < a)
+        b = a;
+    PyObject *list = PyList_New((Py_ssize_t)(b - a));
+    if (!list)
+        return NULL;
+    for (long long i = a; i < b; i++) {
+        const hpgo_sim_event_t *e = &r->events[i];
+        const char *name = hpgo_sim_event_name(e->kind);
+        PyObject *t = shrt ? Py_BuildValue("(ddisiiii)", e->start, e->duration, (int)e->device,
+                                           name, (int)e->lane, (int)e->stage, (int)e->microbatch,
+                                           (int)e->peer)
+                           : Py_BuildValue("(ddisiiiii)", e->start, e->duration, (int)e->device,
+                                           name, (int)e->lane, (int)e->stage, (int)e->microbatch,
+                                           (int)e->layer, (int)e->peer);
+        if (!t) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)(i - a), t);
+    }
+    return list;
+}
+
 static PyMethodDef simresult_methods[] = {
     {"stages", simresult_stages, METH_NOARGS, simresult_stages_doc},
     {"devices", simresult_devices, METH_NOARGS, simresult_devices_doc},
     {"events", simresult_events, METH_NOARGS, simresult_events_doc},
+    {"event_slice", simresult_event_slice, METH_VARARGS, simresult_event_slice_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -183,6 +223,12 @@ static PyObject *wrap_result(PyObject *module, hpgo_sim_result_t *r)
     }
     o->r = r;
     return (PyObject *)o;
+}
+
+PyObject *glue_wrap_timeline(PyObject *module, hpgo_sim_result_t *r)
+{
+    hpgo_sim_result_trim(r);
+    return wrap_result(module, r);
 }
 
 /* ---- argument helpers ---------------------------------------------------- */

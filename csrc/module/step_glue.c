@@ -539,7 +539,7 @@ static PyObject *mem_dict(const hpgo_mem_t *m)
                          m->reserved, "host", m->host);
 }
 
-static PyObject *result_dict(const hpgo_step_result_t *r)
+static PyObject *result_dict(PyObject *module, hpgo_step_result_t *r)
 {
     PyObject *d = Py_BuildValue(
         "{sdsdsdsdsdsdsdsdsLsLsisisisO}", "iteration_time", r->iteration_time, "compute_time",
@@ -587,19 +587,11 @@ static PyObject *result_dict(const hpgo_step_result_t *r)
         Py_DECREF(aw);
         PyList_SET_ITEM(stages, k, o);
     }
-    const hpgo_sim_result_t *tl = r->timeline;
-    PyObject *evs = tl ? PyList_New((Py_ssize_t)tl->n_events) : Py_NewRef(Py_None);
+    /* the timeline stays in C (40 bytes an event): hpgo.timeline reads it lazily */
+    PyObject *evs = r->timeline ? glue_wrap_timeline(module, r->timeline) : Py_NewRef(Py_None);
+    r->timeline = NULL;
     if (dict_set(d, "events", evs) < 0)
         goto fail;
-    for (int64_t i = 0; tl && i < tl->n_events; i++) {
-        const hpgo_sim_event_t *ev = &tl->events[i];
-        PyObject *o = Py_BuildValue("(ddisiiii)", ev->start, ev->duration, (int)ev->device,
-                                    hpgo_sim_event_name(ev->kind), (int)ev->lane, (int)ev->stage,
-                                    (int)ev->microbatch, (int)ev->peer);
-        if (!o)
-            goto fail;
-        PyList_SET_ITEM(evs, (Py_ssize_t)i, o);
-    }
     return d;
 fail:
     Py_DECREF(d);
@@ -659,7 +651,7 @@ static PyObject *step_simulate(PyObject *module, PyObject *args)
             glue_raise(module, sw.rc, &sw.err);
         goto done;
     }
-    res = result_dict(r);
+    res = result_dict(module, r);
     hpgo_step_result_free(r);
 done:
     PyMem_Free(arrays);
@@ -795,11 +787,12 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
         }
     }
     if (plans)
-        res = Py_BuildValue("{sNsLsLsLsLsLsL}", "plans", plans, "candidates",
+        res = Py_BuildValue("{sNsLsLsLsLsLsLsL}", "plans", plans, "candidates",
                             (long long)r->candidates, "rejected", (long long)r->rejected,
                             "pruned_memory", (long long)r->pruned_memory, "pruned_time",
                             (long long)r->pruned_time, "simulated", (long long)r->simulated,
-                            "did_not_fit", (long long)r->did_not_fit);
+                            "did_not_fit", (long long)r->did_not_fit, "bounds_broken",
+                            (long long)r->bounds_broken);
     hpgo_autoplan_result_free(r);
 done:
     PyMem_Free(arrays);

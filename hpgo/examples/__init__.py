@@ -18,9 +18,10 @@ folder of ``profiles/`` can be named, not only the shipped ones.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import List, Optional
+
+from .. import _files
 
 __all__ = ["SHIPPED", "KERNELS", "STEPS", "names", "folder", "path", "batch_size", "metadata",
            "kernels", "steps"]
@@ -103,8 +104,8 @@ def metadata(name: str) -> dict:
     j = folder(name) / "profile.json"
     if not j.is_file():
         return {}
-    with open(j, encoding="utf-8") as f:
-        meta = json.load(f).get("meta", {})
+    d = _files.load_json(j, "profile.json")
+    meta = d.get("meta", {}) if isinstance(d, dict) else {}
     return meta if isinstance(meta, dict) else {}
 
 
