@@ -523,7 +523,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     the tasks' counters; docs/distributed.md).
 
     ``headroom``: the fraction of each GPU's memory a plan must leave free
-    (default :data:`hpgo.parallel.DEFAULT_HEADROOM`, 5 %, the caching
+    (default :data:`hpgo.parallel.DEFAULT_HEADROOM`, 3.3 %, the caching
     allocator's reserve); the search is the same exact search on GPUs with
     that much less memory.  ``tokens`` (to train on) and ``price`` (dollars
     per GPU-hour) add days, GPU-hours and cost to every plan.  ``max_days``

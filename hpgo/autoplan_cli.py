@@ -70,7 +70,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("memory, time and money")
     g.add_argument("--memory-headroom", type=float, metavar="FRACTION",
                    help="fraction of each GPU's memory a plan must leave free to fit "
-                        "(default 0.05: the caching allocator's reserve; 0: none)")
+                        "(default 0.033: the caching allocator's reserve measured on an H100 with "
+                        "expandable segments; 0.057 for the stock allocator; 0: none)")
     g.add_argument("--tokens", type=float, metavar="N",
                    help="tokens to train on (e.g. 1e12): adds days and GPU-hours")
     g.add_argument("--price", type=float, metavar="DOLLARS",

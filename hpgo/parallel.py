@@ -58,17 +58,19 @@ MEGATRON_OVERLAP_SHARE = _core.EP_OVERLAP_MEGATRON
 # Share of each GPU's memory a plan must leave free to be called a fit.  The
 # memory model counts the bytes tensors hold (PyTorch's "allocated"); the
 # caching allocator reserves more, blocks split and cached between uses.
-# GMLake (Guo et al., ASPLOS'24, arXiv 2401.08156) recovers 9.2 GB of an
-# A100-80GB on average (11.5 %; up to 25 GB) from that reserve, for LLM
-# training with recomputation, offloading and LoRA under the default
-# allocator.  With PyTorch's expandable segments
-# (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, set by Megatron-Bridge's
-# recipes) a stream's segment grows in place (c10/cuda/CUDACachingAllocator.cpp,
-# ExpandableSegment) and what stays reserved is the blocks cached between the
-# phases of a step.  The default, 5 %, sits between the two; it is a judgement,
-# not a fit, and is checked: every published Megatron configuration of
-# hpgo.validation still fits with it (the fullest at 93 % of an 80 GB GPU).
-DEFAULT_HEADROOM = 0.05
+# Measured on an H100 SXM5 (hpgo profile step: ten training steps of
+# Llama-style models, eager and compiled, PyTorch 2.11) the reserve at the
+# step's peak, as a share of the reserved memory, is 0.6-7.9 %, median 3.3 %,
+# with expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,
+# which torchtitan's and Megatron-Bridge's launchers set;
+# profiles/h100-sxm5-expandable-steps.json): the default.  With the stock
+# allocator it is 0.6-9.7 %, median 5.7 % (profiles/h100-sxm5-steps.json:
+# pass headroom=0.057).  GMLake (Guo et al., ASPLOS'24, arXiv 2401.08156)
+# reports more for long fine-tuning runs with recomputation and offloading
+# (9.2 GB of an A100-80GB on average, 11.5 %).  A cluster's
+# allocator_fragmentation models the reserve inside the estimate instead
+# (reported as MemoryBreakdown.reserved); with it set, lower the headroom.
+DEFAULT_HEADROOM = 0.033
 
 
 def headroom_fraction(v: Any, name: str = "headroom") -> float:
@@ -925,7 +927,7 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     for another model.
 
     ``headroom``: the fraction of each GPU's memory a plan must leave free to
-    fit (default :data:`DEFAULT_HEADROOM`, 5 %: the caching allocator's
+    fit (default :data:`DEFAULT_HEADROOM`, 3.3 %: the caching allocator's
     reserve; 0 judges against the whole memory).  ``tokens`` (to train on)
     and ``price`` (dollars per GPU-hour) add the days, GPU-hours and cost of
     the run (``days``, ``gpu_hours``, ``cost``).  ``mfu`` is against the dense

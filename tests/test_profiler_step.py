@@ -3,6 +3,7 @@ GPU, eager and compiled.  The timing itself needs a GPU; here: the CLI's
 checks, a CPU smoke run of the eager path (with PyTorch), and the shipped
 H100 step profile against hpgo's own description of the same models."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -40,9 +41,10 @@ def _model(s):
                             causal_flops=True)
 
 
-def test_shipped_h100_step_profile():
+@pytest.mark.parametrize("name", ["h100-sxm5", "h100-sxm5-expandable"])
+def test_shipped_h100_step_profile(name):
     from hpgo.profiler import step
-    doc = json.loads(hpgo.examples.steps("h100-sxm5").read_text())
+    doc = json.loads(hpgo.examples.steps(name).read_text())
     assert doc["format"] == step.FORMAT and "H100" in doc["device"]
     got = {(s["name"], s["seq"], s["mode"]) for s in doc["samples"]}
     want = {(m[0], seq, mode) for m in step.MODELS for seq, _ in m[8]
@@ -61,3 +63,25 @@ def test_shipped_h100_step_profile():
 def test_steps_lookup_refuses_paths():
     with pytest.raises(ValueError, match="no step profile"):
         hpgo.examples.steps("../h100-sxm5")
+
+
+def _reserve(name):
+    import statistics
+    doc = json.loads(hpgo.examples.steps(name).read_text())
+    share = [(s["peak_reserved_bytes"] - s["peak_allocated_bytes"]) / s["peak_reserved_bytes"]
+             for s in doc["samples"]]
+    return doc, round(statistics.median(share), 3)
+
+
+def test_default_headroom_is_the_measured_allocator_reserve():
+    """hpgo.parallel.DEFAULT_HEADROOM: the caching allocator's reserve at the
+    step's peak, (reserved - allocated) / reserved, median over the shipped
+    H100 step profile with expandable segments (as the frameworks' launchers
+    run); the stock allocator's, which the docs give, is larger."""
+    from hpgo.parallel import DEFAULT_HEADROOM
+    doc, share = _reserve("h100-sxm5-expandable")
+    assert doc["allocator_conf"] == "expandable_segments:True"
+    assert DEFAULT_HEADROOM == share == 0.033
+    stock_doc, stock = _reserve("h100-sxm5")
+    assert stock_doc["allocator_conf"] == "" and stock == 0.057
+    assert "median 5.7 %" in (Path(__file__).resolve().parents[1] / "docs" / "autoplan.md").read_text()

@@ -333,6 +333,7 @@ def measure(output: str, *, quick: bool = False, modes: tuple = ("eager", "compi
     doc = {"format": FORMAT, "device": gpu, "nvidia_smi": _smi(), "multiprocessors": sms, "memory_bytes": mem,
            "torch": torch.__version__, "cuda": torch.version.cuda or "",
            "date": datetime.date.today().isoformat(),
+           "allocator_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
            "recipe": "bf16 weights and activations, fp32 master weights and gradients, fused "
                      "AdamW, fp32 cross-entropy, one GPU, no FSDP",
            "samples": []}
