@@ -73,11 +73,31 @@ def table(rows, title):
           f"(* does not), {sum(c.fits_somehow for c in rows)} with recomputation\n")
 
 
+def runs_markdown(checks):
+    """The measured-runs table as Markdown (docs/training-model.md)."""
+    print("| run | GPUs | plan (tp pp dp cp vp mbs gbs zero, recompute) | published tokens/s/GPU "
+          "| hpgo | error | hpgo GiB (fits) | measured GiB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for c in checks:
+        r = c.run
+        plan = (f"{r.tp} {r.pp} {r.dp} {r.cp} {r.vp} {r.mbs} {r.gbs} {r.zero}, {c.recompute}")
+        meas = (f"{r.measured_mem_gib:.1f} ({c.memory_error * 100:+.0f} %)"
+                if c.memory_error is not None else "")
+        print(f"| {r.source_id} | {r.gpus:,} | {plan} | {c.published:,.1f} | {c.simulated:,.1f} "
+              f"| {c.error * 100:+.1f} % | {c.memory_gib:.1f} ({'yes' if c.fits else 'no'}) "
+              f"| {meas} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernels", help="a kernel profile (hpgo profile kernels) to calibrate the GPU")
     ap.add_argument("--runs", default=str(RUNS), help="a measured-runs CSV file (default: %(default)s)")
+    ap.add_argument("--markdown", action="store_true",
+                    help="print only the measured-runs table, as Markdown")
     a = ap.parse_args()
+    if a.markdown:
+        runs_markdown(validation.check_runs(validation.load_runs(a.runs)))
+        return
     if pathlib.Path(a.runs).exists():
         runs = validation.load_runs(a.runs)
         runs_table(validation.check_runs(runs), f"Measured runs of {a.runs}; the GPUs' presets:")

@@ -28,3 +28,18 @@ def test_profile_shape_and_the_documented_slowdowns():
     for nc in ("2", "4", "8", "16"):
         assert med[nc] > 1.1 * n / (n - int(nc))     # well above proportional
     assert med["48"] == pytest.approx(n / (n - 48), rel=0.1)   # proportional again
+
+
+def test_the_c_cores_table_is_the_measured_median():
+    """csrc/work.c prices a GEMM beside communication on Hopper with
+    SM_HELD / SM_SLOW_H100: the profile's medians, to three decimals."""
+    import re
+    src = (Path(__file__).resolve().parents[1] / "csrc" / "work.c").read_text()
+    held = [float(x) for x in re.search(r"SM_HELD\[9\] = \{([^}]*)\}", src).group(1).split(",")]
+    slow = [float(x) for x in
+            re.search(r"SM_SLOW_H100\[9\] = \{([^}]*)\}", src).group(1).split(",")]
+    d = json.loads(PROFILE.read_text())
+    for h, sl in zip(held, slow):
+        med = statistics.median(s["seconds"][str(int(h))] / s["seconds"]["0"]
+                                for s in d["samples"])
+        assert sl == pytest.approx(med, abs=0.0015), h
