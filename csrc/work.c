@@ -826,11 +826,11 @@ static void norm_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double n)
         vec(k, a, e, 2, s->E * e);
 }
 
-/* Dropout + residual add of n tokens: Megatron's jit-fused
- * bias_dropout_add (one kernel, 6 B per element + the mask); fused into
- * the next norm by torch.compile; eager PyTorch: a dropout kernel, then
- * an add. */
-static void resid_fwd(const kctx_t *k, acc_t *a, const xshape_t *s, double n)
+/* Dropout + residual add of n tokens, forward or backward: Megatron's
+ * jit-fused bias_dropout_add (one kernel, 6 B per element + the mask
+ * forward, 4 B + the mask backward); fused into the next norm by
+ * torch.compile; eager PyTorch: a dropout kernel, then an add. */
+static void resid(const kctx_t *k, acc_t *a, const xshape_t *s, double n, int bwd)
 {
     double e = n * s->h, E = s->E;
     if (k->ks == HPGO_KS_COMPILE)
@@ -841,21 +841,7 @@ static void resid_fwd(const kctx_t *k, acc_t *a, const xshape_t *s, double n)
         vec(k, a, e, 1, 3 * E * e);
         return;
     }
-    vec(k, a, e, 2, (3 * E + (s->dropout ? 1 : 0)) * e);
-}
-
-static void resid_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double n)
-{
-    double e = n * s->h, E = s->E;
-    if (k->ks == HPGO_KS_COMPILE)
-        return;
-    if (k->ks == HPGO_KS_EAGER) {
-        if (s->dropout)
-            vec(k, a, e, 2, (2 * E + 1) * e);
-        vec(k, a, e, 1, 3 * E * e);
-        return;
-    }
-    vec(k, a, e, 2, (2 * E + (s->dropout ? 1 : 0)) * e);
+    vec(k, a, e, 2, ((bwd ? 2 : 3) * E + (s->dropout ? 1 : 0)) * e);
 }
 
 /* Rotary embeddings of q and k (n elements on the rank), forward or
@@ -1175,11 +1161,11 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
     o->fw.t += core.t, o->fw.flops += core.flops, o->fw.n += core.n;
     mm(k, &o->fw, T, s->o / s->t, h);
     if (!s->pb) {
-        resid_fwd(k, &o->fw, s, tl);
+        resid(k, &o->fw, s, tl, 0);
         norm_fwd(k, &o->fw, s, tl); /* norm 2 */
     }
     /* input gradient (reverse order) and weight gradient */
-    resid_bwd(k, &o->bi, s, tl);
+    resid(k, &o->bi, s, tl, 1);
     if (moe) {
         double n_tl = tl * s->ex;
         mm(&kb, &o->fw, tl, h, s->ex); /* router */
@@ -1214,10 +1200,10 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
         mlp_bwd(k, &o->bi, s, T, s->f, s->t, 0);
         mlp_bwd(&kw, &o->bw, s, T, s->f, s->t, 1);
     }
-    resid_fwd(k, &o->fw, s, tl);
+    resid(k, &o->fw, s, tl, 0);
     if (!s->pb) {
         norm_bwd(k, &o->bi, s, tl); /* norm 2 */
-        resid_bwd(k, &o->bi, s, tl);
+        resid(k, &o->bi, s, tl, 1);
     }
     mm(k, &o->bi, T, h, s->o / s->t);
     o->bi.t += cb.t, o->bi.flops += cb.flops, o->bi.n += cb.n;
