@@ -191,7 +191,6 @@ def test_framework_search_equals_filtering_every_plan(name, cluster, nodes, gb, 
     stack = {k: d[k] for k in ("kernels", "tp_overlap", "cp_comm") if isinstance(d.get(k), str)}
     every = hpgo.autoplan(m, c, gb, top=1000, exhaustive=True, reshard_after_forward=None,
                           **stack, **kw)
-    assert len(every) < 1000  # every plan that fits is in the list
 
     def as_run(p):
         want = F.runtime_defaults(framework, p)["reshard_after_forward"]
@@ -199,6 +198,9 @@ def test_framework_search_equals_filtering_every_plan(name, cluster, nodes, gb, 
 
     ok = [p for p in every if not F.problems(framework, p.plan, m) and as_run(p.plan)]
     assert ok and len(ok) < len(every)  # the framework refuses some of the winners
+    # ``every`` is the exact top 1000 by time: when it is full, the framework's
+    # best plans are still its first ones as long as it holds at least 7
+    assert len(every) < 1000 or len(ok) >= 7
     for top in (1, 7):
         got = hpgo.autoplan(m, c, gb, top=top, framework=framework, **kw)
         assert got.framework == framework and "runs" in got.table()
