@@ -229,6 +229,21 @@ def _agg_plt():
     return plt
 
 
+def _write_outputs(r: Any, trace: str | None, *figures: tuple[str, str | None]) -> None:
+    """Write a simulation's Chrome trace and its figures (hpgo.plot functions
+    by name, each with its path; None: not asked for)."""
+    if trace:
+        r.to_chrome_trace(trace)
+        print(f"wrote {trace}", file=sys.stderr)
+    for fn, path in figures:
+        if path:
+            from . import plot
+
+            _agg_plt()
+            _save_fig(getattr(plot, fn)(r), path)
+            print(f"wrote {path}", file=sys.stderr)
+
+
 def _save_fig(fig: Any, path: str) -> None:
     from . import _files
 
@@ -596,24 +611,11 @@ def run_simulate_step(args: Any, out: TextIO) -> int:
         out.write(json.dumps(_step_dict(r, model, cluster), indent=1) + "\n")
     else:
         out.write(_step_table(r, model, cluster) + "\n")
-    if args.trace:
-        r.to_chrome_trace(args.trace)
-        print(f"wrote {args.trace}", file=sys.stderr)
-    if args.gantt:
-        from . import plot
-
-        _agg_plt()
-        _save_fig(plot.step_gantt(r), args.gantt)
-        print(f"wrote {args.gantt}", file=sys.stderr)
+    _write_outputs(r, args.trace, ("step_gantt", args.gantt),
+                   ("memory_timeline", args.memory_plot))
     if args.memory_snapshot:
         r.to_memory_snapshot(args.memory_snapshot)
         print(f"wrote {args.memory_snapshot}", file=sys.stderr)
-    if args.memory_plot:
-        from . import plot
-
-        _agg_plt()
-        _save_fig(plot.memory_timeline(r), args.memory_plot)
-        print(f"wrote {args.memory_plot}", file=sys.stderr)
     return 0
 
 
@@ -782,15 +784,7 @@ def run_simulate(args: Any, out: Optional[TextIO] = None) -> int:
         out.write(json.dumps(_sim_summary(r), indent=2) + "\n")
     else:
         out.write(_sim_table(r, head) + "\n")
-    if args.trace:
-        r.to_chrome_trace(args.trace)
-        print(f"wrote {args.trace}", file=sys.stderr)
-    if args.gantt:
-        from . import plot
-
-        _agg_plt()
-        _save_fig(plot.gantt(r), args.gantt)
-        print(f"wrote {args.gantt}", file=sys.stderr)
+    _write_outputs(r, args.trace, ("gantt", args.gantt))
     return 0
 
 
