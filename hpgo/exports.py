@@ -355,8 +355,11 @@ def torchtitan_config(plan: Any, model: Any, *, precision: str = "bf16",
               f"    config.training.global_batch_size = {plan.global_batch}",
               f'    config.training.mixed_precision_param = '
               f'"{"float32" if precision == "fp32" else "bfloat16"}"']
-    if pipelined:
-        lines.append("    config.training.disable_cuda_graphs = True  # not with pipelining")
+    # hpgo prices the step without CUDA graphs (docs/training-model.md, "Kernel
+    # sets"); torchtitan also refuses them under pipelining and with an
+    # expert-parallel dispatcher that syncs on the host, its default
+    # all-to-all (trainer.py, _validate_cuda_graphs)
+    lines.append("    config.training.disable_cuda_graphs = True  # as simulated")
     lines.append("    config.activation_checkpoint = " +
                  ("FullAC.Config()" if plan.recompute == "full" else "None"))
     lines += ["    config.compile.enable = True",
