@@ -20,7 +20,6 @@ best; ``exhaustive=True`` simulates everything and returns the same plans.
 from __future__ import annotations
 
 import html
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -30,8 +29,8 @@ from . import frameworks as _frameworks
 from .cluster import Cluster
 from .parallel import (CP_COMMS, DISPATCHERS, DISPATCHERS_BY_CODE, KERNEL_SETS, PRECISIONS,
                        RECOMPUTE_MODES, SCHEDULES, TP_OVERLAPS, MemoryBreakdown, ParallelPlan,
-                       StepResult, _as_model, _headroom_cluster, _positive_real,
-                       headroom_fraction, overlap_share, simulate)
+                       StepResult, _as_model, _headroom_cluster, _overhead_bytes,
+                       _positive_real, headroom_fraction, overlap_share, simulate)
 from .workmodel import ProfiledModel, Transformer, model_id
 
 __all__ = ["autoplan", "RankedPlan", "RankedPlans", "setup_line"]
@@ -416,17 +415,6 @@ def _memory_opts(c: Cluster, reshard: Any, shard_size: Any, off_opt: Any,
     return (tri("reshard_after_forward", reshard, 0), int(shard_size), oo, act)
 
 
-def _overhead(v: Any) -> float | None:
-    """overhead_bytes: None (the default) or a finite number >= 0."""
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError(f"overhead_bytes must be a number, not {type(v).__name__}")
-    if not math.isfinite(v) or v < 0:
-        raise ValueError(f"overhead_bytes must be a finite number >= 0 (bytes), got {v!r}")
-    return float(v)
-
-
 def _distributed_search(executor: Any, mt: tuple, c: Cluster, opts: tuple,
                         timeout: float | None, top: Any) -> dict:
     from . import distributed as _dist
@@ -580,7 +568,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             raise TypeError(f"{name} must be an int, not {type(v).__name__}")
     if not isinstance(exhaustive, bool):
         raise TypeError("exhaustive must be a bool")
-    overhead_bytes = _overhead(overhead_bytes)
+    overhead_bytes = _overhead_bytes(overhead_bytes)
     if n is not None and not isinstance(n, bool) and hasattr(n, "__index__") and n.__index__() < 1:
         raise ValueError(f"{'gpus' if gpus is not None else 'max_gpus'} must be >= 1 (None: the "
                          f"whole cluster), got {n}")

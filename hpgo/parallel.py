@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -907,6 +908,17 @@ def _with_headroom(mem: dict, capacity: float) -> MemoryBreakdown:
                                   margin=usable - mem["total"]))
 
 
+def _overhead_bytes(v: Any) -> float | None:
+    """overhead_bytes: None (the default) or a finite number >= 0."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"overhead_bytes must be a number, not {type(v).__name__}")
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"overhead_bytes must be a finite number >= 0 (bytes), got {v!r}")
+    return float(v)
+
+
 def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
              precision: str | None = None, timeline: bool = True,
              overhead_bytes: float | None = None, profile_batch: float | None = None,
@@ -954,11 +966,7 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
     if not isinstance(timeline, bool):
         raise TypeError("timeline must be a bool")
-    if overhead_bytes is not None and not (isinstance(overhead_bytes, (int, float)) and
-                                           not isinstance(overhead_bytes, bool) and
-                                           0 <= overhead_bytes < float("inf")):
-        raise ValueError(f"overhead_bytes must be a finite number >= 0 (bytes), got "
-                         f"{overhead_bytes!r}")
+    overhead_bytes = _overhead_bytes(overhead_bytes)
     if framework is not None:
         from . import frameworks as _frameworks
         _frameworks.check(framework, plan, m if isinstance(m, Transformer) else None, precision)
