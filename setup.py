@@ -1,7 +1,10 @@
 """Build script for the hpgo C extension (``hpgo._core``).
 
-Every ``csrc/*.c`` file (the pure C11 core) and every ``csrc/module/*.c``
-file (the CPython glue) goes into one extension, built with ``-pthread``.
+Every ``.c`` file under ``csrc/`` goes into one extension, built with
+``-pthread``: the pure C11 core in its rooms (``base/``, ``step/``,
+``search/`` and the wings ``hpgo/``, ``distir/``, ``dynpipe/``, ``hap/``)
+and the CPython glue in ``csrc/module/``.  Each room is an include
+directory, so a file includes another room's header by its name.
 
 Environment switches (read at build time):
 
@@ -26,10 +29,12 @@ from setuptools.command.build_py import build_py
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+#: the C core's rooms, bottom floor first (csrc/README.md)
+ROOMS = ("base", "step", "search", "hpgo", "distir", "dynpipe", "hap", "module")
+
+
 def _sources():
-    core = sorted(glob.glob(os.path.join("csrc", "*.c")))
-    glue = sorted(glob.glob(os.path.join("csrc", "module", "*.c")))
-    return core + glue
+    return [f for room in ROOMS for f in sorted(glob.glob(os.path.join("csrc", room, "*.c")))]
 
 
 def _flags():
@@ -89,7 +94,7 @@ setup(
         Extension(
             "hpgo._core",
             sources=_sources(),
-            include_dirs=["csrc"],
+            include_dirs=[os.path.join("csrc", room) for room in ROOMS],
             depends=sorted(glob.glob(os.path.join("csrc", "*.h"))
                            + glob.glob(os.path.join("csrc", "module", "*.h"))),
             extra_compile_args=cflags,

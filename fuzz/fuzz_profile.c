@@ -1,6 +1,6 @@
 /* fuzz_profile.c - libFuzzer harness over the profile reader and the state
- * builder (csrc/graph.c, csrc/states.c) and the model built from the states
- * (csrc/model.c).
+ * builder (csrc/hpgo/graph.c, csrc/hpgo/states.c) and the model built from the states
+ * (csrc/hpgo/model.c).
  *
  * Each input is parsed as a graph.txt (no terminator, exact length, so
  * AddressSanitizer sees any read past the end), turned into states when it

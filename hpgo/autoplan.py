@@ -9,7 +9,7 @@
     best.plan.megatron_args(plans.model)
     print(plans.explain())            # why the winner beats the next plans
 
-The search runs in the C core (``csrc/autoplan.c``) over data x tensor x
+The search runs in the C core (``csrc/search/autoplan.c``) over data x tensor x
 pipeline parallelism, virtual stages, micro-batch size, schedule (1F1B,
 interleaved 1F1B, ZB-H1, ZB-V), recomputation, sequence parallelism, ZeRO
 stage and layer split, simulating with the same engine as

@@ -1,7 +1,7 @@
 """The cluster a training step runs on: one GPU type and a hierarchy of
 interconnect levels (inside a node, across nodes, ...).
 
-Presets carry published figures (sources in ``csrc/cluster.c`` and
+Presets carry published figures (sources in ``csrc/step/cluster.c`` and
 docs/training-model.md); every number can be overridden::
 
     c = hpgo.Cluster.preset("dgx-a100-80gb", nodes=8)
@@ -57,12 +57,12 @@ GPU_TYPES = {"v100": "dgx1-v100", "v100-32gb": "dgx1-v100", "v100-16gb": "dgx1-v
              "h100-pcie": "h100-pcie", "h200": "dgx-h200", "b200": "dgx-b200"}
 
 #: share of reserved memory the PyTorch caching allocator cannot reuse
-#: (GMLake, ASPLOS'24: 9.2 GB of an 80 GB A100 on average; csrc/cluster.h)
+#: (GMLake, ASPLOS'24: 9.2 GB of an 80 GB A100 on average; csrc/step/cluster.h)
 ALLOCATOR_FRAGMENTATION: float = _core.ALLOC_FRAG_GMLAKE
 
 _COLL = {"all_reduce": _core.COLL_ALLREDUCE, "reduce_scatter": _core.COLL_REDUCE_SCATTER,
          "all_gather": _core.COLL_ALLGATHER, "all_to_all": _core.COLL_ALLTOALL}
-_DT = {"fp32": 0, "tf32": 1, "bf16": 2, "fp8": 3}          # csrc/cluster.h HPGO_DT_
+_DT = {"fp32": 0, "tf32": 1, "bf16": 2, "fp8": 3}          # csrc/step/cluster.h HPGO_DT_
 _KIND = {"vector": 0, "matrix": 1, "attention": 2}         # HPGO_OP_
 _ALGO = {"auto": _core.ALGO_AUTO, "ring": _core.ALGO_RING,
          "hierarchical": _core.ALGO_HIERARCHICAL}
@@ -326,7 +326,7 @@ class Cluster:
         """The same cluster with GPU fields changed (``memory_bytes=``, ...)."""
         return dataclasses.replace(self, gpu=dataclasses.replace(self.gpu, **changes))
 
-    # -- costs (priced by csrc/cost.c) ------------------------------------------
+    # -- costs (priced by csrc/step/cost.c) ------------------------------------------
     def collective_time(self, op: str, group: int, nbytes: float, *, stride: int = 1,
                         algorithm: str = "auto") -> float:
         """Seconds of ``op`` (``"all_reduce"``, ``"reduce_scatter"``,

@@ -67,7 +67,7 @@ BANDWIDTHS = {
 
 STRATEGIES = ("dp", "col", "row", "rep", "ew_r", "ew_gb", "ew_gf")
 _KINDS = {"linear": 0, "elementwise": 1}
-#: The strategies each kind of layer can take (csrc/hetero.c strategy_fits).
+#: The strategies each kind of layer can take (csrc/hap/hetero.c strategy_fits).
 _LINEAR_STRATEGIES = ("dp", "col", "row", "rep")
 _EW_STRATEGIES = ("ew_r", "ew_gb", "ew_gf")
 _RATIO_MODES = {"optimal": 0, "proportional": 1, "uniform": 2}

@@ -42,17 +42,17 @@ RECOMPUTE_MODES = {"none": _core.RECOMPUTE_NONE, "selective": _core.RECOMPUTE_SE
                    "full": _core.RECOMPUTE_FULL}
 PRECISIONS = {"bf16": _core.PRECISION_BF16, "fp16": _core.PRECISION_FP16,
               "fp8": _core.PRECISION_FP8, "fp32": _core.PRECISION_FP32}
-#: MoE token dispatchers (csrc/parplan.h HPGO_DISPATCH_)
+#: MoE token dispatchers (csrc/step/parplan.h HPGO_DISPATCH_)
 DISPATCHERS = {"alltoall": 0, "deepep": 1}
 DISPATCHERS_BY_CODE = {v: k for k, v in DISPATCHERS.items()}
-#: kernel sets (csrc/parplan.h HPGO_KS_), tensor-parallel overlap (HPGO_TPO_),
+#: kernel sets (csrc/step/parplan.h HPGO_KS_), tensor-parallel overlap (HPGO_TPO_),
 #: context-parallel exchange (HPGO_CP_), partial recomputation (HPGO_RCM_)
 KERNEL_SETS = {"te": 0, "compile": 1, "eager": 2}
 TP_OVERLAPS = {"none": 0, "te": 1, "async": 2}
 CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2}
 RECOMPUTE_METHODS = {"uniform": 0, "block": 1}
 # Share of what ideal phase-by-phase pairing hides that Megatron's 1F1B
-# all-to-all overlap realises, measured (csrc/parplan.h; docs/moe.md)
+# all-to-all overlap realises, measured (csrc/step/parplan.h; docs/moe.md)
 MEGATRON_OVERLAP_SHARE = _core.EP_OVERLAP_MEGATRON
 
 

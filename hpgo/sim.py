@@ -59,7 +59,7 @@ SCHEDULES = {"1f1b": 0, "gpipe": 1, "pipedream": 2}
 COST_MODELS = {"distir-2021": 0, "distir-2021-grid": 1, "distir-2022": 2}
 _MODELS = {"mlp": 0, "transformer": 1}
 
-#: HPGO's bandwidths (csrc/topo.h), bytes/s: point to point inside a machine
+#: HPGO's bandwidths (csrc/hpgo/topo.h), bytes/s: point to point inside a machine
 #: (NVLink), point to point across machines (Ethernet), and the all-reduce
 #: across machines (NCCL over Ethernet).  An all-reduce inside one machine
 #: runs at HPGO_NVLINK_BW x (GPUs // 2).

@@ -4,7 +4,7 @@ shape, and profiled layer chains (PipeDream ``graph.txt``).
 Both are immutable values; settings such as the precision are arguments of
 the calls that use them (:func:`hpgo.simulate`).  The C core lists the
 kernels of a transformer layer and prices them on a cluster
-(``csrc/work.c``); this module only holds the numbers.
+(``csrc/step/work.c``); this module only holds the numbers.
 
 >>> m = hpgo.transformer("gpt3-175b")
 >>> m.parameters / 1e9                      # doctest: +SKIP
@@ -218,7 +218,7 @@ class Transformer:
                self.shared_ffn or 0, self.dense_first, self.moe_every, int(self.expert_bias),
                int(self.router_bias), float(self.capacity_factor or 0.0),
                float(self.routing_imbalance),
-               # attention biases: 1 on q, k, v and output, 2 on q, k, v only (csrc/work.h)
+               # attention biases: 1 on q, k, v and output, 2 on q, k, v only (csrc/step/work.h)
                1 if self.attn_bias else 2 if self.qkv_bias else 0, int(self.qk_norm),
                int(self.attn_sinks), self.window or 0, self.window_every, int(self.mla),
                self.q_lora, self.kv_lora, self.qk_nope, self.qk_rope, self.v_head, self.mtp,

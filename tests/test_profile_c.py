@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from csrc_paths import include_flags, src
+
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = [ROOT / "tests" / "c" / "test_profile_c.c", ROOT / "csrc" / "graph.c",
-           ROOT / "csrc" / "states.c", ROOT / "csrc" / "err.c"]
+SOURCES = [ROOT / "tests" / "c" / "test_profile_c.c", src("graph.c"), src("states.c"),
+           src("err.c")]
 FLAGS = ["-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Wshadow", "-Werror",
-         "-D_POSIX_C_SOURCE=200809L", "-I" + str(ROOT / "csrc")]
+         "-D_POSIX_C_SOURCE=200809L", *include_flags()]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
             "-fno-sanitize-recover=undefined"]
 

@@ -9,6 +9,7 @@ import pytest
 
 import hpgo
 
+from csrc_paths import src
 from robust_child import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +35,7 @@ CONSTANTS = {
 
 
 def _value(name, header):
-    text = (ROOT / "csrc" / header).read_text()
+    text = src(header).read_text()
     m = re.search(rf"#define {name} (.+?)(?:/\*.*)?$", text, re.M)
     assert m, f"{name} not in {header}"
     expr = m.group(1).strip().replace("(size_t)", "").replace("(int64_t)", "")

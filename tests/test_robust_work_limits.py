@@ -15,6 +15,7 @@ import hpgo
 from hpgo import _core
 from hpgo.cli import parse_gbs
 
+from csrc_paths import src
 from robust_child import UNDER_ASAN, run_child
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _header_value(name, header):
     import re
-    text = (ROOT / "csrc" / header).read_text()
+    text = src(header).read_text()
     m = re.search(rf"#define {name} (.+?)(?:/\*.*)?$", text, re.M)
     return eval(m.group(1).strip(), {})
 

@@ -21,11 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from csrc_paths import core_sources, include_flags, src
+
 ROOT = Path(__file__).resolve().parents[1]
-CORE = sorted(str(p) for p in (ROOT / "csrc").glob("*.c"))
+CORE = core_sources()
 FLAGS = ["-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Wshadow", "-Werror",
          "-Wno-missing-field-initializers",
-         "-fno-omit-frame-pointer", "-D_POSIX_C_SOURCE=200809L", "-I" + str(ROOT / "csrc")]
+         "-fno-omit-frame-pointer", "-D_POSIX_C_SOURCE=200809L", *include_flags()]
 LIBS = ["-lm", "-pthread"]
 PROFILES = [str(ROOT / "profiles" / "transformer36-v100" / "graph.txt"),
             str(ROOT / "profiles" / "branchy-mlp-cpu" / "graph.txt")]
@@ -138,7 +140,7 @@ def test_step_engine_under_valgrind_memcheck(tmp_path):
 
 def test_profile_reader_under_valgrind_memcheck(tmp_path):
     srcs = [str(ROOT / "tests" / "c" / "test_profile_c.c")] + [
-        str(ROOT / "csrc" / f) for f in ("graph.c", "states.c", "err.c")]
+        str(src(f)) for f in ("graph.c", "states.c", "err.c")]
     exe = _build(tmp_path, "profile_vg", srcs, [])
     seeds = [str(ROOT / "tests" / "corpus" / f) for f in ("ok_lf.txt", "ok_duplicate_edges.txt")]
     r = _run([*_valgrind(), exe, *seeds], timeout=900)
@@ -150,7 +152,7 @@ def test_fuzz_corpus_replays_clean_under_asan(tmp_path):
     reproducer goes through reader, state builder and model under
     ASan + UBSan (no clang needed)."""
     srcs = [str(ROOT / "fuzz" / "fuzz_profile.c"), str(ROOT / "fuzz" / "run_corpus.c")] + [
-        str(ROOT / "csrc" / f) for f in ("graph.c", "states.c", "model.c", "err.c")]
+        str(src(f)) for f in ("graph.c", "states.c", "model.c", "err.c")]
     exe = _build(tmp_path, "fuzz_replay", srcs, ASAN)
     corpus = [ROOT / "fuzz" / "corpus", ROOT / "tests" / "corpus", ROOT / "tests" / "corpus_robust"]
     r = _run([exe, *corpus], env=ASAN_ENV)

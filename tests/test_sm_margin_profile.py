@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from csrc_paths import src
+
 PROFILE = Path(__file__).resolve().parents[1] / "profiles" / "h100-sxm5-sm-margin.json"
 
 
@@ -31,13 +33,13 @@ def test_profile_shape_and_the_documented_slowdowns():
 
 
 def test_the_c_cores_table_is_the_measured_median():
-    """csrc/work.c prices a GEMM beside communication on Hopper with
+    """csrc/step/work.c prices a GEMM beside communication on Hopper with
     SM_HELD / SM_SLOW_H100: the profile's medians, to three decimals."""
     import re
-    src = (Path(__file__).resolve().parents[1] / "csrc" / "work.c").read_text()
-    held = [float(x) for x in re.search(r"SM_HELD\[9\] = \{([^}]*)\}", src).group(1).split(",")]
+    text = src("work.c").read_text()
+    held = [float(x) for x in re.search(r"SM_HELD\[9\] = \{([^}]*)\}", text).group(1).split(",")]
     slow = [float(x) for x in
-            re.search(r"SM_SLOW_H100\[9\] = \{([^}]*)\}", src).group(1).split(",")]
+            re.search(r"SM_SLOW_H100\[9\] = \{([^}]*)\}", text).group(1).split(",")]
     d = json.loads(PROFILE.read_text())
     for h, sl in zip(held, slow):
         med = statistics.median(s["seconds"][str(int(h))] / s["seconds"]["0"]

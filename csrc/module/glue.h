@@ -7,8 +7,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "../cancel.h"
-#include "../err.h"
+#include "cancel.h"
+#include "err.h"
 
 typedef struct hpgo_modstate {
     PyObject *HpgoError;     /* base class of hpgo's own exceptions */

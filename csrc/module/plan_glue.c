@@ -15,12 +15,12 @@
 #include <limits.h>
 #include <math.h>
 
-#include "../dataparallel.h"
-#include "../model.h"
-#include "../plan_hpgo.h"
-#include "../profile.h"
-#include "../sweep.h"
-#include "../topo.h"
+#include "dataparallel.h"
+#include "model.h"
+#include "plan_hpgo.h"
+#include "profile.h"
+#include "sweep.h"
+#include "topo.h"
 
 /* ------------------------------------------------------------ helpers */
 

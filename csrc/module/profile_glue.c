@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../profile.h"
+#include "profile.h"
 
 static PyObject *str_of(const char *s)
 {

@@ -12,8 +12,8 @@
 
 #include <math.h>
 
-#include "../hetero.h"
-#include "../replan.h"
+#include "hetero.h"
+#include "replan.h"
 
 /* ---- argument helpers ---------------------------------------------------------- */
 

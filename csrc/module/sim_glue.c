@@ -13,9 +13,9 @@
 
 #include <math.h>
 
-#include "../pool.h"
-#include "../sim.h"
-#include "../sim_distir.h"
+#include "pool.h"
+#include "sim.h"
+#include "sim_distir.h"
 
 typedef struct {
     PyObject_HEAD

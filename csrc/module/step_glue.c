@@ -14,9 +14,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "../autoplan.h"
-#include "../cost.h"
-#include "../engine.h"
+#include "autoplan.h"
+#include "cost.h"
+#include "engine.h"
 
 /* ---- converters ---------------------------------------------------------- */
 
