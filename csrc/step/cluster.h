@@ -99,12 +99,36 @@ typedef struct hpgo_system {
                                   0: `latency` per ring step */
 } hpgo_system_t;
 
+/* A GPU that runs at `speed` times its type's rate (0 < speed; 1/1.5 for a
+ * GPU slowed 1.5x, DynPipe's straggler; its kernels take 1/speed as long). */
+typedef struct hpgo_gpu_speed {
+    int64_t gpu;   /* cluster index */
+    double speed;
+} hpgo_gpu_speed_t;
+
+#define HPGO_CLUSTER_MAX_PARTS 16
+#define HPGO_CLUSTER_MAX_SLOW 65536
+
 typedef struct hpgo_cluster {
     char name[HPGO_NAME_LEN];
     hpgo_gpu_t gpu;
     int32_t n_levels;
     hpgo_level_t levels[HPGO_CLUSTER_MAX_LEVELS];
     hpgo_system_t sys;
+    /* Several GPU types (hpgo.Cluster.combine): n_parts = 0 for one type
+     * (gpu, levels, sys above); n_parts >= 2 homogeneous clusters (each with
+     * n_parts 0 and no slow GPUs of its own), GPUs numbered part after part
+     * (node-major inside a part), parts joined by `join` (bytes/s per GPU
+     * and direction, latency, efficiency between any two parts).  With
+     * parts, gpu / levels / sys above repeat part 0's.  Borrowed: the
+     * array outlives the calls that read the cluster. */
+    int32_t n_parts;
+    const struct hpgo_cluster *parts;
+    hpgo_level_t join;
+    /* GPUs slower (or faster) than their type, sorted by index, unique;
+     * borrowed like parts. */
+    int32_t n_slow;
+    const hpgo_gpu_speed_t *slow;
 } hpgo_cluster_t;
 
 /* Fill *out with the preset `name` ("dapple-v100", "dgx1-v100",

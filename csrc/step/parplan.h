@@ -30,6 +30,20 @@ enum {
 };
 enum { HPGO_RC_NONE = 0, HPGO_RC_SELECTIVE = 1, HPGO_RC_FULL = 2 };
 
+/* One pipeline stage of an uneven plan (DAPPLE's stages with their own
+ * replica counts, HAP's shares by speed, stages on different GPU types):
+ * the stage runs on dp x tp GPUs of cluster part `part` (0 on a one-type
+ * cluster), from GPU first_gpu (cluster index; -1: right after the GPUs
+ * of the previous stages placed on the same part), tp consecutive GPUs a
+ * replica.  Each micro-batch's samples are divided over the dp replicas by
+ * `shares` (dp values > 0 summing to 1; NULL: evenly). */
+typedef struct hpgo_stage_group {
+    int32_t part;
+    int32_t tp, dp;
+    int64_t first_gpu;
+    const double *shares;
+} hpgo_stage_group_t;
+
 typedef struct hpgo_parplan {
     int32_t tp, pp, dp, cp, ep, vstages; /* cp: sequence split (ring attention) */
     int64_t micro_batch, global_batch; /* sequences (samples) */
@@ -99,6 +113,16 @@ typedef struct hpgo_parplan {
      * --recompute-num-layers N under recompute_method (HPGO_RCM_*) */
     int32_t recompute_layers;
     int32_t recompute_method;
+    /* uneven plans: n_groups = 0 (every stage on tp x dp GPUs of the one
+     * type, the even plan) or pp (vstages 1, cp 1, ep 1): stage k on
+     * groups[k], over the layers of split[k] .. split[k + 1]; tp and dp
+     * above are then 1, and micro_batch counts the samples of one
+     * micro-batch over all replicas of a stage (global_batch / micro_batch
+     * micro-batches go through the pipeline).  The even plan with dp d and
+     * micro-batch b is the uneven one with every group at dp d, even
+     * shares, micro_batch b x d.  Borrowed like split. */
+    int32_t n_groups;
+    const hpgo_stage_group_t *groups;
 } hpgo_parplan_t;
 
 enum { HPGO_KS_TE = 0, HPGO_KS_COMPILE = 1, HPGO_KS_EAGER = 2 };
