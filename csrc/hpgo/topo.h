@@ -9,14 +9,11 @@
 
 #include <stdint.h>
 
+#include "cluster.h" /* HPGO's bandwidths: the dapple-v100 preset's (HPGO_NVLINK_BW, ...) */
 #include "err.h"
 
 #define HPGO_MAX_GPUS 1024
 #define HPGO_GPUSET_WORDS (HPGO_MAX_GPUS / 64)
-
-#define HPGO_NVLINK_BW 25e9      /* bytes/s point to point inside a machine */
-#define HPGO_ETHERNET_BW 1e9     /* bytes/s point to point across machines */
-#define HPGO_ETHERNET_NCCL_BW 3e9 /* bytes/s all-reduce across machines */
 
 typedef struct hpgo_gpuset {
     uint64_t w[HPGO_GPUSET_WORDS];

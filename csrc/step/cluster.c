@@ -10,7 +10,7 @@
  * time plus its memory time (Calculon's "no_overlap" mode, the one its
  * presets use).  Nothing here is fitted to a validation run.
  *
- * dapple-v100 reproduces HPGO's constants exactly (topo.h): 2 machines x 8
+ * dapple-v100 reproduces HPGO's constants exactly (cluster.h, read by topo.h): 2 machines x 8
  * V100 16 GB, 25 GB/s inside a machine, 1 GB/s point to point and 3 GB/s
  * for all-reduce across machines, no latency, efficiency 1. */
 #include "cluster.h"
@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "topo.h"
 
 #define GFLOP 1e9
 #define MB 1e6

@@ -29,6 +29,12 @@
 #define HPGO_CLUSTER_MIN_RATE 1.0
 #define HPGO_NAME_LEN 48
 
+/* The "dapple-v100" preset's links: HPGO's fixed bandwidths, which its
+ * planner (the hpgo/ wing, topo.h) prices every transfer with. */
+#define HPGO_NVLINK_BW 25e9      /* bytes/s point to point inside a machine */
+#define HPGO_ETHERNET_BW 1e9     /* bytes/s point to point across machines */
+#define HPGO_ETHERNET_NCCL_BW 3e9 /* bytes/s all-reduce across machines */
+
 /* Data types of the matrix peaks. */
 enum { HPGO_DT_FP32 = 0, HPGO_DT_TF32, HPGO_DT_BF16, HPGO_DT_FP8, HPGO_DT__COUNT };
 
