@@ -396,7 +396,52 @@ int64_t hpgo_cluster_unit(const hpgo_cluster_t *c, int32_t level)
     return u;
 }
 
-int64_t hpgo_cluster_gpus(const hpgo_cluster_t *c) { return hpgo_cluster_unit(c, c->n_levels - 1); }
+int64_t hpgo_cluster_gpus(const hpgo_cluster_t *c)
+{
+    if (c->n_parts < 2 || !c->parts)
+        return hpgo_cluster_unit(c, c->n_levels - 1);
+    int64_t n = 0;
+    for (int32_t k = 0; k < c->n_parts; k++)
+        n += hpgo_cluster_gpus(&c->parts[k]);
+    return n;
+}
+
+const hpgo_cluster_t *hpgo_cluster_part(const hpgo_cluster_t *c, int32_t k)
+{
+    if (c->n_parts < 2 || !c->parts)
+        return k == 0 ? c : NULL;
+    return k >= 0 && k < c->n_parts ? &c->parts[k] : NULL;
+}
+
+int32_t hpgo_cluster_part_of(const hpgo_cluster_t *c, int64_t gpu, int64_t *local)
+{
+    int64_t first = 0;
+    int32_t n = c->n_parts < 2 || !c->parts ? 1 : c->n_parts;
+    for (int32_t k = 0; k < n; k++) {
+        int64_t g = hpgo_cluster_gpus(hpgo_cluster_part(c, k));
+        if (gpu >= first && gpu < first + g) {
+            if (local)
+                *local = gpu - first;
+            return k;
+        }
+        first += g;
+    }
+    return -1;
+}
+
+double hpgo_cluster_gpu_speed(const hpgo_cluster_t *c, int64_t gpu)
+{
+    /* binary search of the sorted, unique list */
+    int32_t lo = 0, hi = c->slow ? c->n_slow : 0;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (c->slow[mid].gpu < gpu)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return c->slow && lo < c->n_slow && c->slow[lo].gpu == gpu ? c->slow[lo].speed : 1.0;
+}
 
 double hpgo_gpu_efficiency(const hpgo_gpu_t *g, int which, double size)
 {

@@ -150,9 +150,17 @@ const char *hpgo_cluster_preset_name(int i);
  * numbers, empty levels, unsorted efficiency steps, too many GPUs). */
 int hpgo_cluster_check(const hpgo_cluster_t *c, hpgo_err_t *err);
 
-/* Total GPUs; GPUs in one unit of level l (level 0: GPUs per node). */
+/* Total GPUs (over all parts); GPUs in one unit of level l (level 0: GPUs
+ * per node; of the cluster's own levels, part 0's with parts). */
 int64_t hpgo_cluster_gpus(const hpgo_cluster_t *c);
 int64_t hpgo_cluster_unit(const hpgo_cluster_t *c, int32_t level);
+/* Part k (the cluster itself, k = 0, when it has no parts; NULL out of
+ * range); the part holding cluster GPU `gpu` (-1: none) and, when `local`
+ * is not NULL, its index inside that part; the GPU's speed factor (1
+ * unless listed in `slow`). */
+const hpgo_cluster_t *hpgo_cluster_part(const hpgo_cluster_t *c, int32_t k);
+int32_t hpgo_cluster_part_of(const hpgo_cluster_t *c, int64_t gpu, int64_t *local);
+double hpgo_cluster_gpu_speed(const hpgo_cluster_t *c, int64_t gpu);
 
 /* Efficiency of curve `which` for an operation of `size`. */
 double hpgo_gpu_efficiency(const hpgo_gpu_t *g, int which, double size);
