@@ -367,14 +367,78 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
  *        recompute, sequence_parallel, zero, overlap_grad_reduce, split, etp,
  *        ep_outer, overlap_moe_comm, moe_dispatcher, fp8_params, overlap_share,
  *        reshard_after_forward, shard_size, offload_optimizer, offload_activations,
- *        kernels, tp_overlap, cp_comm, recompute_layers, recompute_method)
- *        with split None or a tuple of pp * vstages + 1 ints.  `split`
- *        receives its storage (PyMem). */
-static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
+ *        kernels, tp_overlap, cp_comm, recompute_layers, recompute_method, groups)
+ *        with split None or a tuple of pp * vstages + 1 ints, groups None or a
+ *        tuple of pp (part, tp, dp, first_gpu, shares) with first_gpu -1 for
+ *        "after the previous stages" and shares None or a tuple of dp floats.
+ *        `split` and `gmem` receive their storage (PyMem). */
+static int to_groups(PyObject *gs, hpgo_parplan_t *p, void **gmem)
 {
-    const Py_ssize_t N = 29;
+    if (!PyTuple_Check(gs) || PyTuple_GET_SIZE(gs) < 1 ||
+        PyTuple_GET_SIZE(gs) > HPGO_PLAN_MAX_PP) {
+        PyErr_Format(PyExc_ValueError, "stages must be None or a tuple of 1 to %d groups",
+                     HPGO_PLAN_MAX_PP);
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(gs), nshares = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *g = PyTuple_GET_ITEM(gs, k), *sh;
+        if (!PyTuple_Check(g) || PyTuple_GET_SIZE(g) != 5) {
+            PyErr_Format(PyExc_TypeError, "stage group %zd must be a tuple of 5 items", k);
+            return -1;
+        }
+        sh = PyTuple_GET_ITEM(g, 4);
+        if (sh != Py_None) {
+            if (!PyTuple_Check(sh) || PyTuple_GET_SIZE(sh) > (1 << 24)) {
+                PyErr_Format(PyExc_TypeError, "stage group %zd: shares must be a tuple", k);
+                return -1;
+            }
+            nshares += PyTuple_GET_SIZE(sh);
+        }
+    }
+    size_t bytes = (size_t)n * sizeof(hpgo_stage_group_t) + (size_t)nshares * sizeof(double);
+    char *mem = PyMem_Malloc(bytes ? bytes : 1);
+    if (!mem) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *gmem = mem;
+    hpgo_stage_group_t *groups = (hpgo_stage_group_t *)mem;
+    double *shares = (double *)(mem + (size_t)n * sizeof(hpgo_stage_group_t));
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *g = PyTuple_GET_ITEM(gs, k), *sh = PyTuple_GET_ITEM(g, 4);
+        hpgo_stage_group_t *x = &groups[k];
+        if (get_i32(g, 0, 5, "stage group part", &x->part) < 0 ||
+            get_i32(g, 1, 5, "stage group tp", &x->tp) < 0 ||
+            get_i32(g, 2, 5, "stage group dp", &x->dp) < 0 ||
+            get_i64(g, 3, 5, "stage group first_gpu", &x->first_gpu) < 0)
+            return -1;
+        x->shares = NULL;
+        if (sh != Py_None) {
+            Py_ssize_t ns = PyTuple_GET_SIZE(sh);
+            if (ns != x->dp) {
+                PyErr_Format(PyExc_ValueError, "stage %zd: %zd shares for dp=%d", k, ns,
+                             (int)x->dp);
+                return -1;
+            }
+            for (Py_ssize_t i = 0; i < ns; i++)
+                if (glue_f64(PyTuple_GET_ITEM(sh, i), "share", &shares[i]) < 0)
+                    return -1;
+            x->shares = shares;
+            shares += ns;
+        }
+    }
+    p->n_groups = (int32_t)n;
+    p->groups = groups;
+    return 0;
+}
+
+static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split, void **gmem)
+{
+    const Py_ssize_t N = 30;
     memset(p, 0, sizeof *p);
     *split = NULL;
+    *gmem = NULL;
     int32_t *ints[6] = {&p->tp, &p->pp, &p->dp, &p->cp, &p->ep, &p->vstages};
     static const char *const names[6] = {"tp", "pp", "dp", "cp", "ep", "virtual_stages"};
     for (int i = 0; i < 6; i++)
@@ -401,6 +465,9 @@ static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
         get_i32(t, 26, N, "cp_comm", &p->cp_comm) < 0 ||
         get_i32(t, 27, N, "recompute_layers", &p->recompute_layers) < 0 ||
         get_i32(t, 28, N, "recompute_method", &p->recompute_method) < 0)
+        return -1;
+    PyObject *gs = PyTuple_GET_ITEM(t, 29);
+    if (gs != Py_None && to_groups(gs, p, gmem) < 0)
         return -1;
     PyObject *s = PyTuple_GET_ITEM(t, 13);
     if (s == Py_None)
@@ -662,11 +729,11 @@ static PyObject *result_dict(PyObject *module, hpgo_step_result_t *r)
         goto fail;
     for (int32_t i = 0; i < r->p; i++) {
         const hpgo_step_device_t *x = &r->devices[i];
-        PyObject *o = Py_BuildValue("{sdsdsdsdsdsisdsN}", "busy", x->busy, "bubble", x->bubble,
+        PyObject *o = Py_BuildValue("{sdsdsdsdsdsisdsNsisd}", "busy", x->busy, "bubble", x->bubble,
                                     "compute_end", x->compute_end, "sync_end", x->sync_end,
                                     "optimizer", x->optimizer, "peak_in_flight",
                                     (int)x->peak_in_flight, "params", x->params, "memory",
-                                    mem_dict(&x->mem));
+                                    mem_dict(&x->mem), "part", (int)x->part, "speed", x->speed);
         if (!o)
             goto fail;
         PyList_SET_ITEM(devs, i, o);
@@ -737,11 +804,11 @@ static PyObject *step_simulate(PyObject *module, PyObject *args)
     hpgo_parplan_t p;
     double *arrays = NULL;
     int32_t *split = NULL;
-    void *cstore = NULL;
+    void *cstore = NULL, *gmem = NULL;
     hpgo_step_opts_t opts = {record, -1, NULL};
     PyObject *res = NULL;
     if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c, &cstore) < 0 ||
-        to_plan(pt, &p, &split) < 0)
+        to_plan(pt, &p, &split, &gmem) < 0)
         goto done;
     if (ov_o != Py_None && glue_f64(ov_o, "overhead_bytes", &opts.overhead_bytes) < 0)
         goto done;
@@ -766,6 +833,7 @@ done:
     PyMem_Free(arrays);
     PyMem_Free(split);
     PyMem_Free(cstore);
+    PyMem_Free(gmem);
     return res;
 }
 
