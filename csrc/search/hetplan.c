@@ -95,7 +95,7 @@ typedef struct shape {
 
 typedef struct cand {
     int64_t shape;
-    int8_t balanced, state, mem_over;
+    int8_t balanced, state, mem_over, priced;
     double lb, key, time, score;
     hpgo_parplan_t plan;
     void *blob; /* groups, shares, split */
@@ -118,11 +118,14 @@ typedef struct search {
     memline_t *mlines; /* [cfg][M][rc][zero]; ok = -1: not computed */
     ltimes_t *lts;
     int32_t n_lts, cap_lts;
+    int32_t *lt_hash; /* phase 2: open addressing over lts (-1 empty), size lt_hash_n */
+    int64_t lt_hash_n;
     shape_t *shapes;
     int64_t n_shapes, cap_shapes;
     cand_t *cands;
     int64_t n_cands, cap_cands;
     const int64_t *batch;
+    int8_t *pricing;     /* per batch slot: the job prices (1) or simulates (0) */
     int64_t batch_first; /* expansion: first shape index of the batch */
     int32_t nthreads;
 } search_t;
@@ -271,6 +274,52 @@ static hpgo_parplan_t shape_plan(const search_t *S, const shape_t *sh)
 }
 
 /* ---- per-layer times (phase 1, one thread) ------------------------------- */
+
+static uint64_t lt_key(int32_t part, int32_t tp, double n, int32_t rc, int32_t zero, int32_t one)
+{
+    uint64_t bits;
+    memcpy(&bits, &n, sizeof bits);
+    uint64_t h = bits * 0x9E3779B97F4A7C15ull;
+    h ^= ((uint64_t)(uint32_t)part << 40) ^ ((uint64_t)(uint32_t)tp << 20) ^
+         ((uint64_t)(uint32_t)rc << 8) ^ ((uint64_t)(uint32_t)zero << 4) ^ (uint64_t)one;
+    return h * 0xBF58476D1CE4E5B9ull;
+}
+
+static int lt_index(search_t *S)
+{
+    int64_t n = 16;
+    while (n < 2 * (int64_t)S->n_lts + 2)
+        n *= 2;
+    S->lt_hash = malloc(sizeof(int32_t) * (size_t)n);
+    if (!S->lt_hash)
+        return -1;
+    S->lt_hash_n = n;
+    for (int64_t i = 0; i < n; i++)
+        S->lt_hash[i] = -1;
+    for (int32_t i = 0; i < S->n_lts; i++) {
+        const ltimes_t *x = &S->lts[i];
+        uint64_t h = lt_key(x->part, x->tp, x->n, x->rc, x->zero, x->one) & (uint64_t)(n - 1);
+        while (S->lt_hash[h] >= 0)
+            h = (h + 1) & (uint64_t)(n - 1);
+        S->lt_hash[h] = i;
+    }
+    return 0;
+}
+
+/* Phase 2's read-only lookup (NULL: never priced). */
+static const ltimes_t *lt_find(const search_t *S, int32_t part, int32_t tp, double n, int32_t rc,
+                               int32_t zero, int32_t one)
+{
+    uint64_t mask = (uint64_t)(S->lt_hash_n - 1);
+    for (uint64_t h = lt_key(part, tp, n, rc, zero, one) & mask; S->lt_hash[h] >= 0;
+         h = (h + 1) & mask) {
+        const ltimes_t *y = &S->lts[S->lt_hash[h]];
+        if (y->part == part && y->tp == tp && y->n == n && y->rc == rc && y->zero == zero &&
+            y->one == one)
+            return y;
+    }
+    return NULL;
+}
 
 static void lt_free(search_t *S)
 {
@@ -423,24 +472,54 @@ static const memline_t *mem_line(search_t *S, int32_t ci, int32_t mi, int32_t rc
     return ml;
 }
 
-/* Most layers (0..L) a stage of line ml holding k micro-batches fits. */
+static int line_fits(const search_t *S, const hpgo_cluster_t *pc, const memline_t *ml,
+                     const hpgo_parplan_t *vp, int64_t k, int64_t layers)
+{
+    double l = (double)layers, act = ml->a0 + l * ml->a1;
+    hpgo_mem_t mem;
+    hpgo_memory_breakdown2(pc, vp, S->w->precision, ml->p0 + l * ml->p1, ml->e0 + l * ml->e1,
+                           ml->maxlayer, (double)k * act + ml->transient, act + ml->transient,
+                           S->overhead + ml->state, &mem);
+    return !(mem.total > mem.capacity * (1 + 1e-9));
+}
+
+/* Most layers (0..L) a stage of line ml holding k micro-batches fits:
+ * memory grows with the layers; it is affine in them below ZeRO-3, so the
+ * line through 0 and 1 layer gives the answer, which two evaluations
+ * confirm (a bisection otherwise). */
 static int64_t max_layers(const search_t *S, const memline_t *ml, const cfg_t *g,
                           const hpgo_parplan_t *vp, int64_t k)
 {
     const hpgo_cluster_t *pc = hpgo_cluster_part(S->c, g->part);
     int64_t lo = 0, hi = S->L;
+    if (!line_fits(S, pc, ml, vp, k, 1))
+        return 0;
+    if (line_fits(S, pc, ml, vp, k, hi))
+        return hi;
+    if (vp->zero < 3) {
+        double l = (double)1, act = ml->a0 + l * ml->a1;
+        hpgo_mem_t m0, m1;
+        hpgo_memory_breakdown2(pc, vp, S->w->precision, ml->p0, ml->e0, ml->maxlayer,
+                               (double)k * ml->a0 + ml->transient, ml->a0 + ml->transient,
+                               S->overhead + ml->state, &m0);
+        hpgo_memory_breakdown2(pc, vp, S->w->precision, ml->p0 + ml->p1, ml->e0 + ml->e1,
+                               ml->maxlayer, (double)k * act + ml->transient,
+                               act + ml->transient, S->overhead + ml->state, &m1);
+        double slope = m1.total - m0.total;
+        if (slope > 0) {
+            double x = floor((m0.capacity * (1 + 1e-9) - m0.total) / slope);
+            int64_t guess = x < 1 ? 1 : x > (double)(hi - 1) ? hi - 1 : (int64_t)x;
+            if (line_fits(S, pc, ml, vp, k, guess) && !line_fits(S, pc, ml, vp, k, guess + 1))
+                return guess;
+        }
+    }
+    lo = 1, hi = hi - 1; /* fits at lo, not at hi + 1 */
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
-        double l = (double)mid;
-        double act = ml->a0 + l * ml->a1;
-        hpgo_mem_t mem;
-        hpgo_memory_breakdown2(pc, vp, S->w->precision, ml->p0 + l * ml->p1, ml->e0 + l * ml->e1,
-                               ml->maxlayer, (double)k * act + ml->transient,
-                               act + ml->transient, S->overhead + ml->state, &mem);
-        if (mem.total > mem.capacity * (1 + 1e-9))
-            hi = mid - 1;
-        else
+        if (line_fits(S, pc, ml, vp, k, mid))
             lo = mid;
+        else
+            hi = mid - 1;
     }
     return lo;
 }
@@ -461,12 +540,16 @@ static int shape_mem_over(search_t *S, const shape_t *sh, double *n, double *sp)
     hpgo_parplan_t p = *S->o->base;
     p.recompute = sh->rc, p.zero = sh->zero, p.schedule = sh->sched;
     p.pp = P, p.cp = 1, p.ep = 1, p.etp = 0, p.vstages = 1, p.shard_size = 0;
+    /* every segment's line first: phase 2 reads them from its threads */
+    int ok = 1;
+    for (int32_t k = 0; k < sh->nseg; k++)
+        ok &= mem_line(S, sh->seg[k], mi, sh->rc, sh->zero, n, sp)->ok == 1;
+    if (!ok)
+        return 0;
     int32_t j = 0;
     for (int32_t k = 0; k < sh->nseg; k++) {
         const cfg_t *g = &S->cfgs[sh->seg[k]];
         const memline_t *ml = mem_line(S, sh->seg[k], mi, sh->rc, sh->zero, n, sp);
-        if (!ml->ok)
-            return 0;
         hpgo_parplan_t vp = view_plan(&p, g->tp, g->dp, m);
         for (int32_t s = 0; s < g->s; s++, j++) {
             int64_t held = sh->sched == HPGO_PS_GPIPE ? m : (P - j < m ? P - j : m);
@@ -675,7 +758,7 @@ static int64_t total_dp(const search_t *S, const shape_t *sh)
 /* Balanced split by bisection over T with a greedy cover (exact for
  * stages in a fixed order, each stage's cost growing with its layers). */
 static int balanced(const search_t *S, int32_t P, const double *pre, const double *e0,
-                    const double *e1, int32_t *split)
+                    const double *e1, const int64_t *cap, int32_t *split)
 {
     int64_t L = S->L;
     double hi = 0;
@@ -694,14 +777,16 @@ static int balanced(const search_t *S, int32_t P, const double *pre, const doubl
             const double *q = pre + (size_t)j * (L + 1);
             double extra = (j == 0 ? e0[j] : 0) + (j == P - 1 ? e1[j] : 0);
             int64_t most = L - (P - 1 - j); /* leave a layer to each later stage */
+            if (pos + cap[j] < most)
+                most = pos + cap[j];
             if (j == P - 1) {
-                if (q[L] - q[pos] + extra > T)
+                if (q[L] - q[pos] + extra > T || L - pos > cap[j])
                     ok = 0;
                 pos = L;
                 break;
             }
             int64_t end = pos + 1;
-            if (q[end] - q[pos] + extra > T) {
+            if (q[end] - q[pos] + extra > T || end > most) {
                 ok = 0;
                 break;
             }
@@ -727,6 +812,8 @@ static int balanced(const search_t *S, int32_t P, const double *pre, const doubl
         const double *q = pre + (size_t)j * (L + 1);
         double extra = j == 0 ? e0[j] : 0;
         int64_t most = L - (P - 1 - j), end = pos + 1;
+        if (pos + cap[j] < most)
+            most = pos + cap[j];
         while (end + 1 <= most && q[end + 1] - q[pos] + extra <= hi)
             end++;
         split[j + 1] = (int32_t)end;
@@ -755,10 +842,8 @@ static void build(const search_t *S, cand_t *cd)
                    sizeof(int32_t) * (size_t)(P + 1) + 8;
     char *blob = malloc(bytes);
     double *pre = malloc(sizeof(double) * ((size_t)P * (size_t)(L + 1) + 2 * (size_t)P));
-    hpgo_stage_cost_t *sc = malloc(sizeof *sc * (size_t)P);
-    double *tmp = malloc(sizeof(double) * (size_t)(4 * P + 4));
-    if (!blob || !pre || !sc || !tmp) {
-        free(blob), free(pre), free(sc), free(tmp);
+    if (!blob || !pre) {
+        free(blob), free(pre);
         cd->state = HS_NOMEM;
         return;
     }
@@ -794,15 +879,8 @@ static void build(const search_t *S, cand_t *cd)
             for (int32_t i = 0; i < g->dp && !bad; i++) {
                 if (i > 0 && n[off + i] == n[off + i - 1] && sp[off + i] == sp[off + i - 1])
                     continue;
-                const ltimes_t *x = NULL;
-                for (int32_t u = 0; u < S->n_lts; u++) {
-                    const ltimes_t *y = &S->lts[u];
-                    if (y->part == g->part && y->tp == g->tp && y->n == n[off + i] &&
-                        y->rc == sh->rc && y->zero == sh->zero && y->one == (P == 1)) {
-                        x = y;
-                        break;
-                    }
-                }
+                const ltimes_t *x =
+                    lt_find(S, g->part, g->tp, n[off + i], sh->rc, sh->zero, P == 1);
                 if (!x || !x->ok) {
                     bad = 1;
                     break;
@@ -823,9 +901,37 @@ static void build(const search_t *S, cand_t *cd)
     }
     /* q[l] above: the largest over the stage's replicas of the seconds of
      * its layers < l (nondecreasing in l, what balancing needs) */
+    int64_t *cap = malloc(sizeof(int64_t) * (size_t)P);
+    if (!cap) {
+        free(pre);
+        cd->state = HS_NOMEM;
+        return;
+    }
     if (!bad) {
+        /* the most layers each stage can hold (the shape memory bound's
+         * line): the balanced split only among splits that may fit, and a
+         * split past them cannot fit */
+        {
+            int32_t mi = 0;
+            while (S->Ms[mi] != sh->M)
+                mi++;
+            j = 0;
+            for (int32_t k = 0; k < sh->nseg; k++) {
+                const cfg_t *g = &S->cfgs[sh->seg[k]];
+                size_t at = (((size_t)sh->seg[k] * (size_t)S->n_Ms + (size_t)mi) * 3 +
+                             (size_t)sh->rc) * 4 + (size_t)sh->zero;
+                const memline_t *ml = &S->mlines[at];
+                hpgo_parplan_t vp = view_plan(&p, g->tp, g->dp, m);
+                for (int32_t s2 = 0; s2 < g->s; s2++, j++) {
+                    int64_t held = p.schedule == HPGO_PS_GPIPE ? m : (P - j < m ? P - j : m);
+                    cap[j] = ml->ok == 1 ? max_layers(S, ml, g, &vp, held) : L;
+                    if (cap[j] < 1)
+                        cap[j] = 1;
+                }
+            }
+        }
         if (cd->balanced) {
-            if (balanced(S, P, pre, e0, e1, split) < 0)
+            if (balanced(S, P, pre, e0, e1, cap, split) < 0)
                 bad = 1;
         } else {
             hpgo_work_even_split(L, P, split);
@@ -833,14 +939,64 @@ static void build(const search_t *S, cand_t *cd)
     }
     if (bad) {
         cd->state = HS_REJECTED;
-        free(pre), free(sc), free(tmp);
+        free(pre), free(cap);
         return;
     }
     p.n_groups = P, p.groups = groups;
     p.n_split = P + 1, p.split = split;
     cd->plan = p;
-    /* stage costs as engine.c's uneven_views prices them */
+    /* the cheap bounds: each stage's m passes at its replicas' layer
+     * seconds (the shape bound's proof, on this split), and the memory
+     * line's layer caps */
+    double cheap = sh->lb;
+    int over = 0;
     off = 0;
+    for (j = 0; j < P; j++) {
+        const hpgo_stage_group_t *g = &groups[j];
+        if (split[j + 1] - split[j] > cap[j])
+            over = 1;
+        double wj = 0;
+        for (int32_t i = 0; i < g->dp; i++) {
+            if (i > 0 && n[off + i] == n[off + i - 1] && sp[off + i] == sp[off + i - 1])
+                continue;
+            const ltimes_t *x = lt_find(S, g->part, g->tp, n[off + i], sh->rc, sh->zero, P == 1);
+            double t = (j == 0 ? x->e0 : 0) + (j == P - 1 ? x->e1 : 0);
+            for (int32_t l = split[j]; l < split[j + 1]; l++)
+                t += x->t[l];
+            if (t / sp[off + i] > wj)
+                wj = t / sp[off + i];
+        }
+        if ((double)m * wj > cheap)
+            cheap = (double)m * wj;
+        off += g->dp;
+    }
+    free(pre), free(cap);
+    cd->lb = cheap;
+    cd->key = cheap * weight(S, sh);
+    cd->mem_over = (int8_t)over;
+    cd->priced = 0;
+    cd->state = over && !S->o->exhaustive ? HS_MEMORY : HS_LIVE;
+}
+
+/* The exact stage costs of built candidate cd, as engine.c's uneven_views
+ * prices them, and its time and memory bounds from them. */
+static void price(const search_t *S, cand_t *cd)
+{
+    const shape_t *sh = &S->shapes[cd->shape];
+    hpgo_parplan_t p = cd->plan;
+    const hpgo_stage_group_t *groups = p.groups;
+    const int32_t *split = p.split;
+    int32_t P = p.pp, j;
+    int64_t m = S->B / sh->M, ndp = total_dp(S, sh);
+    const double *sp = (const double *)(groups + P) + 2 * ndp;
+    hpgo_stage_cost_t *sc = malloc(sizeof *sc * (size_t)P);
+    double *tmp = malloc(sizeof(double) * (size_t)(4 * P + 4));
+    if (!sc || !tmp) {
+        free(sc), free(tmp);
+        cd->state = HS_NOMEM;
+        return;
+    }
+    int64_t off = 0;
     double *before = tmp, *back = tmp + P + 1, *opt = tmp + 2 * P + 2;
     int fused = p.schedule != HPGO_PS_ZBH1;
     before[0] = back[0] = 0;
@@ -859,7 +1015,7 @@ static void build(const search_t *S, cand_t *cd)
                 if (hpgo_work_stage_cost_range(S->w, pc, &vp, split[j], split[j + 1], samples,
                                                &one, NULL) != HPGO_OK) {
                     cd->state = HS_REJECTED;
-                    free(pre), free(sc), free(tmp);
+                    free(sc), free(tmp);
                     return;
                 }
                 last = samples, have = 1;
@@ -907,11 +1063,13 @@ static void build(const search_t *S, cand_t *cd)
         if (t > lb)
             lb = t;
     }
-    cd->lb = lb > sh->lb ? lb : sh->lb;
+    if (lb > cd->lb)
+        cd->lb = lb;
     cd->key = cd->lb * weight(S, sh);
-    cd->mem_over = (int8_t)mem_over;
-    cd->state = mem_over && !S->o->exhaustive ? HS_MEMORY : HS_LIVE;
-    free(pre), free(sc), free(tmp);
+    cd->mem_over |= (int8_t)mem_over;
+    cd->priced = 1;
+    cd->state = cd->mem_over && !S->o->exhaustive ? HS_MEMORY : HS_LIVE;
+    free(sc), free(tmp);
 }
 
 static void build_job(void *ctx, int64_t i)
@@ -920,10 +1078,21 @@ static void build_job(void *ctx, int64_t i)
     build(S, &S->cands[S->batch_first + i]);
 }
 
-static void sim_job(void *ctx, int64_t i)
+/* A batch's job: price an unpriced candidate, simulate a priced one. */
+static void sim_or_price(search_t *S, cand_t *cd);
+
+static void step_job(void *ctx, int64_t i)
 {
     search_t *S = ctx;
     cand_t *cd = &S->cands[S->batch[i]];
+    if (!cd->priced)
+        price(S, cd);
+    else
+        sim_or_price(S, cd);
+}
+
+static void sim_or_price(search_t *S, cand_t *cd)
+{
     hpgo_step_opts_t so = {0, S->overhead, S->o->cancel};
     hpgo_step_result_t *r = NULL;
     int rc = hpgo_step_simulate(S->w, S->c, &cd->plan, &so, &r, NULL);
@@ -1125,7 +1294,8 @@ int hpgo_hetplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_hetpl
     top = malloc(sizeof *top * (size_t)(o->top + 1));
     int64_t bcap = 4 * (int64_t)S.nthreads + 4;
     batch = malloc(sizeof *batch * (size_t)bcap);
-    if (!order || !top || !batch) {
+    S.pricing = malloc((size_t)bcap);
+    if (!order || !top || !batch || !S.pricing || lt_index(&S) < 0) {
         rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
         goto fail;
     }
@@ -1205,11 +1375,14 @@ int hpgo_hetplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_hetpl
             }
             continue;
         }
-        /* simulate the next candidates */
+        /* price the next unpriced candidates, simulate the next priced ones */
         int64_t nb = 0;
         while (H.n > 0 && nb < bcap && (o->exhaustive || H.a[0].key * (1 - 1e-9) <= kth))
             batch[nb++] = heap_pop(&H).idx;
-        if ((rc = hpgo_pool_map(S.nthreads, nb, sim_job, &S, err)) != HPGO_OK)
+        int8_t *was = S.pricing;
+        for (int64_t b = 0; b < nb; b++)
+            was[b] = (int8_t)!S.cands[batch[b]].priced;
+        if ((rc = hpgo_pool_map(S.nthreads, nb, step_job, &S, err)) != HPGO_OK)
             goto fail;
         if (hpgo_cancelled(o->cancel)) {
             rc = hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the search was cancelled");
@@ -1217,6 +1390,21 @@ int hpgo_hetplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_hetpl
         }
         for (int64_t b = 0; b < nb; b++) {
             cand_t *cd = &S.cands[batch[b]];
+            if (was[b]) {
+                if (cd->state == HS_NOMEM) {
+                    rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory pricing plans");
+                    goto fail;
+                }
+                if (cd->state == HS_REJECTED) {
+                    r->rejected++;
+                } else if (cd->state == HS_MEMORY) {
+                    r->pruned_memory++;
+                } else if (heap_push(&H, (keyed_t){cd->key, batch[b]}) < 0) {
+                    rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+                    goto fail;
+                }
+                continue;
+            }
             r->simulated++;
             if (cd->state == HS_NOMEM) {
                 rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory simulating plans");
@@ -1315,6 +1503,8 @@ fail:
     free(S.Ms);
     free(S.segsum);
     free(S.mlines);
+    free(S.pricing);
+    free(S.lt_hash);
     lt_free(&S);
     free(E.n);
     free(order);
