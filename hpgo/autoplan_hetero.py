@@ -85,6 +85,11 @@ def hetero_search(m: Any, c: Cluster, global_batch: int, *, given: set, top: int
     d = _core._hetplan(mt, cs._tuple(), opts, base._tuple(), timeout)
     elapsed = time.perf_counter() - t0
     stats = {k: int(v) for k, v in d.items() if k != "plans"}
+    # the ranking's figures count shapes (a plan but its split) as plans;
+    # the C core's "candidates" are the plans it built (two splits a shape)
+    stats["plans_built"] = stats["candidates"]
+    stats["candidates"] = stats["shapes"]
+    stats["pruned_memory"] += stats["pruned_shapes_memory"]
     ranked = []
     for rank, (groups, split, mb, sch, rc, sp, z, _t, _s, balanced) in enumerate(d["plans"], 1):
         stages = tuple(StageGroup(layers=(split[k], split[k + 1]), dp=dp, tp=gtp,
