@@ -112,20 +112,27 @@ def proportional_dp(model: Any, cluster: Cluster, global_batch: int, *,
                     precision: str | None = None, recompute: str = "none", zero: int = 0,
                     overhead_bytes: float | None = None, headroom: float | None = None
                     ) -> dict[str, Any]:
-    """Data parallelism over every GPU of ``cluster``, each GPU a replica of
-    the whole model with a share of the global batch proportional to its
-    speed (its GPU type's step time for one sample, times its speed
-    factor), under the step model: HAP's and Metis's baseline.
+    """Data parallelism over every GPU of ``cluster`` with each GPU's share
+    of the batch proportional to its speed, under the step model (HAP's
+    DP-CP and Metis's data-parallel baseline).
 
-    Each part's replicas are priced by the step engine as a one-stage plan
-    on that part (their samples, their own gradient all-reduce); the
-    gradient all-reduce across parts is a ring over the parts' join, whose
-    per-GPU bandwidth bounds it (cost: 2 (n - 1) / n x the gradient bytes /
-    (join bandwidth x efficiency) + 2 (n - 1) join latencies, n the GPUs
-    of the ring), after each part's own all-reduce.  Returns the iteration
-    time, the samples per GPU type, whether every replica fits, and the
-    pieces."""
-    from .parallel import _as_model, headroom_fraction
+    A GPU's speed is its type's samples per second (the step engine's
+    compute time of one sample on that type) times its speed factor; the
+    ``global_batch`` samples are shared out in whole samples in that
+    proportion (the smallest largest samples / speed).  Each part runs as
+    one uneven stage of all its GPUs with those shares (the engine prices
+    its forward and backward, memory and optimizer step on the part); the
+    gradient all-reduce spans every GPU, a ring whose slowest link is the
+    join between parts (within one type: the part's own all-reduce):
+    2 (n - 1) / n x gradient bytes / (join bandwidth x efficiency) +
+    2 (n - 1) x join latency over n GPUs.
+
+    Returns ``time`` (compute, then the all-reduce, then the optimizer
+    step), ``time_overlapped`` (the all-reduce running beside the backward
+    pass, bucket by bucket as DDP does, and only the part the backward
+    cannot cover exposed: forward + max(backward, all-reduce) + optimizer),
+    ``fits``, ``samples`` per GPU and the pieces."""
+    from .parallel import _as_model
 
     m = _as_model(model, None)
     c = cluster
@@ -133,66 +140,61 @@ def proportional_dp(model: Any, cluster: Cluster, global_batch: int, *,
         precision = "bf16" if isinstance(m, Transformer) else "fp32"
     kinds = c.kinds
     B = int(global_batch)
-    n_gpus = [q.gpus for q in kinds]
-    total = sum(n_gpus)
+    total = sum(q.gpus for q in kinds)
     if B < total:
-        raise ValueError(f"global batch {B} is smaller than the {total} GPUs")
-    # one sample's compute on each type: the engine's time for a replica of 1 sample
-    first = 0
-    speeds = []
-    for k, q in enumerate(kinds):
-        sp = [c.speed(first + i) for i in range(q.gpus)]
-        first += q.gpus
-        speeds.append(sp)
+        raise ValueError(f"global batch {B} is smaller than the {total} GPUs: every GPU of "
+                         "data parallelism needs a sample")
     rate = []
-    for k, q in enumerate(kinds):
-        plan = ParallelPlan(micro_batch=1, global_batch=1, recompute=recompute)
-        r = simulate(m, q, plan, precision=precision, timeline=False,
+    for q in kinds:
+        one = ParallelPlan(micro_batch=1, global_batch=1, recompute=recompute)
+        r = simulate(m, q, one, precision=precision, timeline=False,
                      overhead_bytes=overhead_bytes, headroom=headroom)
         rate.append(1.0 / r.compute_time)
-    # integer shares of the batch: proportional to rate x speed, largest remainder
-    w = [rate[k] * s for k in range(len(kinds)) for s in speeds[k]]
-    raw = [B * x / sum(w) for x in w]
-    n = [max(1, math.floor(x)) for x in raw]
-    while sum(n) < B:
-        i = min(range(len(n)), key=lambda j: ((n[j] + 1) / w[j], j))
-        n[i] += 1
+    w = []
+    for k, q in enumerate(kinds):
+        sp = _part_speeds(c, k)
+        w += [rate[k] * sp.get(i, 1.0) for i in range(q.gpus)]
+    n = [max(1, math.floor(B * x / sum(w))) for x in w]
     while sum(n) > B:
         i = max((j for j in range(len(n)) if n[j] > 1), key=lambda j: (n[j] / w[j], -j))
         n[i] -= 1
-    # each part: one stage of all its GPUs, shares by samples
-    out_parts = []
-    worst = 0.0
+    while sum(n) < B:
+        i = min(range(len(n)), key=lambda j: ((n[j] + 1) / w[j], j))
+        n[i] += 1
+    parts = []
+    at = 0
+    compute = opt = fwd = 0.0
     fits = True
     grad_bytes = 0.0
-    at = 0
     for k, q in enumerate(kinds):
         mine = n[at:at + q.gpus]
         at += q.gpus
         Mk = sum(mine)
-        shares = tuple(x / Mk for x in mine)
+        even = len(set(mine)) == 1
         stage = StageGroup(layers=(0, m.layers), dp=q.gpus, tp=1,
-                           shares=shares if len(set(mine)) > 1 else None)
+                           shares=None if even else tuple(x / Mk for x in mine))
         plan = ParallelPlan(stages=(stage,), micro_batch=Mk, global_batch=Mk,
                             recompute=recompute, zero=zero)
-        sub = q if not any(i for i, _ in c.speeds) else q  # speeds are applied below
-        r = simulate(m, sub.with_speed({i: v for i, v in _part_speeds(c, k).items()}),
-                     plan, precision=precision, timeline=False,
-                     overhead_bytes=overhead_bytes, headroom=headroom)
+        r = simulate(m, q.with_speed(_part_speeds(c, k)), plan, precision=precision,
+                     timeline=False, overhead_bytes=overhead_bytes, headroom=headroom)
+        dev = r.devices[0]
         fits = fits and r.fits
-        grad_bytes = r.devices[0]["params"] * (4 if precision == "fp32" else 2)
-        out_parts.append({"gpu": q.gpu.name, "gpus": q.gpus, "samples": Mk,
-                          "iteration_time": r.iteration_time, "fits": r.fits})
-        worst = max(worst, r.iteration_time)
-    cross = 0.0
+        compute = max(compute, dev["compute_end"])
+        fwd = max(fwd, r.stages[0]["forward"])
+        opt = max(opt, dev["optimizer"])
+        grad_bytes = dev["params"] * (4 if precision == "fp32" else 2)
+        parts.append({"gpu": q.gpu.name, "gpus": q.gpus, "samples": Mk,
+                      "most_per_gpu": max(mine), "fits": r.fits, "own_step": r.iteration_time})
     if len(kinds) > 1:
         j = c.join
-        ring = total
-        cross = (2 * (ring - 1) / ring * grad_bytes / (j.bandwidth * j.efficiency)
-                 + 2 * (ring - 1) * j.latency)
-    headroom_fraction(headroom)
-    return {"iteration_time": worst + cross, "parts": out_parts, "cross_part_allreduce": cross,
-            "fits": fits, "samples": n}
+        assert j is not None
+        ring = (2 * (total - 1) / total * grad_bytes / (j.collective_bandwidth * j.efficiency)
+                + 2 * (total - 1) * j.latency)
+    else:
+        ring = max(0.0, parts[0]["own_step"] - compute - opt)
+    return {"time": compute + ring + opt, "time_overlapped": fwd + max(compute - fwd, ring) + opt,
+            "compute": compute, "all_reduce": ring, "optimizer": opt, "fits": fits,
+            "samples": n, "parts": parts}
 
 
 def _part_speeds(c: Cluster, k: int) -> dict[int, float]:
@@ -200,3 +202,55 @@ def _part_speeds(c: Cluster, k: int) -> dict[int, float]:
     first = sum(q.gpus for q in c.kinds[:k])
     n = c.kinds[k].gpus
     return {i - first: v for i, v in c.speeds if first <= i < first + n}
+
+
+def best_proportional_dp(model: Any, cluster: Cluster, global_batch: int, **kw: Any
+                         ) -> dict[str, Any] | None:
+    """The fastest :func:`proportional_dp` that fits, over recomputation
+    (none, selective, full; none and full for a profiled model) and ZeRO
+    0 or 1 (by ``time_overlapped``, the best data parallelism can do);
+    None when none fits."""
+    from .parallel import _as_model
+
+    m = _as_model(model, None)
+    modes = ("none", "selective", "full") if isinstance(m, Transformer) else ("none", "full")
+    best = None
+    for rc in modes:
+        for z in (0, 1):
+            d = proportional_dp(m, cluster, global_batch, recompute=rc, zero=z, **kw)
+            d.update(recompute=rc, zero=z)
+            if d["fits"] and (best is None or d["time_overlapped"] < best["time_overlapped"]):
+                best = d
+    return best
+
+
+def compare(model: Any, cluster: Cluster, global_batch: int, **kw: Any) -> dict[str, Any]:
+    """autoplan's best plan on ``cluster`` beside the best plan of the
+    homogeneous search on each of its parts alone (the whole part; with
+    slowed GPUs, the part run at its speeds by the even plan) and beside
+    speed-proportional data parallelism (:func:`best_proportional_dp`), all
+    under the same step model.  Seconds per iteration; None where nothing
+    fits.  ``kw`` goes to every search (``top``, ``max_micro_batch``, ...)."""
+    from .autoplan import autoplan
+
+    het = autoplan(model, cluster, global_batch, top=1, **kw)
+    out: dict[str, Any] = {"autoplan": het.best.iteration_time if len(het) else None,
+                           "plan": het.best.label() if len(het) else None,
+                           "search_seconds": het.search_seconds, "parts": []}
+    for k, q in enumerate(cluster.kinds):
+        sub = autoplan(model, q, global_batch, top=1, **kw)
+        t = None
+        label = None
+        if len(sub):
+            label = sub.best.label()
+            sp = _part_speeds(cluster, k)
+            if sp:   # the homogeneous plan on the part as it is, slowed GPUs included
+                r = simulate(model, q.with_speed(sp), sub.best.plan, timeline=False)
+                t = r.iteration_time if r.fits else None
+            else:
+                t = sub.best.iteration_time
+        out["parts"].append({"gpu": q.gpu.name, "gpus": q.gpus, "time": t, "plan": label})
+    dp = best_proportional_dp(model, cluster, global_batch)
+    out["dp"] = None if dp is None else dp["time_overlapped"]
+    out["dp_detail"] = dp
+    return out

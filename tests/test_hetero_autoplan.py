@@ -47,6 +47,9 @@ CASES = [
     ("slowed", lambda: (small_model(), hpgo.Cluster.build("a100-80gb", nodes=1, gpus_per_node=4)
                         .with_speed({2: 1 / 1.5}), 12), {}),
     ("mixed-slowed", lambda: (small_model(), h100_a100().with_speed({5: 0.5}), 16), {}),
+    ("slow-join", lambda: (small_model(12), hpgo.Cluster.combine(
+        hpgo.Cluster.build("v100", nodes=2, gpus_per_node=2),
+        hpgo.Cluster.build("a100-80gb", nodes=1, gpus_per_node=4), bandwidth=0.3e9), 32), {}),
     ("cost", lambda: (small_model(), h100_a100(), 16),
      {"objective": "cost", "price": {"h100": 4.0, "a100": 1.5}}),
     ("chain", lambda: (chain(), hpgo.Combine if False else

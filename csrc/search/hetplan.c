@@ -82,6 +82,7 @@ typedef struct ltimes {
 typedef struct memline {
     int ok;
     double p0, p1, e0, e1, a0, a1, transient, state, maxlayer;
+    double send1; /* bytes a GPU of a replica sends on per sample (transformers; 0: none) */
 } memline_t;
 
 typedef struct shape {
@@ -91,7 +92,19 @@ typedef struct shape {
     int8_t sched, rc, zero;
     double lb, key;
     int8_t mem_over; /* no split fits (the shape memory bound) */
+    int64_t canon;   /* base index x N_VARIANTS + variant: the enumeration order */
 } shape_t;
+
+/* A base shape: the parts' segments and the micro-batch; its variants
+ * (schedule, recomputation, ZeRO) are the shapes phase 2 makes of it. */
+typedef struct base {
+    int32_t nseg;
+    int32_t seg[HPGO_HET_MAX_TYPES];
+    int32_t mi;
+    double key;
+} base_t;
+
+#define N_VARIANTS 48 /* 3 schedules x 4 recomputation slots x 4 ZeRO stages */
 
 typedef struct cand {
     int64_t shape;
@@ -122,6 +135,9 @@ typedef struct search {
     int64_t lt_hash_n;
     shape_t *shapes;
     int64_t n_shapes, cap_shapes;
+    base_t *bases;
+    int64_t n_bases, cap_bases;
+    int64_t n_variants; /* shapes the bases have (counted in phase 1) */
     cand_t *cands;
     int64_t n_cands, cap_cands;
     const int64_t *batch;
@@ -462,6 +478,9 @@ static const memline_t *mem_line(search_t *S, int32_t ci, int32_t mi, int32_t rc
     ml->transient = one.transient < two.transient ? one.transient : two.transient;
     ml->state = one.fp8_state < two.fp8_state ? one.fp8_state : two.fp8_state;
     ml->maxlayer = one.params - one.emb_params;
+    /* a transformer's hidden states are the same between any two layers,
+     * in proportion to the samples */
+    ml->send1 = S->xf ? one.send_bytes / least : 0;
     if (ml->p0 < 0)
         ml->p0 = 0;
     if (ml->e0 < 0)
@@ -622,16 +641,108 @@ static double weight(const search_t *S, const shape_t *sh)
     return S->o->objective == HPGO_OBJ_COST ? wgt : 1.0;
 }
 
+/* A bound on the seconds one micro-batch's activations take to cross the
+ * join from segment a to segment b (engine.c reshard_time: each sender
+ * replica sends its share, ta / min(ta, tb) x its GPU's send bytes, one
+ * transfer at a time to each receiver replica, and the boundary lasts as
+ * long as the busiest sender or receiver: at least the total over the
+ * fewer of them).  The directed link carries the m micro-batches one
+ * after another, so the step takes at least m times this. */
+static double join_seconds(const search_t *S, const cfg_t *a, const cfg_t *b, double send1,
+                           int64_t M)
+{
+    const hpgo_level_t *j = &S->c->join;
+    if (S->c->n_parts < 2 || a->part == b->part || !(send1 > 0))
+        return 0;
+    int32_t tmin = a->tp < b->tp ? a->tp : b->tp;
+    double total = send1 * (double)M * (double)a->tp / (double)tmin;
+    int32_t fewer = a->dp < b->dp ? a->dp : b->dp;
+    return total / (double)fewer / (j->bandwidth * j->efficiency);
+}
+
+/* The variants of base b (schedule, recomputation, ZeRO) with their time
+ * bounds; `make` adds each as a shape (phase 2), otherwise only the least
+ * bound is returned (phase 1).  -1 on a failure (err set). */
+static int variants(search_t *S, const base_t *b, int64_t bi, int make, double *least,
+                    enum_ctx_t *E, hpgo_err_t *err)
+{
+    const hpgo_hetplan_opts_t *o = S->o;
+    int32_t P = 0, anydp = 0;
+    for (int32_t k = 0; k < b->nseg; k++) {
+        P += S->cfgs[b->seg[k]].s;
+        anydp |= S->cfgs[b->seg[k]].dp > 1;
+    }
+    int64_t M = S->Ms[b->mi], m = S->B / M;
+    *least = INFINITY;
+    static const int8_t scheds[3] = {HPGO_PS_1F1B, HPGO_PS_ZBH1, HPGO_PS_GPIPE};
+    for (int si = 0; si < 3; si++) {
+        int8_t sch = scheds[si];
+        if (!free_or(o->schedule, sch) || (sch == HPGO_PS_GPIPE && o->schedule != sch))
+            continue;
+        if (P == 1 && sch == HPGO_PS_ZBH1)
+            continue;
+        for (int8_t rc = HPGO_RC_NONE; rc <= HPGO_RC_FULL; rc++) {
+            if (!free_or(o->recompute, rc) || (rc == HPGO_RC_SELECTIVE && !S->xf))
+                continue;
+            for (int8_t z = 0; z <= 3; z++) {
+                if (o->zero < 0 ? (z > 1 || (z == 1 && !anydp)) : z != o->zero)
+                    continue;
+                if (hpgo_cancelled(o->cancel))
+                    return hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the search was cancelled");
+                double inv = 0;
+                int bad = 0;
+                for (int32_t k = 0; k < b->nseg && !bad; k++) {
+                    double v = seg_sum(S, b->seg[k], b->mi, rc, z, P == 1, sch, E->n, E->sp);
+                    if (isnan(v))
+                        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+                    if (v < 0)
+                        bad = 1;
+                    inv += v;
+                }
+                if (bad)
+                    continue;
+                shape_t sh;
+                memset(&sh, 0, sizeof sh);
+                sh.nseg = b->nseg;
+                memcpy(sh.seg, b->seg, sizeof(int32_t) * (size_t)b->nseg);
+                sh.M = M, sh.sched = sch, sh.rc = rc, sh.zero = z;
+                sh.lb = inv > 0 ? (double)m * (double)S->L / inv : INFINITY;
+                for (int32_t k = 0; k + 1 < b->nseg; k++) {
+                    const memline_t *ml = mem_line(S, b->seg[k], b->mi, rc, z, E->n, E->sp);
+                    double t = (double)m * join_seconds(S, &S->cfgs[b->seg[k]],
+                                                        &S->cfgs[b->seg[k + 1]],
+                                                        ml->ok == 1 ? ml->send1 : 0, M);
+                    if (t > sh.lb)
+                        sh.lb = t;
+                }
+                sh.key = sh.lb * weight(S, &sh);
+                sh.canon = bi * N_VARIANTS + (si * 4 + rc) * 4 + z;
+                if (sh.key < *least)
+                    *least = sh.key;
+                if (!make) {
+                    S->n_variants++;
+                    continue;
+                }
+                sh.mem_over = (int8_t)shape_mem_over(S, &sh, E->n, E->sp);
+                if (grow((void **)&S->shapes, &S->cap_shapes, S->n_shapes + 1,
+                         sizeof(shape_t)) < 0)
+                    return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+                S->shapes[S->n_shapes++] = sh;
+            }
+        }
+    }
+    return HPGO_OK;
+}
+
 static int add_shapes(search_t *S, enum_ctx_t *E, hpgo_err_t *err)
 {
     const hpgo_hetplan_opts_t *o = S->o;
-    int32_t P = 0, maxdp = 1, anydp = 0;
+    int32_t P = 0, maxdp = 1;
     for (int32_t k = 0; k < E->n_order; k++) {
         const cfg_t *g = &S->cfgs[E->pick[k]];
         P += g->s;
         if (g->dp > maxdp)
             maxdp = g->dp;
-        anydp |= g->dp > 1;
     }
     if (P > S->L || P > HPGO_PLAN_MAX_PP)
         return HPGO_OK;
@@ -649,52 +760,26 @@ static int add_shapes(search_t *S, enum_ctx_t *E, hpgo_err_t *err)
         }
         if (big)
             continue;
-        static const int8_t scheds[3] = {HPGO_PS_1F1B, HPGO_PS_ZBH1, HPGO_PS_GPIPE};
-        for (int si = 0; si < 3; si++) {
-            int8_t sch = scheds[si];
-            if (!free_or(o->schedule, sch) || (sch == HPGO_PS_GPIPE && o->schedule != sch))
-                continue;
-            if (P == 1 && sch == HPGO_PS_ZBH1)
-                continue;
-            for (int8_t rc = HPGO_RC_NONE; rc <= HPGO_RC_FULL; rc++) {
-                if (!free_or(o->recompute, rc) || (rc == HPGO_RC_SELECTIVE && !S->xf))
-                    continue;
-                for (int8_t z = 0; z <= 3; z++) {
-                    if (o->zero < 0 ? (z > 1 || (z == 1 && !anydp)) : z != o->zero)
-                        continue;
-                    if (hpgo_cancelled(o->cancel))
-                        return hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the search was cancelled");
-                    double inv = 0;
-                    int bad = 0;
-                    for (int32_t k = 0; k < E->n_order && !bad; k++) {
-                        double v = seg_sum(S, E->pick[k], mi, rc, z, P == 1, sch, E->n, E->sp);
-                        if (isnan(v))
-                            return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
-                        if (v < 0)
-                            bad = 1;
-                        inv += v;
-                    }
-                    if (bad)
-                        continue;
-                    if (S->n_shapes >= HPGO_HET_MAX_SHAPES)
-                        return hpgo_err_set(err, HPGO_E_LIMIT, 0,
-                                            "the heterogeneous search has more than %d shapes: "
-                                            "fix some choices (tp=, micro_batch=, recompute=, ...)",
-                                            HPGO_HET_MAX_SHAPES);
-                    if (grow((void **)&S->shapes, &S->cap_shapes, S->n_shapes + 1,
-                             sizeof(shape_t)) < 0)
-                        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
-                    shape_t *sh = &S->shapes[S->n_shapes++];
-                    memset(sh, 0, sizeof *sh);
-                    sh->nseg = E->n_order;
-                    memcpy(sh->seg, E->pick, sizeof(int32_t) * (size_t)E->n_order);
-                    sh->M = M, sh->sched = sch, sh->rc = rc, sh->zero = z;
-                    sh->lb = inv > 0 ? (double)m * (double)S->L / inv : INFINITY;
-                    sh->key = sh->lb * weight(S, sh);
-                    sh->mem_over = (int8_t)shape_mem_over(S, sh, E->n, E->sp);
-                }
-            }
-        }
+        if (S->n_bases >= HPGO_HET_MAX_SHAPES)
+            return hpgo_err_set(err, HPGO_E_LIMIT, 0,
+                                "the heterogeneous search has more than %d shapes: fix some "
+                                "choices (tp=, micro_batch=, ...)",
+                                HPGO_HET_MAX_SHAPES);
+        base_t b;
+        memset(&b, 0, sizeof b);
+        b.nseg = E->n_order;
+        memcpy(b.seg, E->pick, sizeof(int32_t) * (size_t)E->n_order);
+        b.mi = mi;
+        double least;
+        int rc = variants(S, &b, S->n_bases, 0, &least, E, err);
+        if (rc != HPGO_OK)
+            return rc;
+        if (!isfinite(least))
+            continue;
+        b.key = least;
+        if (grow((void **)&S->bases, &S->cap_bases, S->n_bases + 1, sizeof(base_t)) < 0)
+            return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+        S->bases[S->n_bases++] = b;
     }
     return HPGO_OK;
 }
@@ -990,12 +1075,13 @@ static void price(const search_t *S, cand_t *cd)
     int64_t m = S->B / sh->M, ndp = total_dp(S, sh);
     const double *sp = (const double *)(groups + P) + 2 * ndp;
     hpgo_stage_cost_t *sc = malloc(sizeof *sc * (size_t)P);
-    double *tmp = malloc(sizeof(double) * (size_t)(4 * P + 4));
+    double *tmp = malloc(sizeof(double) * (size_t)(5 * P + 4));
     if (!sc || !tmp) {
         free(sc), free(tmp);
         cd->state = HS_NOMEM;
         return;
     }
+    double *sent = tmp + 4 * P + 3; /* per stage: its replicas' send bytes, summed */
     int64_t off = 0;
     double *before = tmp, *back = tmp + P + 1, *opt = tmp + 2 * P + 2;
     int fused = p.schedule != HPGO_PS_ZBH1;
@@ -1009,6 +1095,7 @@ static void price(const search_t *S, cand_t *cd)
         memset(&big, 0, sizeof big);
         double last = -1, most = -1, f = 0, bw = 0, ww = 0, slow = 1;
         int have = 0;
+        sent[j] = 0;
         for (int32_t i = 0; i < g->dp; i++) {
             double samples = g->shares ? (double)sh->M * g->shares[i] : (double)sh->M / g->dp;
             if (samples != last || !have) {
@@ -1021,6 +1108,7 @@ static void price(const search_t *S, cand_t *cd)
                 last = samples, have = 1;
             }
             double s = sp[off + i];
+            sent[j] += one.send_bytes;
             if (s < slow)
                 slow = s;
             if (one.f / s > f)
@@ -1053,6 +1141,19 @@ static void price(const search_t *S, cand_t *cd)
         off += g->dp;
     }
     double lb = 0;
+    /* the join's directed links carry each boundary's m transfers one
+     * after another (join_seconds) */
+    if (S->c->n_parts >= 2)
+        for (int32_t d = 0; d + 1 < P; d++) {
+            const hpgo_stage_group_t *a = &groups[d], *b = &groups[d + 1];
+            if (a->part == b->part)
+                continue;
+            int32_t tmin = a->tp < b->tp ? a->tp : b->tp, fewer = a->dp < b->dp ? a->dp : b->dp;
+            double t = (double)m * sent[d] * (double)a->tp / (double)tmin / (double)fewer /
+                       (S->c->join.bandwidth * S->c->join.efficiency);
+            if (t > lb)
+                lb = t;
+        }
     for (int32_t d = 0; d < P; d++) {
         double busy = (double)m * (sc[d].f + sc[d].b + sc[d].w);
         double t = before[d] + busy + opt[d];
@@ -1116,6 +1217,10 @@ typedef struct keyed {
     double key;
     int64_t idx;
 } keyed_t;
+
+enum { K_BASE = 0, K_SHAPE = 1, K_CAND = 2 };
+#define ITEM(kind, i) (((int64_t)(kind) << 56) | (int64_t)(i))
+#define ITEM_MASK (((int64_t)1 << 56) - 1)
 
 static int cmp_keyed(const void *a, const void *b)
 {
@@ -1288,27 +1393,22 @@ int hpgo_hetplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_hetpl
     for (int32_t len = 1; len <= S.n_parts; len++)
         if ((rc = orders(&S, &E, len, err)) != HPGO_OK)
             goto fail;
-    r->shapes = S.n_shapes;
-    /* phase 2 */
-    order = malloc(sizeof *order * (size_t)(S.n_shapes ? S.n_shapes : 1));
+    r->shapes = S.n_variants;
+    /* phase 2: one heap of bases, shapes and plans, least bound first */
     top = malloc(sizeof *top * (size_t)(o->top + 1));
     int64_t bcap = 4 * (int64_t)S.nthreads + 4;
     batch = malloc(sizeof *batch * (size_t)bcap);
     S.pricing = malloc((size_t)bcap);
-    if (!order || !top || !batch || !S.pricing || lt_index(&S) < 0) {
+    if (!top || !batch || !S.pricing || lt_index(&S) < 0) {
         rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
         goto fail;
     }
-    int64_t n_order = 0;
-    for (int64_t i = 0; i < S.n_shapes; i++) {
-        if (S.shapes[i].mem_over && !o->exhaustive)
-            r->pruned_shapes_memory++;
-        else
-            order[n_order++] = (keyed_t){S.shapes[i].key, i};
-    }
-    qsort(order, (size_t)n_order, sizeof *order, cmp_keyed);
+    for (int64_t i = 0; i < S.n_bases; i++)
+        if (heap_push(&H, (keyed_t){S.bases[i].key, ITEM(K_BASE, i)}) < 0) {
+            rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+            goto fail;
+        }
     int32_t ntop = 0;
-    int64_t next = 0;
     S.batch = batch;
     for (;;) {
         if (hpgo_cancelled(o->cancel)) {
@@ -1316,19 +1416,33 @@ int hpgo_hetplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_hetpl
             goto fail;
         }
         double kth = ntop == o->top ? top[ntop - 1].key : INFINITY;
-        double ks = next < n_order ? order[next].key : INFINITY;
-        double kc = H.n ? H.a[0].key : INFINITY;
-        int shape_ok = next < n_order && (o->exhaustive || ks * (1 - 1e-9) <= kth);
-        int cand_ok = H.n > 0 && (o->exhaustive || kc * (1 - 1e-9) <= kth);
-        if (!shape_ok && !cand_ok)
+        if (H.n == 0 || (!o->exhaustive && H.a[0].key * (1 - 1e-9) > kth))
             break;
-        if (shape_ok && (!cand_ok || ks <= kc)) {
+        int kind = (int)(H.a[0].idx >> 56);
+        if (kind == K_BASE) {
+            int64_t bi = heap_pop(&H).idx & ITEM_MASK;
+            int64_t first = S.n_shapes;
+            double least;
+            if ((rc = variants(&S, &S.bases[bi], bi, 1, &least, &E, err)) != HPGO_OK)
+                goto fail;
+            for (int64_t i = first; i < S.n_shapes; i++) {
+                if (S.shapes[i].mem_over && !o->exhaustive) {
+                    r->pruned_shapes_memory++;
+                    continue;
+                }
+                if (heap_push(&H, (keyed_t){S.shapes[i].key, ITEM(K_SHAPE, i)}) < 0) {
+                    rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+                    goto fail;
+                }
+            }
+            continue;
+        }
+        if (kind == K_SHAPE) {
             /* build the plans of the next shapes (up to a batch) */
             int64_t first = S.n_cands, ns = 0;
-            while (next < n_order && ns < bcap &&
-                   (o->exhaustive || order[next].key * (1 - 1e-9) <= kth) &&
-                   (ns == 0 || !cand_ok || order[next].key <= kc)) {
-                int64_t si = order[next++].idx;
+            while (H.n > 0 && ns < bcap && (H.a[0].idx >> 56) == K_SHAPE &&
+                   (o->exhaustive || H.a[0].key * (1 - 1e-9) <= kth)) {
+                int64_t si = heap_pop(&H).idx & ITEM_MASK;
                 if (grow((void **)&S.cands, &S.cap_cands, S.n_cands + 2, sizeof(cand_t)) < 0) {
                     rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
                     goto fail;
@@ -1360,15 +1474,14 @@ int hpgo_hetplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_hetpl
                     cd->state = HS_REJECTED;
                     continue;
                 }
-                if (cd->state == HS_REJECTED) {
+                if (cd->state == HS_REJECTED)
                     continue;
-                }
                 r->candidates++;
                 if (cd->state == HS_MEMORY) {
                     r->pruned_memory++;
                     continue;
                 }
-                if (heap_push(&H, (keyed_t){cd->key, i}) < 0) {
+                if (heap_push(&H, (keyed_t){cd->key, ITEM(K_CAND, i)}) < 0) {
                     rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
                     goto fail;
                 }
@@ -1377,20 +1490,21 @@ int hpgo_hetplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_hetpl
         }
         /* price the next unpriced candidates, simulate the next priced ones */
         int64_t nb = 0;
-        while (H.n > 0 && nb < bcap && (o->exhaustive || H.a[0].key * (1 - 1e-9) <= kth))
-            batch[nb++] = heap_pop(&H).idx;
+        while (H.n > 0 && nb < bcap && (H.a[0].idx >> 56) == K_CAND &&
+               (o->exhaustive || H.a[0].key * (1 - 1e-9) <= kth))
+            batch[nb++] = heap_pop(&H).idx & ITEM_MASK;
         int8_t *was = S.pricing;
-        for (int64_t b = 0; b < nb; b++)
-            was[b] = (int8_t)!S.cands[batch[b]].priced;
+        for (int64_t b2 = 0; b2 < nb; b2++)
+            was[b2] = (int8_t)!S.cands[batch[b2]].priced;
         if ((rc = hpgo_pool_map(S.nthreads, nb, step_job, &S, err)) != HPGO_OK)
             goto fail;
         if (hpgo_cancelled(o->cancel)) {
             rc = hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the search was cancelled");
             goto fail;
         }
-        for (int64_t b = 0; b < nb; b++) {
-            cand_t *cd = &S.cands[batch[b]];
-            if (was[b]) {
+        for (int64_t b2 = 0; b2 < nb; b2++) {
+            cand_t *cd = &S.cands[batch[b2]];
+            if (was[b2]) {
                 if (cd->state == HS_NOMEM) {
                     rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory pricing plans");
                     goto fail;
@@ -1399,7 +1513,7 @@ int hpgo_hetplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_hetpl
                     r->rejected++;
                 } else if (cd->state == HS_MEMORY) {
                     r->pruned_memory++;
-                } else if (heap_push(&H, (keyed_t){cd->key, batch[b]}) < 0) {
+                } else if (heap_push(&H, (keyed_t){cd->key, ITEM(K_CAND, batch[b2])}) < 0) {
                     rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
                     goto fail;
                 }
@@ -1422,7 +1536,7 @@ int hpgo_hetplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_hetpl
                 continue;
             }
             /* ties: the enumeration order (shape, then balanced before even) */
-            keyed_t k = {cd->score, cd->shape * 2 + !cd->balanced};
+            keyed_t k = {cd->score, S.shapes[cd->shape].canon * 2 + !cd->balanced};
             int32_t pos = ntop;
             while (pos > 0 && cmp_keyed(&k, &top[pos - 1]) < 0)
                 pos--;
@@ -1434,8 +1548,16 @@ int hpgo_hetplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_hetpl
                 ntop++;
         }
     }
-    r->pruned_shapes = n_order - next;
-    r->pruned_time = H.n;
+    /* what is left unexpanded */
+    for (int64_t i = 0; i < H.n; i++) {
+        int kind = (int)(H.a[i].idx >> 56);
+        if (kind == K_BASE || kind == K_SHAPE) {
+            r->pruned_shapes++; /* a base counts once for its variants */
+        } else {
+            r->pruned_time++;
+        }
+    }
+
     /* the result: copy each entry's groups, shares and split */
     size_t need = 0;
     int64_t *which = malloc(sizeof(int64_t) * (size_t)(ntop ? ntop : 1));
@@ -1447,7 +1569,7 @@ int hpgo_hetplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_hetpl
         /* find the candidate of key idx (shape * 2 + even) */
         int64_t want = top[i].idx, found = -1;
         for (int64_t j = 0; j < S.n_cands && found < 0; j++)
-            if (S.cands[j].shape * 2 + !S.cands[j].balanced == want)
+            if (S.shapes[S.cands[j].shape].canon * 2 + !S.cands[j].balanced == want)
                 found = j;
         which[i] = found;
         const hpgo_parplan_t *p = &S.cands[found].plan;
@@ -1499,6 +1621,7 @@ fail:
         free(S.cands[i].blob);
     free(S.cands);
     free(S.shapes);
+    free(S.bases);
     free(S.cfgs);
     free(S.Ms);
     free(S.segsum);
