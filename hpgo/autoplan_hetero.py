@@ -110,15 +110,16 @@ def hetero_search(m: Any, c: Cluster, global_batch: int, *, given: set, top: int
 
 def proportional_dp(model: Any, cluster: Cluster, global_batch: int, *,
                     precision: str | None = None, recompute: str = "none", zero: int = 0,
-                    overhead_bytes: float | None = None, headroom: float | None = None
-                    ) -> dict[str, Any]:
+                    accumulation: int = 1, overhead_bytes: float | None = None,
+                    headroom: float | None = None) -> dict[str, Any]:
     """Data parallelism over every GPU of ``cluster`` with each GPU's share
     of the batch proportional to its speed, under the step model (HAP's
     DP-CP and Metis's data-parallel baseline).
 
     A GPU's speed is its type's samples per second (the step engine's
-    compute time of one sample on that type) times its speed factor; the
-    ``global_batch`` samples are shared out in whole samples in that
+    compute time of one sample on that type) times its speed factor; each
+    of the ``accumulation`` micro-batches (gradient accumulation) shares
+    its global_batch / accumulation samples out in whole samples in that
     proportion (the smallest largest samples / speed).  Each part runs as
     one uneven stage of all its GPUs with those shares (the engine prices
     its forward and backward, memory and optimizer step on the part); the
@@ -128,10 +129,10 @@ def proportional_dp(model: Any, cluster: Cluster, global_batch: int, *,
     2 (n - 1) x join latency over n GPUs.
 
     Returns ``time`` (compute, then the all-reduce, then the optimizer
-    step), ``time_overlapped`` (the all-reduce running beside the backward
-    pass, bucket by bucket as DDP does, and only the part the backward
-    cannot cover exposed: forward + max(backward, all-reduce) + optimizer),
-    ``fits``, ``samples`` per GPU and the pieces."""
+    step), ``time_overlapped`` (the all-reduce beside the last
+    micro-batch's backward, bucket by bucket as DDP does: only what that
+    backward cannot cover is exposed), ``fits``, ``samples`` per GPU and
+    micro-batch, and the pieces."""
     from .parallel import _as_model
 
     m = _as_model(model, None)
@@ -140,10 +141,12 @@ def proportional_dp(model: Any, cluster: Cluster, global_batch: int, *,
         precision = "bf16" if isinstance(m, Transformer) else "fp32"
     kinds = c.kinds
     B = int(global_batch)
+    a = int(accumulation)
     total = sum(q.gpus for q in kinds)
-    if B < total:
-        raise ValueError(f"global batch {B} is smaller than the {total} GPUs: every GPU of "
-                         "data parallelism needs a sample")
+    if a < 1 or B % a or B // a < total:
+        raise ValueError(f"accumulation {a} must divide the global batch {B} and leave each of "
+                         f"the {total} GPUs a sample a micro-batch")
+    U = B // a
     rate = []
     for q in kinds:
         one = ParallelPlan(micro_batch=1, global_batch=1, recompute=recompute)
@@ -154,16 +157,17 @@ def proportional_dp(model: Any, cluster: Cluster, global_batch: int, *,
     for k, q in enumerate(kinds):
         sp = _part_speeds(c, k)
         w += [rate[k] * sp.get(i, 1.0) for i in range(q.gpus)]
-    n = [max(1, math.floor(B * x / sum(w))) for x in w]
-    while sum(n) > B:
+    n = [max(1, math.floor(U * x / sum(w))) for x in w]
+    while sum(n) > U:
         i = max((j for j in range(len(n)) if n[j] > 1), key=lambda j: (n[j] / w[j], -j))
         n[i] -= 1
-    while sum(n) < B:
+    while sum(n) < U:
         i = min(range(len(n)), key=lambda j: ((n[j] + 1) / w[j], j))
         n[i] += 1
     parts = []
     at = 0
-    compute = opt = fwd = 0.0
+    compute = opt = 0.0
+    last_bwd = INF = float("inf")
     fits = True
     grad_bytes = 0.0
     for k, q in enumerate(kinds):
@@ -173,15 +177,16 @@ def proportional_dp(model: Any, cluster: Cluster, global_batch: int, *,
         even = len(set(mine)) == 1
         stage = StageGroup(layers=(0, m.layers), dp=q.gpus, tp=1,
                            shares=None if even else tuple(x / Mk for x in mine))
-        plan = ParallelPlan(stages=(stage,), micro_batch=Mk, global_batch=Mk,
+        plan = ParallelPlan(stages=(stage,), micro_batch=Mk, global_batch=Mk * a,
                             recompute=recompute, zero=zero)
         r = simulate(m, q.with_speed(_part_speeds(c, k)), plan, precision=precision,
                      timeline=False, overhead_bytes=overhead_bytes, headroom=headroom)
         dev = r.devices[0]
+        st = r.stages[0]
         fits = fits and r.fits
         compute = max(compute, dev["compute_end"])
-        fwd = max(fwd, r.stages[0]["forward"])
         opt = max(opt, dev["optimizer"])
+        last_bwd = min(last_bwd, st["backward_input"] + st["backward_weight"])
         grad_bytes = dev["params"] * (4 if precision == "fp32" else 2)
         parts.append({"gpu": q.gpu.name, "gpus": q.gpus, "samples": Mk,
                       "most_per_gpu": max(mine), "fits": r.fits, "own_step": r.iteration_time})
@@ -192,9 +197,11 @@ def proportional_dp(model: Any, cluster: Cluster, global_batch: int, *,
                 + 2 * (total - 1) * j.latency)
     else:
         ring = max(0.0, parts[0]["own_step"] - compute - opt)
-    return {"time": compute + ring + opt, "time_overlapped": fwd + max(compute - fwd, ring) + opt,
+    last_bwd = 0.0 if last_bwd == INF else min(last_bwd, compute)
+    return {"time": compute + ring + opt,
+            "time_overlapped": compute - last_bwd + max(last_bwd, ring) + opt,
             "compute": compute, "all_reduce": ring, "optimizer": opt, "fits": fits,
-            "samples": n, "parts": parts}
+            "samples": n, "accumulation": a, "parts": parts}
 
 
 def _part_speeds(c: Cluster, k: int) -> dict[int, float]:
@@ -207,20 +214,26 @@ def _part_speeds(c: Cluster, k: int) -> dict[int, float]:
 def best_proportional_dp(model: Any, cluster: Cluster, global_batch: int, **kw: Any
                          ) -> dict[str, Any] | None:
     """The fastest :func:`proportional_dp` that fits, over recomputation
-    (none, selective, full; none and full for a profiled model) and ZeRO
-    0 or 1 (by ``time_overlapped``, the best data parallelism can do);
-    None when none fits."""
+    (none, selective, full; none and full for a profiled model), ZeRO 0 or
+    1 and gradient accumulation (the divisors of the global batch that
+    leave every GPU a sample), by ``time_overlapped``; None when none
+    fits."""
     from .parallel import _as_model
 
     m = _as_model(model, None)
     modes = ("none", "selective", "full") if isinstance(m, Transformer) else ("none", "full")
     best = None
+    B = int(global_batch)
+    accs = [a for a in range(1, B + 1) if B % a == 0 and B // a >= cluster.gpus]
     for rc in modes:
         for z in (0, 1):
-            d = proportional_dp(m, cluster, global_batch, recompute=rc, zero=z, **kw)
-            d.update(recompute=rc, zero=z)
-            if d["fits"] and (best is None or d["time_overlapped"] < best["time_overlapped"]):
-                best = d
+            for a in accs:
+                d = proportional_dp(m, cluster, B, recompute=rc, zero=z, accumulation=a, **kw)
+                d.update(recompute=rc, zero=z)
+                if d["fits"]:
+                    if best is None or d["time_overlapped"] < best["time_overlapped"]:
+                        best = d
+                    break   # more accumulation only adds steps once it fits
     return best
 
 
