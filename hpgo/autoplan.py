@@ -48,8 +48,11 @@ def setup_line(model: Any, cluster: Cluster, *, precision: str, global_batch: in
     name = getattr(model, "name", "") or "the model"
     seq = f", seq {model.seq:,}" if isinstance(model, Transformer) else ""
     curves = "measured curves" if cluster.gpu.name.endswith("(measured)") else "preset curves"
-    out = (f"{name}{seq}, {precision} on {cluster.name} ({cluster.gpus} x {cluster.gpu.name}, "
-           f"{cluster.gpu.memory_bytes / 1e9:.0f} GB, {curves})")
+    kinds = cluster.parts or (cluster,)
+    gpus = " + ".join(f"{q.gpus} x {q.gpu.name}, {q.gpu.memory_bytes / 1e9:.0f} GB"
+                      for q in kinds)
+    slow = f", {len(cluster.speeds)} GPU(s) at another speed" if cluster.speeds else ""
+    out = f"{name}{seq}, {precision} on {cluster.name} ({gpus}, {curves}{slow})"
     if global_batch is not None:
         out += f", global batch {'at most ' if max_batch else ''}{global_batch:,}"
     if headroom is not None:

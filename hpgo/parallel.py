@@ -1256,6 +1256,13 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     # takes bf16's for every 16-bit and 8-bit precision)
     peak = c.gpu.peak("fp32" if precision == "fp32" else "fp8" if precision == "fp8" else "bf16")
     bf16 = c.gpu.peak("bf16")
+    if c.parts and plan.stages is not None:
+        # several GPU types: the peaks averaged over the GPUs the plan uses
+        used = [(c.kinds[c.part_index(g.gpu)].gpu, g.dp * g.tp) for g in plan.stages]
+        tot = sum(k for _, k in used)
+        key = "fp32" if precision == "fp32" else "fp8" if precision == "fp8" else "bf16"
+        peak = sum(g.peak(key) * k for g, k in used) / tot
+        bf16 = sum(g.peak("bf16") * k for g, k in used) / tot
     it, n = d["iteration_time"], d["gpus"]
     if is_t and it > 0 and peak > 0:
         d["mfu"] = d["model_flops"] / (it * n * peak)
