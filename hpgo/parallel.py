@@ -566,32 +566,46 @@ class ParallelPlan:
     # -- conversions ----------------------------------------------------------
     @classmethod
     def from_hpgo(cls, result: Any, global_batch: int, *, micro_batch: int | None = None,
-                  model: str | None = None) -> "ParallelPlan":
+                  model: Any = None) -> "ParallelPlan":
         """The plan of an HPGO result: ``py_orchestrate()``'s ``(speedup,
         stages)`` tuple, an :class:`hpgo.Plan`, or a stage list of
-        ``(start, end, units, gpus)``.  Every stage must have the same number
-        of replicas (the neutral plan has one dp); the stage boundaries are
-        HPGO's state indices, kept as the layer split."""
-        stages = result
-        if hasattr(result, "stages") and not isinstance(result, tuple):
-            stages = [(s.start, s.end, getattr(s, "units", 1), list(s.gpus)) for s in result.stages]
-        elif isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], list):
-            stages = result[1]
-        try:
-            stages = [(int(s[0]), int(s[1]), list(s[3])) for s in stages]
-        except (TypeError, ValueError, IndexError):
-            raise ValueError("not an HPGO result: expected (speedup, [(start, end, units, gpus), ...])") from None
-        if not stages:
-            raise ValueError("an HPGO result with no stages")
-        reps = {len(g) for _, _, g in stages}
-        if len(reps) != 1:
-            raise ValueError(f"the stages have different replica counts {sorted(reps)}: the neutral "
-                             "plan has one data-parallel size (simulate it with hpgo.simulate_plan)")
-        dp = reps.pop()
-        split = tuple([stages[0][0]] + [e for _, e, _ in stages])
-        mb = micro_batch if micro_batch is not None else max(1, global_batch // dp)
-        return cls(global_batch=global_batch, pp=len(stages), dp=dp, micro_batch=mb,
-                   split=split, model=model)
+        ``(start, end, units, gpus)``.
+
+        With ``model`` the profile HPGO planned (a ``graph.txt`` path or its
+        :func:`hpgo.profile_model`), HPGO's state indices are mapped to the
+        profile's layers (:mod:`hpgo.uneven`) and every stage becomes a
+        :class:`StageGroup` of its GPUs (uneven replicas kept); the plan
+        records the profile's identity.  HPGO runs ``gbs // rp``
+        micro-batches per pipeline replica (``rp`` = a stage's GPUs / its
+        units; its smallest micro-batch, 1), so the default ``micro_batch``
+        (the samples of one micro-batch over a stage's replicas) is ``rp``.
+
+        Without a profile (``model`` None or a model id string) the stages
+        must have equal replica counts: the plan is the even one with HPGO's
+        state indices kept as the split (a layer chain of those states)."""
+        from . import uneven
+        stages = uneven.hpgo_stages(result)
+        is_profile = isinstance(model, (ProfiledModel, os.PathLike)) or (
+            isinstance(model, str) and os.path.isfile(model))
+        if not is_profile:
+            reps = {len(g) for _, _, _, g in stages}
+            if len(reps) != 1:
+                raise ValueError(f"the stages have different replica counts {sorted(reps)}: "
+                                 "pass model= (the profile HPGO planned) to keep them as stage "
+                                 "groups")
+            dp = reps.pop()
+            split = tuple([stages[0][0]] + [e for _, e, _, _ in stages])
+            mb = micro_batch if micro_batch is not None else max(1, global_batch // dp)
+            return cls(global_batch=global_batch, pp=len(stages), dp=dp, micro_batch=mb,
+                       split=split, model=model)
+        pm = model if isinstance(model, ProfiledModel) else profile_model(os.fspath(model), 1)
+        cuts = uneven.layer_boundaries(pm, [b - 1 for _, b, _, _ in stages[:-1]])
+        bounds = [0] + cuts + [pm.layers]
+        rp = len(stages[0][3]) // stages[0][2]
+        groups = tuple(StageGroup(layers=(bounds[k], bounds[k + 1]), dp=len(g))
+                       for k, (_, _, _, g) in enumerate(stages))
+        mb = micro_batch if micro_batch is not None else max(1, rp)
+        return cls(global_batch=global_batch, micro_batch=mb, stages=groups, model=model_id(pm))
 
     @classmethod
     def from_replan(cls, result: Any, global_batch: int, *, dp: int = 1, micro_batch: int = 1,
@@ -967,9 +981,12 @@ class StepResult:
         verdict = "fits" if self.fits else "DOES NOT FIT"
         room = f" with {self.headroom * 100:g} % kept free" if self.headroom else ""
         train = self.train_summary()
+        # an uneven plan's stages have their own GPU types: name the worst one's group
+        where = (f" (stage {self.plan.stages[worst].describe()})"
+                 if self.plan.stages is not None and worst < len(self.plan.stages) else "")
         return (f"{self.plan!r} on {self.cluster}: {self.iteration_time:.4g} s/iteration, {rate}"
                 f"{mfu}; peak memory {m.total / g:.1f} of {m.capacity / g:.1f} GiB on device "
-                f"{worst} ({verdict}{room})" + (f"; {train}" if train else ""))
+                f"{worst}{where} ({verdict}{room})" + (f"; {train}" if train else ""))
 
     def __repr__(self) -> str:
         return f"StepResult({self.summary()})"
