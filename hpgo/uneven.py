@@ -20,7 +20,7 @@ import heapq
 import os
 from typing import Any
 
-__all__ = ["hpgo_stages", "layer_boundaries"]
+__all__ = ["hpgo_stages", "layer_boundaries", "compare_hpgo"]
 
 
 def hpgo_stages(result: Any) -> list[tuple[int, int, int, list[int]]]:
@@ -116,3 +116,27 @@ def layer_boundaries(profile: Any, cut_states: list[int]) -> list[int]:
                              "prefix of the profile's layer order: it has no layer split")
         out.append(b)
     return out
+
+
+def compare_hpgo(profile: Any, profile_batch: float, global_batch: int, *,
+                 seps: tuple[int, ...] = (8, 16), cluster: Any = "dapple-v100") -> dict:
+    """HPGO's plan for ``profile`` at ``global_batch`` on the machines
+    ``seps`` (spec/hpgo-compat.md section 1), converted
+    (:meth:`hpgo.ParallelPlan.from_hpgo`) and simulated by the step engine
+    on ``cluster``, beside HPGO's own estimate and autoplan's best plan on
+    the same profile and cluster.  Returns ``{"hpgo": (speedup, stages),
+    "hpgo_plan", "hpgo_estimate" (seconds: HPGO's single-GPU time / its
+    speedup), "engine" (StepResult), "autoplan" (its best RankedPlan)}``.
+    docs/uneven-plans.md explains the difference between the two estimates."""
+    import hpgo
+
+    path = _profile_path(profile)
+    res = hpgo.conductor_from_torch_graph_and_seps(path, profile_batch, global_batch,
+                                                   list(seps)).py_orchestrate()
+    hm = hpgo.model_from_torch_graph(path, profile_batch, global_batch)
+    model = hpgo.profile_model(path, profile_batch)
+    plan = hpgo.ParallelPlan.from_hpgo(res, global_batch, model=model)
+    engine = hpgo.simulate(model, cluster, plan, timeline=False)
+    best = hpgo.autoplan(model, cluster, global_batch, top=1)[0]
+    return {"hpgo": res, "hpgo_plan": plan, "hpgo_estimate": hm.total_time / res[0],
+            "engine": engine, "autoplan": best}
