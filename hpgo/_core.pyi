@@ -210,9 +210,12 @@ ALGO_RING: int
 ALGO_HIERARCHICAL: int
 OBJECTIVE_TIME: int
 OBJECTIVE_COST: int
+CLUSTER_MAX_PARTS: int
 EP_OVERLAP_MEGATRON: float
 ALLOC_FRAG_GMLAKE: float
 
+# a cluster tuple has 17 items (step_glue.c): the 14 of one GPU type, then
+# parts (cluster tuples), join (None or a level tuple) and speeds ((gpu, factor), ...)
 def _step_cluster_preset(name: str, nodes: int, /) -> tuple[Any, ...]: ...
 def _step_cluster_presets() -> tuple[str, ...]: ...
 def _step_cluster_check(cluster: tuple[Any, ...], /) -> None: ...

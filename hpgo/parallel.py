@@ -1172,7 +1172,7 @@ def _headroom_cluster(c: Cluster, headroom: float) -> Cluster:
     stays exact: it is the same search on a GPU with less memory)."""
     if not headroom:
         return c
-    return c.with_gpu(memory_bytes=c.gpu.memory_bytes * (1.0 - headroom))
+    return c._with_memory_factor(1.0 - headroom)
 
 
 def _with_headroom(mem: dict, capacity: float) -> MemoryBreakdown:
@@ -1194,11 +1194,23 @@ def _overhead_bytes(v: Any) -> float | None:
     return float(v)
 
 
+def _price(c: Cluster, plan: ParallelPlan, price: Any) -> float | None:
+    """Dollars per GPU-hour of ``plan`` on ``c``: ``price`` a number, or a
+    mapping GPU type -> dollars (averaged over the GPUs the plan uses)."""
+    from .cluster import plan_price
+
+    by: dict[int, int] = {}
+    for g in getattr(plan, "stages", None) or ():
+        k = c.part_index(g.gpu)
+        by[k] = by.get(k, 0) + g.dp * g.tp
+    return plan_price(c, price, by or {0: plan.gpus})
+
+
 def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
              precision: str | None = None, timeline: bool = True,
              overhead_bytes: float | None = None, profile_batch: float | None = None,
              headroom: float | None = None, tokens: float | None = None,
-             price: float | None = None,
+             price: "float | Mapping[str, float] | None" = None,
              framework: str | None = None) -> StepResult:
     """Simulate one training step of ``model`` on ``cluster`` with ``plan``.
 
@@ -1216,8 +1228,9 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     ``headroom``: the fraction of each GPU's memory a plan must leave free to
     fit (default :data:`DEFAULT_HEADROOM`, 3.3 %: the caching allocator's
     reserve; 0 judges against the whole memory).  ``tokens`` (to train on)
-    and ``price`` (dollars per GPU-hour) add the days, GPU-hours and cost of
-    the run (``days``, ``gpu_hours``, ``cost``).  ``mfu`` is against the dense
+    and ``price`` (dollars per GPU-hour, or a mapping GPU type -> dollars
+    per GPU-hour on a cluster of several types) add the days, GPU-hours and
+    cost of the run (``days``, ``gpu_hours``, ``cost``).  ``mfu`` is against the dense
     peak of ``precision`` (fp8's for fp8), ``mfu_bf16`` against bf16's.
     ``framework`` (``"megatron"``, ``"torchtitan"``, ``"deepspeed"``) refuses,
     naming the rule, a plan that framework does not run, and sets its runtime
@@ -1225,12 +1238,18 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     m = _as_model(model, profile_batch)
     room = headroom_fraction(headroom)
     tokens = _positive_real("tokens", tokens)
-    price = _positive_real("price", price)
     c = Cluster.preset(cluster) if isinstance(cluster, str) else cluster
     if not isinstance(c, Cluster):
         raise TypeError(f"cluster must be an hpgo.Cluster or a preset name, not {type(cluster).__name__}")
     if not isinstance(plan, ParallelPlan):
         raise TypeError(f"plan must be an hpgo.ParallelPlan, not {type(plan).__name__}")
+    if c.parts and getattr(plan, "stages", None) is None:
+        # an even plan names no GPU type: on several types it is ambiguous
+        raise ValueError(
+            f"cluster {c.name} has {len(c.parts)} GPU types: give the plan stages "
+            "(ParallelPlan(stages=(hpgo.StageGroup(layers, dp, tp, gpu=TYPE), ...))) or "
+            "simulate on one type (cluster.parts[k]); hpgo.autoplan searches both")
+    price = _price(c, plan, price)
     mid = model_id(m)
     if plan.model is not None and plan.model != mid:
         raise ValueError(f"this plan was made for model {plan.model}, not {mid}: make a plan for "

@@ -88,10 +88,20 @@ static int get_steps(PyObject *o, const char *what, hpgo_gpu_t *g, int which)
 /* cluster: (name, gpu_name, (fp32, tf32, bf16, fp8), vector_flops, hbm_bytes,
  *           hbm_bandwidth, matrix_steps, vector_steps, memory_steps,
  *           ((size, bandwidth, coll_bandwidth, latency, efficiency), ...),
- *           fp8_steps, attention_steps, multiprocessors)   (the steps may be empty) */
-static int to_cluster(PyObject *t, hpgo_cluster_t *c)
+ *           fp8_steps, attention_steps, multiprocessors,
+ *           (host_memory, host_bandwidth, host_memory_bandwidth, alloc_frag, jitter,
+ *            nccl_latency),
+ *           parts, join, speeds)   (the steps may be empty)
+ * with parts () or a tuple of 2.. cluster tuples (their own parts and speeds
+ * empty), join None or (size, bandwidth, coll_bandwidth, latency, efficiency),
+ * speeds a tuple of (gpu, speed) pairs.  one_cluster reads the first 14
+ * items and counts the rest (a part's own parts or speeds reach
+ * hpgo_cluster_check as counts with no array, which it refuses). */
+#define CLUSTER_ITEMS 17
+
+static int one_cluster(PyObject *t, hpgo_cluster_t *c)
 {
-    const Py_ssize_t N = 14;
+    const Py_ssize_t N = CLUSTER_ITEMS;
     memset(c, 0, sizeof *c);
     if (get_str(t, 0, N, "cluster", c->name, sizeof c->name) < 0 ||
         get_str(t, 1, N, "cluster", c->gpu.name, sizeof c->gpu.name) < 0)
@@ -137,6 +147,70 @@ static int to_cluster(PyObject *t, hpgo_cluster_t *c)
             get_f(x, 4, 5, "level efficiency", &v->efficiency) < 0)
             return -1;
     }
+    PyObject *parts = PyTuple_GET_ITEM(t, 14), *sp = PyTuple_GET_ITEM(t, 16);
+    if (!PyTuple_Check(parts) || !PyTuple_Check(sp)) {
+        PyErr_SetString(PyExc_TypeError, "cluster parts and speeds must be tuples");
+        return -1;
+    }
+    if (PyTuple_GET_SIZE(parts) > HPGO_CLUSTER_MAX_PARTS ||
+        PyTuple_GET_SIZE(sp) > HPGO_CLUSTER_MAX_SLOW) {
+        PyErr_Format(PyExc_ValueError, "a cluster has at most %d parts and %d slowed GPUs",
+                     HPGO_CLUSTER_MAX_PARTS, HPGO_CLUSTER_MAX_SLOW);
+        return -1;
+    }
+    c->n_parts = (int32_t)PyTuple_GET_SIZE(parts);
+    c->n_slow = (int32_t)PyTuple_GET_SIZE(sp);
+    return 0;
+}
+
+/* The cluster tuple `t` into *c; its parts and slow GPUs go to one PyMem
+ * block, *store, which the caller frees (PyMem_Free) on every path, also
+ * when this fails. */
+static int to_cluster(PyObject *t, hpgo_cluster_t *c, void **store)
+{
+    *store = NULL;
+    if (one_cluster(t, c) < 0)
+        return -1;
+    int32_t np = c->n_parts, ns = c->n_slow;
+    c->n_parts = c->n_slow = 0;
+    if (np == 0 && ns == 0)
+        return 0;
+    /* hpgo_cluster_t's alignment covers hpgo_gpu_speed_t's (both hold doubles) */
+    char *buf = PyMem_Malloc(sizeof(hpgo_cluster_t) * (size_t)np +
+                             sizeof(hpgo_gpu_speed_t) * (size_t)ns + 1);
+    if (!buf) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *store = buf;
+    hpgo_cluster_t *parts = (hpgo_cluster_t *)buf;
+    hpgo_gpu_speed_t *slow = (hpgo_gpu_speed_t *)(buf + sizeof(hpgo_cluster_t) * (size_t)np);
+    PyObject *pt = PyTuple_GET_ITEM(t, 14), *sp = PyTuple_GET_ITEM(t, 16);
+    for (int32_t k = 0; k < np; k++)
+        if (one_cluster(PyTuple_GET_ITEM(pt, k), &parts[k]) < 0)
+            return -1;
+    for (int32_t i = 0; i < ns; i++)
+        if (get_i64(PyTuple_GET_ITEM(sp, i), 0, 2, "speeds GPU", &slow[i].gpu) < 0 ||
+            get_f(PyTuple_GET_ITEM(sp, i), 1, 2, "speeds factor", &slow[i].speed) < 0)
+            return -1;
+    if (np) {
+        PyObject *j = PyTuple_GET_ITEM(t, 15);
+        hpgo_level_t *v = &c->join;
+        if (j == Py_None) {
+            PyErr_SetString(PyExc_ValueError, "a cluster with parts needs a join level");
+            return -1;
+        }
+        if (get_i32(j, 0, 5, "join size", &v->size) < 0 ||
+            get_f(j, 1, 5, "join bandwidth", &v->bandwidth) < 0 ||
+            get_f(j, 2, 5, "join collective_bandwidth", &v->coll_bandwidth) < 0 ||
+            get_f(j, 3, 5, "join latency", &v->latency) < 0 ||
+            get_f(j, 4, 5, "join efficiency", &v->efficiency) < 0)
+            return -1;
+        c->parts = parts;
+    }
+    c->n_parts = np;
+    c->n_slow = ns;
+    c->slow = ns ? slow : NULL;
     return 0;
 }
 
@@ -174,13 +248,14 @@ static PyObject *from_cluster(const hpgo_cluster_t *c)
     }
     const hpgo_gpu_t *g = &c->gpu;
     const hpgo_system_t *y = &c->sys;
-    return Py_BuildValue("(ss(dddd)dddNNNNNNi(dddddi))", c->name, g->name, g->peak[0], g->peak[1],
+    /* a preset: no parts, no join, no slowed GPUs */
+    return Py_BuildValue("(ss(dddd)dddNNNNNNi(dddddi)()O())", c->name, g->name, g->peak[0], g->peak[1],
                          g->peak[2], g->peak[3], g->vector_flops, g->hbm_bytes, g->hbm_bandwidth,
                          steps_tuple(g, HPGO_EFF_MATRIX), steps_tuple(g, HPGO_EFF_VECTOR),
                          steps_tuple(g, HPGO_EFF_MEMORY), lv, steps_tuple(g, HPGO_EFF_FP8),
                          steps_tuple(g, HPGO_EFF_ATTENTION), (int)g->sms, y->host_memory,
                          y->host_bandwidth, y->host_mem_bandwidth, y->alloc_frag, y->jitter,
-                         (int)y->nccl_latency);
+                         (int)y->nccl_latency, Py_None);
 }
 
 /* model: ("transformer", precision, hidden, ffn, heads, kv_heads, head_dim,
@@ -464,18 +539,30 @@ static PyObject *cluster_check(PyObject *module, PyObject *arg)
 {
     hpgo_cluster_t c;
     hpgo_err_t err;
-    if (to_cluster(arg, &c) < 0)
-        return NULL;
-    int rc = hpgo_cluster_check(&c, &err);
-    if (rc != HPGO_OK)
-        return glue_raise(module, rc, &err);
-    Py_RETURN_NONE;
+    void *store;
+    PyObject *res = NULL;
+    if (to_cluster(arg, &c, &store) == 0) {
+        int rc = hpgo_cluster_check(&c, &err);
+        res = rc != HPGO_OK ? glue_raise(module, rc, &err) : Py_NewRef(Py_None);
+    }
+    PyMem_Free(store);
+    return res;
 }
 
 PyDoc_STRVAR(collective_doc,
              "_step_collective_time(cluster, op, size, stride, bytes, algorithm) -> seconds");
 
+static PyObject *collective_time_c(PyObject *module, PyObject *args, void **store);
+
 static PyObject *collective_time(PyObject *module, PyObject *args)
+{
+    void *store = NULL;
+    PyObject *res = collective_time_c(module, args, &store);
+    PyMem_Free(store);
+    return res;
+}
+
+static PyObject *collective_time_c(PyObject *module, PyObject *args, void **store)
 {
     PyObject *ct, *size_o, *stride_o, *bytes_o;
     int op, algo;
@@ -486,7 +573,7 @@ static PyObject *collective_time(PyObject *module, PyObject *args)
     hpgo_err_t err;
     int64_t size, stride;
     double bytes;
-    if (to_cluster(ct, &c) < 0 || glue_i64(size_o, "group size", &size) < 0 ||
+    if (to_cluster(ct, &c, store) < 0 || glue_i64(size_o, "group size", &size) < 0 ||
         glue_i64(stride_o, "stride", &stride) < 0 || glue_f64(bytes_o, "bytes", &bytes) < 0)
         return NULL;
     if (op < 0 || op >= HPGO_COLL__COUNT || algo < HPGO_ALGO_AUTO || algo > HPGO_ALGO_HIERARCHICAL) {
@@ -508,7 +595,17 @@ static PyObject *collective_time(PyObject *module, PyObject *args)
 
 PyDoc_STRVAR(p2p_doc, "_step_p2p_time(cluster, level, bytes) -> seconds");
 
+static PyObject *p2p_time_c(PyObject *module, PyObject *args, void **store);
+
 static PyObject *p2p_time(PyObject *module, PyObject *args)
+{
+    void *store = NULL;
+    PyObject *res = p2p_time_c(module, args, &store);
+    PyMem_Free(store);
+    return res;
+}
+
+static PyObject *p2p_time_c(PyObject *module, PyObject *args, void **store)
 {
     PyObject *ct, *bytes_o;
     int level;
@@ -517,7 +614,7 @@ static PyObject *p2p_time(PyObject *module, PyObject *args)
     hpgo_cluster_t c;
     hpgo_err_t err;
     double bytes;
-    if (to_cluster(ct, &c) < 0 || glue_f64(bytes_o, "bytes", &bytes) < 0)
+    if (to_cluster(ct, &c, store) < 0 || glue_f64(bytes_o, "bytes", &bytes) < 0)
         return NULL;
     int rc = hpgo_cluster_check(&c, &err);
     if (rc != HPGO_OK)
@@ -533,7 +630,17 @@ static PyObject *p2p_time(PyObject *module, PyObject *args)
 PyDoc_STRVAR(kernel_time_doc,
              "_step_kernel_time(cluster, dtype, op, flops, bytes) -> seconds of one kernel");
 
+static PyObject *kernel_time_c(PyObject *module, PyObject *args, void **store);
+
 static PyObject *kernel_time(PyObject *module, PyObject *args)
+{
+    void *store = NULL;
+    PyObject *res = kernel_time_c(module, args, &store);
+    PyMem_Free(store);
+    return res;
+}
+
+static PyObject *kernel_time_c(PyObject *module, PyObject *args, void **store)
 {
     PyObject *ct, *flops_o, *bytes_o;
     int dtype, op;
@@ -542,7 +649,7 @@ static PyObject *kernel_time(PyObject *module, PyObject *args)
     hpgo_cluster_t c;
     hpgo_err_t err;
     double flops, bytes;
-    if (to_cluster(ct, &c) < 0 || glue_f64(flops_o, "flops", &flops) < 0 ||
+    if (to_cluster(ct, &c, store) < 0 || glue_f64(flops_o, "flops", &flops) < 0 ||
         glue_f64(bytes_o, "bytes", &bytes) < 0)
         return NULL;
     int rc = hpgo_cluster_check(&c, &err);
@@ -697,10 +804,11 @@ static PyObject *step_simulate(PyObject *module, PyObject *args)
     hpgo_parplan_t p;
     double *arrays = NULL;
     int32_t *split = NULL;
-    void *gmem = NULL;
+    void *cstore = NULL, *gmem = NULL;
     hpgo_step_opts_t opts = {record, -1, NULL};
     PyObject *res = NULL;
-    if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c) < 0 || to_plan(pt, &p, &split, &gmem) < 0)
+    if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c, &cstore) < 0 ||
+        to_plan(pt, &p, &split, &gmem) < 0)
         goto done;
     if (ov_o != Py_None && glue_f64(ov_o, "overhead_bytes", &opts.overhead_bytes) < 0)
         goto done;
@@ -724,6 +832,7 @@ static PyObject *step_simulate(PyObject *module, PyObject *args)
 done:
     PyMem_Free(arrays);
     PyMem_Free(split);
+    PyMem_Free(cstore);
     PyMem_Free(gmem);
     return res;
 }
@@ -798,10 +907,11 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     hpgo_cluster_t c;
     hpgo_autoplan_opts_t o;
     double *arrays = NULL;
+    void *cstore = NULL;
     PyObject *res = NULL;
     memset(&o, 0, sizeof o);
     const Py_ssize_t N = 33;
-    if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c) < 0)
+    if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c, &cstore) < 0)
         goto done;
     if (get_i64(ot, 0, N, "global_batch", &o.global_batch) < 0 ||
         get_i64(ot, 1, N, "gpus", &o.gpus) < 0 || get_i32(ot, 2, N, "objective", &o.objective) < 0 ||
@@ -865,6 +975,7 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     hpgo_autoplan_result_free(r);
 done:
     PyMem_Free(arrays);
+    PyMem_Free(cstore);
     return res;
 }
 
@@ -913,6 +1024,7 @@ int glue_step_init(PyObject *module)
         {"ALGO_HIERARCHICAL", HPGO_ALGO_HIERARCHICAL},
         {"OBJECTIVE_TIME", HPGO_OBJ_TIME},
         {"OBJECTIVE_COST", HPGO_OBJ_COST},
+        {"CLUSTER_MAX_PARTS", HPGO_CLUSTER_MAX_PARTS},
     };
     for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++)
         if (PyModule_AddIntConstant(module, consts[i].name, consts[i].value) < 0)
