@@ -794,31 +794,19 @@ def _even_split(layers: int, stages: int) -> tuple[int, ...]:
     return tuple(split)
 
 
-def _part_types(cluster: Any) -> list[str]:
-    parts = tuple(getattr(cluster, "parts", ()) or ())
-    return [p.gpu.name for p in parts] if parts else [cluster.gpu.name]
-
-
 def _part_index(gpu: str | int | None, cluster: Any, k: int) -> int:
-    """The cluster part a stage group's ``gpu`` names (None: 0)."""
+    """The cluster part a stage group's ``gpu`` names (None: 0), by the
+    cluster's own rule (:meth:`hpgo.Cluster.part_index`)."""
     if gpu is None:
         return 0
-    types = _part_types(cluster) if cluster is not None else []
-    if isinstance(gpu, int):
-        if cluster is not None and gpu >= len(types):
-            raise ValueError(f"stages[{k}].gpu: part {gpu}, but cluster {cluster.name} has "
-                             f"{len(types)} part{'s' if len(types) > 1 else ''}")
-        return gpu
-    key = gpu.strip().lower()
-    hits = [i for i, t in enumerate(types) if t.lower() == key or t.lower().startswith(key)]
-    exact = [i for i, t in enumerate(types) if t.lower() == key]
-    if exact:
-        hits = exact
-    if len(hits) != 1:
-        raise ValueError(f"stages[{k}].gpu {gpu!r} is {'ambiguous' if hits else 'not'} a GPU "
-                         f"type of cluster {getattr(cluster, 'name', '?')} (its types: "
-                         f"{', '.join(types)}); give a part index")
-    return hits[0]
+    if cluster is None:
+        if isinstance(gpu, int):
+            return gpu
+        raise ValueError(f"stages[{k}].gpu {gpu!r}: a GPU type needs the cluster to resolve")
+    try:
+        return cluster.part_index(gpu)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"stages[{k}].{e}") from None
 
 
 @dataclass(frozen=True)
@@ -1271,9 +1259,16 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     is_t = isinstance(m, Transformer)
     # MFU and HFU against the dense peak of the precision used (the C core
     # takes bf16's for every 16-bit and 8-bit precision)
-    peak = c.gpu.peak("fp32" if precision == "fp32" else "fp8" if precision == "fp8" else "bf16")
+    dt = "fp32" if precision == "fp32" else "fp8" if precision == "fp8" else "bf16"
+    peak = c.gpu.peak(dt)
     bf16 = c.gpu.peak("bf16")
     it, n = d["iteration_time"], d["gpus"]
+    if plan.stages is not None and c.parts:
+        # stages on several GPU types: the mean peak per GPU of the plan's GPUs
+        kinds = [c.parts[dev["part"]].gpu for dev in d["devices"]]
+        per = [g.dp * g.tp for g in plan.stages]
+        peak = sum(k.peak(dt) * w for k, w in zip(kinds, per)) / n
+        bf16 = sum(k.peak("bf16") * w for k, w in zip(kinds, per)) / n
     if is_t and it > 0 and peak > 0:
         d["mfu"] = d["model_flops"] / (it * n * peak)
         d["hfu"] = d["hw_flops"] / (it * n * peak)

@@ -186,8 +186,8 @@ def test_resharding_moves_what_each_replica_needs():
     ([G(0, 16, dp=4, tp=2), G(16, 32, dp=8, tp=2)], "stage 1 needs dp x tp = 16 GPUs"),
     ([G(0, 16, dp=4, first_gpu=0), G(16, 32, dp=4, first_gpu=2)], "stages 0 and 1 share GPUs"),
     ([G(0, 16, dp=3), G(16, 32, dp=2)], "whole sequences"),
-    ([G(0, 16, dp=2, gpu=1), G(16, 32, dp=2)], "part 1, but cluster"),
-    ([G(0, 16, dp=2, gpu="H100"), G(16, 32, dp=2)], "not a GPU type of cluster"),
+    ([G(0, 16, dp=2, gpu=1), G(16, 32, dp=2)], "gpu: part 1 is not one of the cluster"),
+    ([G(0, 16, dp=2, gpu="H100"), G(16, 32, dp=2)], "gpu 'H100' is none of the cluster's parts"),
     ([G(0, 16, dp=1, tp=2), G(16, 32, dp=1, tp=2, first_gpu=3)], "start at a multiple of tp"),
     ([G(0, 16, dp=2), G(16, 33, dp=2)], "end at 32 layers"),
 ])
@@ -238,3 +238,57 @@ def test_hpgo_plans_of_dapples_study_simulate_and_autoplan_is_no_slower(name, pb
     assert row["engine"].iteration_time > 0
     assert row["hpgo_estimate"] > 0
     assert row["autoplan"].iteration_time <= row["engine"].iteration_time
+
+
+# ---- GPU types and speeds ------------------------------------------------------------------
+
+def test_stages_on_two_gpu_types_are_priced_on_their_own_gpu():
+    mixed = hpgo.Cluster.combine("dgx-h100", "dgx-a100-80gb", bandwidth=25e9, latency=5e-6)
+    p = hpgo.ParallelPlan(global_batch=64, micro_batch=4, sequence_parallel=True,
+                          stages=[G(0, 18, dp=2, tp=2, gpu="h100"), G(18, 32, dp=2, tp=2, gpu="a100")])
+    r = hpgo.simulate(XF, mixed, p)
+    assert [d["part"] for d in r.devices] == [0, 1]
+    alone = {}
+    for name in ("dgx-h100", "dgx-a100-80gb"):
+        q = p.with_(stages=tuple(dataclasses.replace(g, gpu=None) for g in p.stages))
+        alone[name] = hpgo.simulate(XF, hpgo.Cluster.preset(name, nodes=1), q, timeline=False)
+    assert r.stages[0] == alone["dgx-h100"].stages[0]
+    assert r.stages[1] == alone["dgx-a100-80gb"].stages[1]
+    assert r.memory[1].capacity == alone["dgx-a100-80gb"].memory[1].capacity
+    # the activations cross between the parts over the join
+    send = [e for e in r.events if e[4] == 1]
+    want = 5e-6 + r.stages[0]["send_bytes"] / 25e9
+    assert send and all(e[1] == pytest.approx(want) for e in send)
+    # MFU against the peaks of the GPUs the plan runs on
+    peak = (4 * mixed.parts[0].gpu.peak("bf16") + 4 * mixed.parts[1].gpu.peak("bf16")) / 8
+    assert r.mfu == pytest.approx(r.model_flops / (r.iteration_time * 8 * peak))
+
+
+def test_a_slowed_gpu_slows_its_replica_and_shares_by_speed_recover():
+    c = hpgo.Cluster.preset("dapple-v100")
+    slow = c.with_speed({1: 1 / 1.5})
+    m = hpgo.profile_model(PROF, 1)
+    p = hpgo.ParallelPlan(global_batch=128, micro_batch=8, stages=[G(0, 20, dp=8), G(20, 39, dp=8)])
+    a = hpgo.simulate(m, c, p, timeline=False)
+    b = hpgo.simulate(m, slow, p, timeline=False)
+    assert b.devices[0]["speed"] == pytest.approx(1 / 1.5) and b.devices[1]["speed"] == 1
+    assert b.stages[0]["forward"] == pytest.approx(a.stages[0]["forward"] * 1.5)
+    assert b.stages[1] == a.stages[1] and b.iteration_time > a.iteration_time
+    # shares proportional to speed: the slowed replica takes 1/1.5 of the others' samples
+    w = [1.0, 1 / 1.5] + [1.0] * 6
+    shares = tuple(x / sum(w) for x in w)
+    q = p.with_(stages=(dataclasses.replace(p.stages[0], shares=shares), p.stages[1]))
+    s = hpgo.simulate(m, slow, q, timeline=False)
+    assert s.stages[0]["forward"] == pytest.approx(a.stages[0]["forward"] * 8 / sum(w))
+    assert s.iteration_time < b.iteration_time
+
+
+def test_an_even_plan_runs_at_its_slowest_gpu():
+    c = hpgo.Cluster.preset("dapple-v100")
+    m = hpgo.profile_model(PROF, 1)
+    p = hpgo.ParallelPlan(global_batch=128, pp=2, dp=8, micro_batch=1)
+    a = hpgo.simulate(m, c, p, timeline=False)
+    b = hpgo.simulate(m, c.with_speed({12: 0.5}), p, timeline=False)
+    assert b.stages[0] == a.stages[0]
+    assert b.stages[1]["forward"] == pytest.approx(2 * a.stages[1]["forward"])
+    assert [d["speed"] for d in b.devices] == [1, 0.5]
