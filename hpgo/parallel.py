@@ -191,7 +191,9 @@ class StageGroup:
     share of a micro-batch's samples (``shares``: ``dp`` fractions summing
     to 1, None: even; a transformer replica takes whole sequences) and the
     cluster index of its first GPU (None: right after the GPUs of the
-    previous stages on the same part).  DAPPLE's stages with their own
+    previous stages on the same part), or ``gpus``: all ``dp x tp`` cluster
+    GPU indices, replica by replica (each replica's tp GPUs consecutive),
+    for placements that are not one run of GPUs (HPGO's).  DAPPLE's stages with their own
     replica counts, HAP's shares by speed and stages on different GPU types
     are stage groups (docs/uneven-plans.md)."""
 
@@ -201,6 +203,7 @@ class StageGroup:
     gpu: str | int | None = None
     shares: tuple[float, ...] | None = None
     first_gpu: int | None = None
+    gpus: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         lay = self.layers
@@ -233,9 +236,22 @@ class StageGroup:
         if self.first_gpu is not None:
             object.__setattr__(self, "first_gpu", _int("first_gpu", self.first_gpu, 0,
                                                        (1 << 24) - 1))
+        if self.gpus is not None:
+            gs = self.gpus
+            if isinstance(gs, (str, bytes)) or not hasattr(gs, "__iter__"):
+                raise TypeError("gpus must be a sequence of dp x tp GPU indices or None")
+            gs = tuple(_int("gpus entry", x, 0, (1 << 24) - 1) for x in gs)
+            if len(gs) != self.dp * self.tp:
+                raise ValueError(f"gpus has {len(gs)} entries for dp x tp = {self.dp * self.tp}")
+            if len(set(gs)) != len(gs):
+                raise ValueError("gpus lists a GPU twice")
+            if self.first_gpu is not None and self.first_gpu != gs[0]:
+                raise ValueError("give first_gpu or gpus, not both")
+            object.__setattr__(self, "gpus", gs)
 
     @property
-    def gpus(self) -> int:
+    def size(self) -> int:
+        """GPUs of the group: dp x tp."""
         return self.dp * self.tp
 
     def describe(self) -> str:
@@ -243,11 +259,25 @@ class StageGroup:
         out = f"[{self.layers[0]}, {self.layers[1]}) dp={self.dp} tp={self.tp}"
         if self.gpu is not None:
             out += f" on {self.gpu if isinstance(self.gpu, str) else f'part {self.gpu}'}"
-        if self.first_gpu is not None:
+        if self.gpus is not None:
+            out += f" on GPUs {_ranges(self.gpus)}"
+        elif self.first_gpu is not None:
             out += f" from GPU {self.first_gpu}"
         if self.shares is not None:
             out += " shares " + "/".join(f"{x:.3g}" for x in self.shares)
         return out
+
+
+def _ranges(xs: tuple[int, ...]) -> str:
+    """'0-6,8-14' for (0, 1, ..., 6, 8, ..., 14)."""
+    out, i = [], 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        out.append(f"{xs[i]}" if i == j else f"{xs[i]}-{xs[j]}")
+        i = j + 1
+    return ",".join(out)
 
 
 def _stage_groups(v: Any) -> tuple[StageGroup, ...]:
@@ -266,8 +296,9 @@ def _stage_groups(v: Any) -> tuple[StageGroup, ...]:
                 body = dict(g)
                 if isinstance(body.get("layers"), list):
                     body["layers"] = tuple(body["layers"])
-                if isinstance(body.get("shares"), list):
-                    body["shares"] = tuple(body["shares"])
+                for f in ("shares", "gpus"):
+                    if isinstance(body.get(f), list):
+                        body[f] = tuple(body[f])
                 g = StageGroup(**body)
             elif not isinstance(g, StageGroup):
                 raise TypeError(f"must be an hpgo.StageGroup, not {type(g).__name__}")
@@ -481,7 +512,7 @@ class ParallelPlan:
     @property
     def gpus(self) -> int:
         if self.stages is not None:
-            return sum(g.gpus for g in self.stages)
+            return sum(g.size for g in self.stages)
         return self.tp * self.pp * self.dp * self.cp
 
     @property
@@ -498,6 +529,7 @@ class ParallelPlan:
         g0 = self.stages[0]
         for k, g in enumerate(self.stages):
             if (g.dp, g.tp, g.gpu or 0) != (g0.dp, g0.tp, g0.gpu or 0) or g.first_gpu is not None \
+                    or g.gpus is not None \
                     or (g.shares is not None and len(set(g.shares)) > 1):
                 raise ValueError(f"stages[{k}] ({g.describe()}) differs from stages[0] "
                                  f"({g0.describe()}): the plan has no even form")
@@ -555,7 +587,7 @@ class ParallelPlan:
         if self.stages is None:
             return None
         return tuple((_part_index(g.gpu, cluster, k), g.tp, g.dp,
-                      -1 if g.first_gpu is None else g.first_gpu, g.shares)
+                      -1 if g.first_gpu is None else g.first_gpu, g.shares, g.gpus)
                      for k, g in enumerate(self.stages))
 
     @property
@@ -602,10 +634,17 @@ class ParallelPlan:
         cuts = uneven.layer_boundaries(pm, [b - 1 for _, b, _, _ in stages[:-1]])
         bounds = [0] + cuts + [pm.layers]
         rp = len(stages[0][3]) // stages[0][2]
-        groups = tuple(StageGroup(layers=(bounds[k], bounds[k + 1]), dp=len(g))
-                       for k, (_, _, _, g) in enumerate(stages))
+        # HPGO's GPU ids (its seps number them machine after machine, as the
+        # cluster does), kept when they are not one run after the previous stage
+        groups, nxt = [], 0
+        for k, (_, _, _, g) in enumerate(stages):
+            gs = sorted(g)
+            placed = None if gs == list(range(nxt, nxt + len(gs))) else tuple(gs)
+            nxt = gs[-1] + 1 if placed is None else nxt
+            groups.append(StageGroup(layers=(bounds[k], bounds[k + 1]), dp=len(g), gpus=placed))
         mb = micro_batch if micro_batch is not None else max(1, rp)
-        return cls(global_batch=global_batch, micro_batch=mb, stages=groups, model=model_id(pm))
+        return cls(global_batch=global_batch, micro_batch=mb, stages=tuple(groups),
+                   model=model_id(pm))
 
     @classmethod
     def from_replan(cls, result: Any, global_batch: int, *, dp: int = 1, micro_batch: int = 1,
@@ -633,7 +672,9 @@ class ParallelPlan:
         if self.stages is not None:
             d["stages"] = [{"layers": list(g.layers), "dp": g.dp, "tp": g.tp, "gpu": g.gpu,
                             "shares": list(g.shares) if g.shares is not None else None,
-                            "first_gpu": g.first_gpu} for g in self.stages]
+                            "first_gpu": g.first_gpu,
+                            "gpus": list(g.gpus) if g.gpus is not None else None}
+                           for g in self.stages]
         return {"format": "hpgo-parallel-plan-1", **d}
 
     @classmethod

@@ -41,6 +41,9 @@ def test_stage_groups_derive_pp_and_split():
     (dict(layers=(0, 4), dp=2, shares=("a", 0.5)), "share must be a number"),
     (dict(layers=(0, 4), gpu=99), "gpu"),
     (dict(layers=(0, 4), first_gpu=-3), "first_gpu"),
+    (dict(layers=(0, 4), dp=2, gpus=(0,)), "gpus has 1 entries for dp x tp = 2"),
+    (dict(layers=(0, 4), dp=2, gpus=(3, 3)), "gpus lists a GPU twice"),
+    (dict(layers=(0, 4), dp=2, gpus=(3, 4), first_gpu=0), "first_gpu or gpus"),
 ])
 def test_stage_group_refuses_bad_fields(kw, words):
     with pytest.raises((TypeError, ValueError), match=words):
@@ -70,15 +73,17 @@ def test_plan_with_stages_refuses_conflicts(kw, words):
 
 def test_json_round_trip(tmp_path):
     p = hpgo.ParallelPlan(global_batch=64, micro_batch=8, zero=1,
-                          stages=[G(0, 10, dp=6, gpu="A100", first_gpu=2),
+                          stages=[G(0, 10, dp=6, gpu="A100", gpus=(2, 3, 4, 5, 8, 9)),
                                   G(10, 32, dp=2, tp=2, gpu=1, shares=[0.625, 0.375])])
     d = p.to_dict()
     assert d["stages"][1] == {"layers": [10, 32], "dp": 2, "tp": 2, "gpu": 1,
-                              "shares": [0.625, 0.375], "first_gpu": None}
+                              "shares": [0.625, 0.375], "first_gpu": None, "gpus": None}
     assert hpgo.ParallelPlan.from_dict(d) == p
     f = tmp_path / "plan.json"
     p.save(f)
     assert hpgo.ParallelPlan.load(f) == p
+    assert d["stages"][0]["gpus"] == [2, 3, 4, 5, 8, 9]
+    assert "on GPUs 2-5,8-9" in p.describe()
     bad = dict(d, stages=[dict(d["stages"][0], dp="six"), d["stages"][1]])
     with pytest.raises(ValueError, match=r"plan: stages\[0\]: dp must be an int"):
         hpgo.ParallelPlan.from_dict(bad)
@@ -183,8 +188,12 @@ def test_resharding_moves_what_each_replica_needs():
 
 @pytest.mark.parametrize("stages,words", [
     ([G(0, 16, dp=8), G(16, 32, dp=16)], "hold 24 replicas, the cluster 16 GPUs"),
-    ([G(0, 16, dp=4, tp=2), G(16, 32, dp=8, tp=2)], "stage 1 needs dp x tp = 16 GPUs"),
-    ([G(0, 16, dp=4, first_gpu=0), G(16, 32, dp=4, first_gpu=2)], "stages 0 and 1 share GPUs"),
+    ([G(0, 16, dp=4, tp=2, first_gpu=8), G(16, 32, dp=4, tp=2)],
+     "stage 1 needs dp x tp = 8 GPUs of part 0 from its GPU 16"),
+    ([G(0, 16, dp=2, gpus=(0, 9)), G(16, 32, dp=2, gpus=(1, 9))], "GPU 9 is in two stage groups"),
+    ([G(0, 16, dp=2, tp=2, gpus=(0, 1, 3, 4)), G(16, 32, dp=2)], "tp=2 consecutive, aligned"),
+    ([G(0, 16, dp=2, gpus=(0, 99)), G(16, 32, dp=2)], "GPU 99 is not on part 0"),
+    ([G(0, 16, dp=4, first_gpu=0), G(16, 32, dp=4, first_gpu=2)], "GPU 2 is in two stage groups"),
     ([G(0, 16, dp=3), G(16, 32, dp=2)], "whole sequences"),
     ([G(0, 16, dp=2, gpu=1), G(16, 32, dp=2)], "gpu: part 1 is not one of the cluster"),
     ([G(0, 16, dp=2, gpu="H100"), G(16, 32, dp=2)], "gpu 'H100' is none of the cluster's parts"),
@@ -238,6 +247,9 @@ def test_hpgo_plans_of_dapples_study_simulate_and_autoplan_is_no_slower(name, pb
     assert row["engine"].iteration_time > 0
     assert row["hpgo_estimate"] > 0
     assert row["autoplan"].iteration_time <= row["engine"].iteration_time
+    # HPGO's GPUs are kept: every stage on the GPUs HPGO gave it
+    for g, (_, _, _, ids) in zip(plan.stages, row["hpgo"][1]):
+        assert (g.gpus or ()) == tuple(sorted(ids)) or g.gpus is None
 
 
 # ---- GPU types and speeds ------------------------------------------------------------------

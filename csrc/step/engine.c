@@ -132,7 +132,14 @@ typedef struct devview {
     int replicas;         /* gradients to synchronise over replicas */
     const double *bound;  /* uneven: dp + 1 share boundaries */
     const double *send;   /* uneven: dp bytes per GPU to the next stage */
+    const int64_t *gpus;  /* uneven: NULL, or its dp x tp GPUs replica by replica */
 } devview_t;
+
+/* Cluster index of the first GPU of replica i of a device's stage. */
+static int64_t rep_first(const devview_t *v, int64_t i)
+{
+    return v->gpus ? v->gpus[i * v->p.tp] : v->first + i * v->p.tp;
+}
 
 typedef struct eng {
     const hpgo_cluster_t *c;
@@ -221,7 +228,15 @@ static double coll(const devview_t *v, int uneven, int op, int64_t size, int64_t
         return hpgo_cost_collective(c, op, size, stride, bytes, HPGO_ALGO_AUTO);
     int64_t fan[HPGO_CLUSTER_MAX_LEVELS], last = v->local + (size - 1) * stride;
     int32_t top = hpgo_cost_level_between(c, v->local, last);
-    if (hpgo_group_fanout(c, size, stride, fan, NULL) == HPGO_OK &&
+    if (v->gpus) { /* a placed list: the highest level between its GPUs */
+        int64_t lo = v->gpus[0], hi = v->gpus[0], n = (int64_t)v->p.dp * v->p.tp;
+        for (int64_t i = 1; i < n; i++) {
+            lo = v->gpus[i] < lo ? v->gpus[i] : lo;
+            hi = v->gpus[i] > hi ? v->gpus[i] : hi;
+        }
+        top = hpgo_cost_level_between(c, lo - (v->first - v->local), hi - (v->first - v->local));
+    }
+    if (!v->gpus && hpgo_group_fanout(c, size, stride, fan, NULL) == HPGO_OK &&
         top == hpgo_cost_level_between(c, 0, (size - 1) * stride))
         return hpgo_cost_collective(c, op, size, stride, bytes, HPGO_ALGO_AUTO);
     const hpgo_level_t *l = &c->levels[top];
@@ -324,7 +339,7 @@ static double reshard_time(const hpgo_cluster_t *c, const devview_t *a, const de
             double share = a->bound[i + 1] - a->bound[i];
             /* a->send[i] is what one of replica i's GPUs sends for all its samples */
             double bytes = a->send[i] * ((hi - lo) / share) * ((double)ta / (double)tmin);
-            double t = p2p_gpus(c, a->first + (int64_t)i * ta, b->first + (int64_t)j * tb, bytes);
+            double t = p2p_gpus(c, rep_first(a, i), rep_first(b, j), bytes);
             out_i += t;
             in_j += t;
             if (out_i > worst)
@@ -342,6 +357,12 @@ static double reshard_time(const hpgo_cluster_t *c, const devview_t *a, const de
     return worst;
 }
 
+
+static int cmp_i64(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
 
 /* First GPU of each part in the cluster's numbering. */
 static int64_t part_start(const hpgo_cluster_t *c, int32_t part)
@@ -421,10 +442,20 @@ static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, d
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "the stage groups hold %lld replicas, the cluster %lld GPUs",
                             (long long)total, (long long)gpus);
-    double *b = malloc(2 * (size_t)(total + K) * sizeof *b);
+    int64_t n_used = 0;
+    for (int32_t k = 0; k < K; k++)
+        n_used += (int64_t)p->groups[k].dp * p->groups[k].tp;
+    if (n_used > gpus)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "the stage groups hold %lld GPUs, the cluster %lld",
+                            (long long)n_used, (long long)gpus);
+    /* share boundaries and sends (2 dp + 1 a stage), the K - 1 boundaries'
+     * transfer times, and every group's GPUs (to find one used twice) */
+    double *b = malloc(2 * (size_t)(total + K) * sizeof *b + (size_t)n_used * sizeof(int64_t));
     if (!b)
         return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory for the stage groups");
     *buf = b;
+    int64_t *used = (int64_t *)(b + 2 * (size_t)(total + K)), u_n = 0;
     int64_t next[HPGO_CLUSTER_MAX_PARTS] = {0};
     int64_t m = e->m, M = p->micro_batch;
     for (int32_t k = 0; k < K; k++) {
@@ -437,13 +468,14 @@ static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, d
                                 (int)g->part, (int)n_parts, n_parts > 1 ? "s" : "");
         int64_t start = part_start(c, g->part), have = hpgo_cluster_gpus(part);
         int64_t n = (int64_t)g->dp * g->tp;
-        if (g->first_gpu >= 0) {
+        int64_t first = g->gpus ? g->gpus[0] : g->first_gpu;
+        if (first >= 0) {
             int64_t loc;
-            int32_t on = hpgo_cluster_part_of(c, g->first_gpu, &loc);
+            int32_t on = hpgo_cluster_part_of(c, first, &loc);
             if (on != g->part)
                 return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                                    "stage %d: first_gpu %lld is %s, not on its part %d", (int)k,
-                                    (long long)g->first_gpu,
+                                    "stage %d: GPU %lld is %s, not on its part %d", (int)k,
+                                    (long long)first,
                                     on < 0 ? "not a GPU of the cluster" : "on another part",
                                     (int)g->part);
             v->local = loc;
@@ -451,7 +483,8 @@ static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, d
             v->local = next[g->part];
         }
         v->first = start + v->local;
-        if (v->local + n > have)
+        v->gpus = g->gpus;
+        if (!g->gpus && v->local + n > have)
             return hpgo_err_set(err, HPGO_E_INVALID, 0,
                                 "stage %d needs dp x tp = %lld GPUs of part %d from its GPU "
                                 "%lld; the part has %lld",
@@ -464,16 +497,20 @@ static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, d
                                 "groups start at a multiple of tp (GPU %lld of its part)",
                                 (int)k, (int)g->tp, (long long)hpgo_cluster_unit(part, 0),
                                 (long long)v->local);
+        for (int64_t x = 0; x < n; x++) { /* every GPU of the group on its part, tp aligned */
+            int64_t gx = g->gpus ? g->gpus[x] : v->first + x;
+            if (gx < start || gx >= start + have ||
+                (g->gpus && x % g->tp && gx != g->gpus[x - x % g->tp] + x % g->tp) ||
+                (g->gpus && x % g->tp == 0 && (gx - start) % g->tp != 0))
+                return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                    "stage %d: GPU %lld is not on part %d (GPUs %lld..%lld) or "
+                                    "breaks a replica's tp=%d consecutive, aligned GPUs",
+                                    (int)k, (long long)gx, (int)g->part, (long long)start,
+                                    (long long)(start + have - 1), (int)g->tp);
+            used[u_n++] = gx;
+        }
         if (v->local + n > next[g->part])
             next[g->part] = v->local + n;
-        for (int32_t k2 = 0; k2 < k; k2++) { /* no GPU in two stages */
-            const devview_t *o = &e->views[k2];
-            int64_t n2 = (int64_t)o->p.dp * o->p.tp;
-            if (v->first < o->first + n2 && o->first < v->first + n)
-                return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                                    "stages %d and %d share GPUs (%lld.. and %lld..)", (int)k2,
-                                    (int)k, (long long)o->first, (long long)v->first);
-        }
         v->c = part;
         v->p = *p;
         v->p.tp = g->tp, v->p.dp = g->dp, v->p.n_groups = 0, v->p.groups = NULL;
@@ -502,8 +539,7 @@ static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, d
                                         inner.msg);
                 last = samples, have_one = 1;
             }
-            double sp = min_speed(c, v->first + (int64_t)i * g->tp,
-                                  v->first + (int64_t)(i + 1) * g->tp);
+            double sp = min_speed(c, rep_first(v, i), rep_first(v, i) + g->tp);
             if (sp < slow)
                 slow = sp;
             if (one.f / sp > f)
@@ -525,6 +561,11 @@ static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, d
         sc[k] = big;
         v->speed = slow;
     }
+    qsort(used, (size_t)u_n, sizeof *used, cmp_i64);
+    for (int64_t x = 1; x < u_n; x++)
+        if (used[x] == used[x - 1])
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "GPU %lld is in two stage groups", (long long)used[x]);
     e->xfer = b;
     for (int32_t k = 0; k + 1 < K; k++)
         e->xfer[k] = reshard_time(c, &e->views[k], &e->views[k + 1]);
