@@ -32,8 +32,8 @@ from .cluster import Cluster
 from .timeline import Timeline
 from .workmodel import ProfiledModel, Transformer, model_id, profile_model
 
-__all__ = ["ParallelPlan", "StageGroup", "StepResult", "MemoryBreakdown", "simulate", "pipeline_split",
-           "SCHEDULES", "RECOMPUTE_MODES", "PRECISIONS", "DEFAULT_HEADROOM", "headroom_fraction"]
+__all__ = ["ParallelPlan", "StageGroup", "StepResult", "MemoryBreakdown", "simulate",
+           "pipeline_split", "SCHEDULES", "RECOMPUTE_MODES", "PRECISIONS", "DEFAULT_HEADROOM", "headroom_fraction"]
 
 SCHEDULES = {"gpipe": _core.SCHEDULE_GPIPE, "1f1b": _core.SCHEDULE_1F1B,
              "interleaved-1f1b": _core.SCHEDULE_INTERLEAVED, "zb-h1": _core.SCHEDULE_ZBH1,

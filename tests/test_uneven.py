@@ -157,7 +157,8 @@ def test_the_slowest_replica_sets_the_stage():
 
 def test_uneven_replicas_synchronise_over_their_own_group():
     m = hpgo.profile_model(PROF, 1)
-    p = hpgo.ParallelPlan(global_batch=128, micro_batch=16, stages=[G(0, 20, dp=14), G(20, 39, dp=2)])
+    p = hpgo.ParallelPlan(global_batch=128, micro_batch=16,
+                          stages=[G(0, 20, dp=14), G(20, 39, dp=2)])
     r = hpgo.simulate(m, "dapple-v100", p)
     assert r.gpus == 16 and r.fits in (True, False)
     sync = [e for e in r.events if e[4] == 3]
@@ -257,7 +258,8 @@ def test_hpgo_plans_of_dapples_study_simulate_and_autoplan_is_no_slower(name, pb
 def test_stages_on_two_gpu_types_are_priced_on_their_own_gpu():
     mixed = hpgo.Cluster.combine("dgx-h100", "dgx-a100-80gb", bandwidth=25e9, latency=5e-6)
     p = hpgo.ParallelPlan(global_batch=64, micro_batch=4, sequence_parallel=True,
-                          stages=[G(0, 18, dp=2, tp=2, gpu="h100"), G(18, 32, dp=2, tp=2, gpu="a100")])
+                          stages=[G(0, 18, dp=2, tp=2, gpu="h100"),
+                                  G(18, 32, dp=2, tp=2, gpu="a100")])
     r = hpgo.simulate(XF, mixed, p)
     assert [d["part"] for d in r.devices] == [0, 1]
     alone = {}

@@ -445,7 +445,8 @@ static void test_uneven(void)
             }
             split[k + 1] = (int32_t)(24 * (k + 1) / K);
         }
-        hpgo_parplan_t p = plan(1, K, 1, 1, 24, 96, urand(&rs) < 0.5 ? HPGO_PS_1F1B : HPGO_PS_GPIPE);
+        int sched = urand(&rs) < 0.5 ? HPGO_PS_1F1B : HPGO_PS_GPIPE;
+        hpgo_parplan_t p = plan(1, K, 1, 1, 24, 96, sched);
         p.n_split = K + 1;
         p.split = split;
         p.n_groups = K;
