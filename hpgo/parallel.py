@@ -372,6 +372,13 @@ class ParallelPlan:
     groups of that many layers (``recompute_method="uniform"``) or only the
     first that many layers of each model stage (``"block"``), as
     Megatron's ``--recompute-num-layers`` (0: every layer).
+
+    Uneven plans (docs/uneven-plans.md): ``stages`` gives each pipeline
+    stage a :class:`StageGroup` -- its layers, replicas, tensor
+    parallelism, GPU type (cluster part), shares of the samples and
+    placement; ``pp`` and ``split`` are then derived, ``tp = dp = 1``, and
+    ``micro_batch`` counts the samples of one micro-batch over all replicas
+    of a stage.  Exports refuse them (one data-parallel size per framework).
     """
 
     global_batch: int

@@ -11,7 +11,17 @@
  * gradient still needs, a weight-gradient (or fused backward) pass frees
  * the rest; the peak gives the activation memory and the in-flight count.
  * O(p + K m) memory, O(ops x sweeps) time with few sweeps in practice
- * (each sweep runs every op whose inputs are ready). */
+ * (each sweep runs every op whose inputs are ready).
+ *
+ * Each device sees its stage through a view (devview_t): the GPU type
+ * (cluster part) and plan (tp, dp) of its stage, its first GPU and the
+ * speed of its slowest GPU.  An even plan's views are the plan and the
+ * cluster themselves, so the even path computes exactly what it did before
+ * views; an uneven plan's (n_groups > 0) are built by uneven_views, which
+ * also prices the stages replica by replica and the resharding transfer of
+ * each stage boundary once (reshard_time: O(dp_a + dp_b) per boundary).
+ * Placement checks collect every group's GPUs and sort them (O(N log N)
+ * for N GPUs used). */
 #include "engine.h"
 
 #include <math.h>
