@@ -32,8 +32,8 @@ from .cluster import Cluster
 from .timeline import Timeline
 from .workmodel import ProfiledModel, Transformer, model_id, profile_model
 
-__all__ = ["ParallelPlan", "StageGroup", "StepResult", "MemoryBreakdown", "simulate", "pipeline_split",
-           "SCHEDULES", "RECOMPUTE_MODES", "PRECISIONS", "DEFAULT_HEADROOM", "headroom_fraction"]
+__all__ = ["ParallelPlan", "StageGroup", "StepResult", "MemoryBreakdown", "simulate",
+           "pipeline_split", "SCHEDULES", "RECOMPUTE_MODES", "PRECISIONS", "DEFAULT_HEADROOM", "headroom_fraction"]
 
 SCHEDULES = {"gpipe": _core.SCHEDULE_GPIPE, "1f1b": _core.SCHEDULE_1F1B,
              "interleaved-1f1b": _core.SCHEDULE_INTERLEAVED, "zb-h1": _core.SCHEDULE_ZBH1,
@@ -191,7 +191,9 @@ class StageGroup:
     share of a micro-batch's samples (``shares``: ``dp`` fractions summing
     to 1, None: even; a transformer replica takes whole sequences) and the
     cluster index of its first GPU (None: right after the GPUs of the
-    previous stages on the same part).  DAPPLE's stages with their own
+    previous stages on the same part), or ``gpus``: all ``dp x tp`` cluster
+    GPU indices, replica by replica (each replica's tp GPUs consecutive),
+    for placements that are not one run of GPUs (HPGO's).  DAPPLE's stages with their own
     replica counts, HAP's shares by speed and stages on different GPU types
     are stage groups (docs/uneven-plans.md)."""
 
@@ -201,6 +203,7 @@ class StageGroup:
     gpu: str | int | None = None
     shares: tuple[float, ...] | None = None
     first_gpu: int | None = None
+    gpus: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         lay = self.layers
@@ -233,9 +236,22 @@ class StageGroup:
         if self.first_gpu is not None:
             object.__setattr__(self, "first_gpu", _int("first_gpu", self.first_gpu, 0,
                                                        (1 << 24) - 1))
+        if self.gpus is not None:
+            gs = self.gpus
+            if isinstance(gs, (str, bytes)) or not hasattr(gs, "__iter__"):
+                raise TypeError("gpus must be a sequence of dp x tp GPU indices or None")
+            gs = tuple(_int("gpus entry", x, 0, (1 << 24) - 1) for x in gs)
+            if len(gs) != self.dp * self.tp:
+                raise ValueError(f"gpus has {len(gs)} entries for dp x tp = {self.dp * self.tp}")
+            if len(set(gs)) != len(gs):
+                raise ValueError("gpus lists a GPU twice")
+            if self.first_gpu is not None and self.first_gpu != gs[0]:
+                raise ValueError("give first_gpu or gpus, not both")
+            object.__setattr__(self, "gpus", gs)
 
     @property
-    def gpus(self) -> int:
+    def size(self) -> int:
+        """GPUs of the group: dp x tp."""
         return self.dp * self.tp
 
     def describe(self) -> str:
@@ -243,11 +259,25 @@ class StageGroup:
         out = f"[{self.layers[0]}, {self.layers[1]}) dp={self.dp} tp={self.tp}"
         if self.gpu is not None:
             out += f" on {self.gpu if isinstance(self.gpu, str) else f'part {self.gpu}'}"
-        if self.first_gpu is not None:
+        if self.gpus is not None:
+            out += f" on GPUs {_ranges(self.gpus)}"
+        elif self.first_gpu is not None:
             out += f" from GPU {self.first_gpu}"
         if self.shares is not None:
             out += " shares " + "/".join(f"{x:.3g}" for x in self.shares)
         return out
+
+
+def _ranges(xs: tuple[int, ...]) -> str:
+    """'0-6,8-14' for (0, 1, ..., 6, 8, ..., 14)."""
+    out, i = [], 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        out.append(f"{xs[i]}" if i == j else f"{xs[i]}-{xs[j]}")
+        i = j + 1
+    return ",".join(out)
 
 
 def _stage_groups(v: Any) -> tuple[StageGroup, ...]:
@@ -266,8 +296,9 @@ def _stage_groups(v: Any) -> tuple[StageGroup, ...]:
                 body = dict(g)
                 if isinstance(body.get("layers"), list):
                     body["layers"] = tuple(body["layers"])
-                if isinstance(body.get("shares"), list):
-                    body["shares"] = tuple(body["shares"])
+                for f in ("shares", "gpus"):
+                    if isinstance(body.get(f), list):
+                        body[f] = tuple(body[f])
                 g = StageGroup(**body)
             elif not isinstance(g, StageGroup):
                 raise TypeError(f"must be an hpgo.StageGroup, not {type(g).__name__}")
@@ -341,6 +372,13 @@ class ParallelPlan:
     groups of that many layers (``recompute_method="uniform"``) or only the
     first that many layers of each model stage (``"block"``), as
     Megatron's ``--recompute-num-layers`` (0: every layer).
+
+    Uneven plans (docs/uneven-plans.md): ``stages`` gives each pipeline
+    stage a :class:`StageGroup` -- its layers, replicas, tensor
+    parallelism, GPU type (cluster part), shares of the samples and
+    placement; ``pp`` and ``split`` are then derived, ``tp = dp = 1``, and
+    ``micro_batch`` counts the samples of one micro-batch over all replicas
+    of a stage.  Exports refuse them (one data-parallel size per framework).
     """
 
     global_batch: int
@@ -481,7 +519,7 @@ class ParallelPlan:
     @property
     def gpus(self) -> int:
         if self.stages is not None:
-            return sum(g.gpus for g in self.stages)
+            return sum(g.size for g in self.stages)
         return self.tp * self.pp * self.dp * self.cp
 
     @property
@@ -498,6 +536,7 @@ class ParallelPlan:
         g0 = self.stages[0]
         for k, g in enumerate(self.stages):
             if (g.dp, g.tp, g.gpu or 0) != (g0.dp, g0.tp, g0.gpu or 0) or g.first_gpu is not None \
+                    or g.gpus is not None \
                     or (g.shares is not None and len(set(g.shares)) > 1):
                 raise ValueError(f"stages[{k}] ({g.describe()}) differs from stages[0] "
                                  f"({g0.describe()}): the plan has no even form")
@@ -555,7 +594,7 @@ class ParallelPlan:
         if self.stages is None:
             return None
         return tuple((_part_index(g.gpu, cluster, k), g.tp, g.dp,
-                      -1 if g.first_gpu is None else g.first_gpu, g.shares)
+                      -1 if g.first_gpu is None else g.first_gpu, g.shares, g.gpus)
                      for k, g in enumerate(self.stages))
 
     @property
@@ -566,32 +605,53 @@ class ParallelPlan:
     # -- conversions ----------------------------------------------------------
     @classmethod
     def from_hpgo(cls, result: Any, global_batch: int, *, micro_batch: int | None = None,
-                  model: str | None = None) -> "ParallelPlan":
+                  model: Any = None) -> "ParallelPlan":
         """The plan of an HPGO result: ``py_orchestrate()``'s ``(speedup,
         stages)`` tuple, an :class:`hpgo.Plan`, or a stage list of
-        ``(start, end, units, gpus)``.  Every stage must have the same number
-        of replicas (the neutral plan has one dp); the stage boundaries are
-        HPGO's state indices, kept as the layer split."""
-        stages = result
-        if hasattr(result, "stages") and not isinstance(result, tuple):
-            stages = [(s.start, s.end, getattr(s, "units", 1), list(s.gpus)) for s in result.stages]
-        elif isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], list):
-            stages = result[1]
-        try:
-            stages = [(int(s[0]), int(s[1]), list(s[3])) for s in stages]
-        except (TypeError, ValueError, IndexError):
-            raise ValueError("not an HPGO result: expected (speedup, [(start, end, units, gpus), ...])") from None
-        if not stages:
-            raise ValueError("an HPGO result with no stages")
-        reps = {len(g) for _, _, g in stages}
-        if len(reps) != 1:
-            raise ValueError(f"the stages have different replica counts {sorted(reps)}: the neutral "
-                             "plan has one data-parallel size (simulate it with hpgo.simulate_plan)")
-        dp = reps.pop()
-        split = tuple([stages[0][0]] + [e for _, e, _ in stages])
-        mb = micro_batch if micro_batch is not None else max(1, global_batch // dp)
-        return cls(global_batch=global_batch, pp=len(stages), dp=dp, micro_batch=mb,
-                   split=split, model=model)
+        ``(start, end, units, gpus)``.
+
+        With ``model`` the profile HPGO planned (a ``graph.txt`` path or its
+        :func:`hpgo.profile_model`), HPGO's state indices are mapped to the
+        profile's layers (:mod:`hpgo.uneven`) and every stage becomes a
+        :class:`StageGroup` of its GPUs (uneven replicas kept); the plan
+        records the profile's identity.  HPGO runs ``gbs // rp``
+        micro-batches per pipeline replica (``rp`` = a stage's GPUs / its
+        units; its smallest micro-batch, 1), so the default ``micro_batch``
+        (the samples of one micro-batch over a stage's replicas) is ``rp``.
+
+        Without a profile (``model`` None or a model id string) the stages
+        must have equal replica counts: the plan is the even one with HPGO's
+        state indices kept as the split (a layer chain of those states)."""
+        from . import uneven
+        stages = uneven.hpgo_stages(result)
+        is_profile = isinstance(model, (ProfiledModel, os.PathLike)) or (
+            isinstance(model, str) and os.path.isfile(model))
+        if not is_profile:
+            reps = {len(g) for _, _, _, g in stages}
+            if len(reps) != 1:
+                raise ValueError(f"the stages have different replica counts {sorted(reps)}: "
+                                 "pass model= (the profile HPGO planned) to keep them as stage "
+                                 "groups")
+            dp = reps.pop()
+            split = tuple([stages[0][0]] + [e for _, e, _, _ in stages])
+            mb = micro_batch if micro_batch is not None else max(1, global_batch // dp)
+            return cls(global_batch=global_batch, pp=len(stages), dp=dp, micro_batch=mb,
+                       split=split, model=model)
+        pm = model if isinstance(model, ProfiledModel) else profile_model(os.fspath(model), 1)
+        cuts = uneven.layer_boundaries(pm, [b - 1 for _, b, _, _ in stages[:-1]])
+        bounds = [0] + cuts + [pm.layers]
+        rp = len(stages[0][3]) // stages[0][2]
+        # HPGO's GPU ids (its seps number them machine after machine, as the
+        # cluster does), kept when they are not one run after the previous stage
+        groups, nxt = [], 0
+        for k, (_, _, _, g) in enumerate(stages):
+            gs = sorted(g)
+            placed = None if gs == list(range(nxt, nxt + len(gs))) else tuple(gs)
+            nxt = gs[-1] + 1 if placed is None else nxt
+            groups.append(StageGroup(layers=(bounds[k], bounds[k + 1]), dp=len(g), gpus=placed))
+        mb = micro_batch if micro_batch is not None else max(1, rp)
+        return cls(global_batch=global_batch, micro_batch=mb, stages=tuple(groups),
+                   model=model_id(pm))
 
     @classmethod
     def from_replan(cls, result: Any, global_batch: int, *, dp: int = 1, micro_batch: int = 1,
@@ -619,7 +679,9 @@ class ParallelPlan:
         if self.stages is not None:
             d["stages"] = [{"layers": list(g.layers), "dp": g.dp, "tp": g.tp, "gpu": g.gpu,
                             "shares": list(g.shares) if g.shares is not None else None,
-                            "first_gpu": g.first_gpu} for g in self.stages]
+                            "first_gpu": g.first_gpu,
+                            "gpus": list(g.gpus) if g.gpus is not None else None}
+                           for g in self.stages]
         return {"format": "hpgo-parallel-plan-1", **d}
 
     @classmethod
@@ -780,31 +842,19 @@ def _even_split(layers: int, stages: int) -> tuple[int, ...]:
     return tuple(split)
 
 
-def _part_types(cluster: Any) -> list[str]:
-    parts = tuple(getattr(cluster, "parts", ()) or ())
-    return [p.gpu.name for p in parts] if parts else [cluster.gpu.name]
-
-
 def _part_index(gpu: str | int | None, cluster: Any, k: int) -> int:
-    """The cluster part a stage group's ``gpu`` names (None: 0)."""
+    """The cluster part a stage group's ``gpu`` names (None: 0), by the
+    cluster's own rule (:meth:`hpgo.Cluster.part_index`)."""
     if gpu is None:
         return 0
-    types = _part_types(cluster) if cluster is not None else []
-    if isinstance(gpu, int):
-        if cluster is not None and gpu >= len(types):
-            raise ValueError(f"stages[{k}].gpu: part {gpu}, but cluster {cluster.name} has "
-                             f"{len(types)} part{'s' if len(types) > 1 else ''}")
-        return gpu
-    key = gpu.strip().lower()
-    hits = [i for i, t in enumerate(types) if t.lower() == key or t.lower().startswith(key)]
-    exact = [i for i, t in enumerate(types) if t.lower() == key]
-    if exact:
-        hits = exact
-    if len(hits) != 1:
-        raise ValueError(f"stages[{k}].gpu {gpu!r} is {'ambiguous' if hits else 'not'} a GPU "
-                         f"type of cluster {getattr(cluster, 'name', '?')} (its types: "
-                         f"{', '.join(types)}); give a part index")
-    return hits[0]
+    if cluster is None:
+        if isinstance(gpu, int):
+            return gpu
+        raise ValueError(f"stages[{k}].gpu {gpu!r}: a GPU type needs the cluster to resolve")
+    try:
+        return cluster.part_index(gpu)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"stages[{k}].{e}") from None
 
 
 @dataclass(frozen=True)
@@ -967,9 +1017,12 @@ class StepResult:
         verdict = "fits" if self.fits else "DOES NOT FIT"
         room = f" with {self.headroom * 100:g} % kept free" if self.headroom else ""
         train = self.train_summary()
+        # an uneven plan's stages have their own GPU types: name the worst one's group
+        where = (f" (stage {self.plan.stages[worst].describe()})"
+                 if self.plan.stages is not None and worst < len(self.plan.stages) else "")
         return (f"{self.plan!r} on {self.cluster}: {self.iteration_time:.4g} s/iteration, {rate}"
                 f"{mfu}; peak memory {m.total / g:.1f} of {m.capacity / g:.1f} GiB on device "
-                f"{worst} ({verdict}{room})" + (f"; {train}" if train else ""))
+                f"{worst}{where} ({verdict}{room})" + (f"; {train}" if train else ""))
 
     def __repr__(self) -> str:
         return f"StepResult({self.summary()})"
@@ -1254,7 +1307,8 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     is_t = isinstance(m, Transformer)
     # MFU and HFU against the dense peak of the precision used (the C core
     # takes bf16's for every 16-bit and 8-bit precision)
-    peak = c.gpu.peak("fp32" if precision == "fp32" else "fp8" if precision == "fp8" else "bf16")
+    dt = "fp32" if precision == "fp32" else "fp8" if precision == "fp8" else "bf16"
+    peak = c.gpu.peak(dt)
     bf16 = c.gpu.peak("bf16")
     if c.parts and plan.stages is not None:
         # several GPU types: the peaks averaged over the GPUs the plan uses
@@ -1264,6 +1318,12 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         peak = sum(g.peak(key) * k for g, k in used) / tot
         bf16 = sum(g.peak("bf16") * k for g, k in used) / tot
     it, n = d["iteration_time"], d["gpus"]
+    if plan.stages is not None and c.parts:
+        # stages on several GPU types: the mean peak per GPU of the plan's GPUs
+        kinds = [c.parts[dev["part"]].gpu for dev in d["devices"]]
+        per = [g.dp * g.tp for g in plan.stages]
+        peak = sum(k.peak(dt) * w for k, w in zip(kinds, per)) / n
+        bf16 = sum(k.peak("bf16") * w for k, w in zip(kinds, per)) / n
     if is_t and it > 0 and peak > 0:
         d["mfu"] = d["model_flops"] / (it * n * peak)
         d["hfu"] = d["hw_flops"] / (it * n * peak)

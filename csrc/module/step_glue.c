@@ -370,8 +370,9 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
  *        reshard_after_forward, shard_size, offload_optimizer, offload_activations,
  *        kernels, tp_overlap, cp_comm, recompute_layers, recompute_method, groups)
  *        with split None or a tuple of pp * vstages + 1 ints, groups None or a
- *        tuple of pp (part, tp, dp, first_gpu, shares) with first_gpu -1 for
- *        "after the previous stages" and shares None or a tuple of dp floats.
+ *        tuple of pp (part, tp, dp, first_gpu, shares, gpus) with first_gpu -1
+ *        for "after the previous stages", shares None or a tuple of dp floats,
+ *        gpus None or a tuple of dp x tp cluster GPU indices.
  *        `split` and `gmem` receive their storage (PyMem). */
 static int to_groups(PyObject *gs, hpgo_parplan_t *p, void **gmem)
 {
@@ -381,12 +382,20 @@ static int to_groups(PyObject *gs, hpgo_parplan_t *p, void **gmem)
                      HPGO_PLAN_MAX_PP);
         return -1;
     }
-    Py_ssize_t n = PyTuple_GET_SIZE(gs), nshares = 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(gs), nshares = 0, ngpus = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *g = PyTuple_GET_ITEM(gs, k), *sh;
-        if (!PyTuple_Check(g) || PyTuple_GET_SIZE(g) != 5) {
-            PyErr_Format(PyExc_TypeError, "stage group %zd must be a tuple of 5 items", k);
+        PyObject *g = PyTuple_GET_ITEM(gs, k), *sh, *gp;
+        if (!PyTuple_Check(g) || PyTuple_GET_SIZE(g) != 6) {
+            PyErr_Format(PyExc_TypeError, "stage group %zd must be a tuple of 6 items", k);
             return -1;
+        }
+        gp = PyTuple_GET_ITEM(g, 5);
+        if (gp != Py_None) {
+            if (!PyTuple_Check(gp) || PyTuple_GET_SIZE(gp) > (1 << 24)) {
+                PyErr_Format(PyExc_TypeError, "stage group %zd: gpus must be a tuple", k);
+                return -1;
+            }
+            ngpus += PyTuple_GET_SIZE(gp);
         }
         sh = PyTuple_GET_ITEM(g, 4);
         if (sh != Py_None) {
@@ -397,7 +406,8 @@ static int to_groups(PyObject *gs, hpgo_parplan_t *p, void **gmem)
             nshares += PyTuple_GET_SIZE(sh);
         }
     }
-    size_t bytes = (size_t)n * sizeof(hpgo_stage_group_t) + (size_t)nshares * sizeof(double);
+    size_t bytes = (size_t)n * sizeof(hpgo_stage_group_t) + (size_t)nshares * sizeof(double) +
+                   (size_t)ngpus * sizeof(int64_t);
     char *mem = PyMem_Malloc(bytes ? bytes : 1);
     if (!mem) {
         PyErr_NoMemory();
@@ -406,15 +416,31 @@ static int to_groups(PyObject *gs, hpgo_parplan_t *p, void **gmem)
     *gmem = mem;
     hpgo_stage_group_t *groups = (hpgo_stage_group_t *)mem;
     double *shares = (double *)(mem + (size_t)n * sizeof(hpgo_stage_group_t));
+    int64_t *gpus = (int64_t *)(shares + nshares);
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *g = PyTuple_GET_ITEM(gs, k), *sh = PyTuple_GET_ITEM(g, 4);
+        PyObject *gp = PyTuple_GET_ITEM(g, 5);
         hpgo_stage_group_t *x = &groups[k];
-        if (get_i32(g, 0, 5, "stage group part", &x->part) < 0 ||
-            get_i32(g, 1, 5, "stage group tp", &x->tp) < 0 ||
-            get_i32(g, 2, 5, "stage group dp", &x->dp) < 0 ||
-            get_i64(g, 3, 5, "stage group first_gpu", &x->first_gpu) < 0)
+        if (get_i32(g, 0, 6, "stage group part", &x->part) < 0 ||
+            get_i32(g, 1, 6, "stage group tp", &x->tp) < 0 ||
+            get_i32(g, 2, 6, "stage group dp", &x->dp) < 0 ||
+            get_i64(g, 3, 6, "stage group first_gpu", &x->first_gpu) < 0)
             return -1;
         x->shares = NULL;
+        x->gpus = NULL;
+        if (gp != Py_None) {
+            Py_ssize_t ng = PyTuple_GET_SIZE(gp);
+            if (ng != (Py_ssize_t)x->dp * x->tp) {
+                PyErr_Format(PyExc_ValueError, "stage %zd: %zd gpus for dp x tp = %lld", k, ng,
+                             (long long)x->dp * x->tp);
+                return -1;
+            }
+            for (Py_ssize_t i = 0; i < ng; i++)
+                if (glue_i64(PyTuple_GET_ITEM(gp, i), "gpu index", &gpus[i]) < 0)
+                    return -1;
+            x->gpus = gpus;
+            gpus += ng;
+        }
         if (sh != Py_None) {
             Py_ssize_t ns = PyTuple_GET_SIZE(sh);
             if (ns != x->dp) {

@@ -11,7 +11,17 @@
  * gradient still needs, a weight-gradient (or fused backward) pass frees
  * the rest; the peak gives the activation memory and the in-flight count.
  * O(p + K m) memory, O(ops x sweeps) time with few sweeps in practice
- * (each sweep runs every op whose inputs are ready). */
+ * (each sweep runs every op whose inputs are ready).
+ *
+ * Each device sees its stage through a view (devview_t): the GPU type
+ * (cluster part) and plan (tp, dp) of its stage, its first GPU and the
+ * speed of its slowest GPU.  An even plan's views are the plan and the
+ * cluster themselves, so the even path computes exactly what it did before
+ * views; an uneven plan's (n_groups > 0) are built by uneven_views, which
+ * also prices the stages replica by replica and the resharding transfer of
+ * each stage boundary once (reshard_time: O(dp_a + dp_b) per boundary).
+ * Placement checks collect every group's GPUs and sort them (O(N log N)
+ * for N GPUs used). */
 #include "engine.h"
 
 #include <math.h>
@@ -132,7 +142,14 @@ typedef struct devview {
     int replicas;         /* gradients to synchronise over replicas */
     const double *bound;  /* uneven: dp + 1 share boundaries */
     const double *send;   /* uneven: dp bytes per GPU to the next stage */
+    const int64_t *gpus;  /* uneven: NULL, or its dp x tp GPUs replica by replica */
 } devview_t;
+
+/* Cluster index of the first GPU of replica i of a device's stage. */
+static int64_t rep_first(const devview_t *v, int64_t i)
+{
+    return v->gpus ? v->gpus[i * v->p.tp] : v->first + i * v->p.tp;
+}
 
 typedef struct eng {
     const hpgo_cluster_t *c;
@@ -140,6 +157,7 @@ typedef struct eng {
     devview_t *views;     /* P */
     int uneven;
     double *xfer;         /* uneven: seconds of the transfer over each stage boundary */
+    hpgo_cancel_t *cancel;
     const hpgo_stage_cost_t *sc;
     int schedule;
     int32_t P, V, K;
@@ -221,7 +239,15 @@ static double coll(const devview_t *v, int uneven, int op, int64_t size, int64_t
         return hpgo_cost_collective(c, op, size, stride, bytes, HPGO_ALGO_AUTO);
     int64_t fan[HPGO_CLUSTER_MAX_LEVELS], last = v->local + (size - 1) * stride;
     int32_t top = hpgo_cost_level_between(c, v->local, last);
-    if (hpgo_group_fanout(c, size, stride, fan, NULL) == HPGO_OK &&
+    if (v->gpus) { /* a placed list: the highest level between its GPUs */
+        int64_t lo = v->gpus[0], hi = v->gpus[0], n = (int64_t)v->p.dp * v->p.tp;
+        for (int64_t i = 1; i < n; i++) {
+            lo = v->gpus[i] < lo ? v->gpus[i] : lo;
+            hi = v->gpus[i] > hi ? v->gpus[i] : hi;
+        }
+        top = hpgo_cost_level_between(c, lo - (v->first - v->local), hi - (v->first - v->local));
+    }
+    if (!v->gpus && hpgo_group_fanout(c, size, stride, fan, NULL) == HPGO_OK &&
         top == hpgo_cost_level_between(c, 0, (size - 1) * stride))
         return hpgo_cost_collective(c, op, size, stride, bytes, HPGO_ALGO_AUTO);
     const hpgo_level_t *l = &c->levels[top];
@@ -324,7 +350,7 @@ static double reshard_time(const hpgo_cluster_t *c, const devview_t *a, const de
             double share = a->bound[i + 1] - a->bound[i];
             /* a->send[i] is what one of replica i's GPUs sends for all its samples */
             double bytes = a->send[i] * ((hi - lo) / share) * ((double)ta / (double)tmin);
-            double t = p2p_gpus(c, a->first + (int64_t)i * ta, b->first + (int64_t)j * tb, bytes);
+            double t = p2p_gpus(c, rep_first(a, i), rep_first(b, j), bytes);
             out_i += t;
             in_j += t;
             if (out_i > worst)
@@ -342,6 +368,12 @@ static double reshard_time(const hpgo_cluster_t *c, const devview_t *a, const de
     return worst;
 }
 
+
+static int cmp_i64(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
 
 /* First GPU of each part in the cluster's numbering. */
 static int64_t part_start(const hpgo_cluster_t *c, int32_t part)
@@ -421,15 +453,27 @@ static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, d
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "the stage groups hold %lld replicas, the cluster %lld GPUs",
                             (long long)total, (long long)gpus);
-    double *b = malloc(2 * (size_t)(total + K) * sizeof *b);
+    int64_t n_used = 0;
+    for (int32_t k = 0; k < K; k++)
+        n_used += (int64_t)p->groups[k].dp * p->groups[k].tp;
+    if (n_used > gpus)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "the stage groups hold %lld GPUs, the cluster %lld",
+                            (long long)n_used, (long long)gpus);
+    /* share boundaries and sends (2 dp + 1 a stage), the K - 1 boundaries'
+     * transfer times, and every group's GPUs (to find one used twice) */
+    double *b = malloc(2 * (size_t)(total + K) * sizeof *b + (size_t)n_used * sizeof(int64_t));
     if (!b)
         return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory for the stage groups");
     *buf = b;
+    int64_t *used = (int64_t *)(b + 2 * (size_t)(total + K)), u_n = 0;
     int64_t next[HPGO_CLUSTER_MAX_PARTS] = {0};
     int64_t m = e->m, M = p->micro_batch;
     for (int32_t k = 0; k < K; k++) {
         const hpgo_stage_group_t *g = &p->groups[k];
         devview_t *v = &e->views[k];
+        if (hpgo_cancelled(e->cancel))
+            return hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the simulation was cancelled");
         const hpgo_cluster_t *part = hpgo_cluster_part(c, g->part);
         if (!part)
             return hpgo_err_set(err, HPGO_E_INVALID, 0,
@@ -437,13 +481,14 @@ static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, d
                                 (int)g->part, (int)n_parts, n_parts > 1 ? "s" : "");
         int64_t start = part_start(c, g->part), have = hpgo_cluster_gpus(part);
         int64_t n = (int64_t)g->dp * g->tp;
-        if (g->first_gpu >= 0) {
+        int64_t first = g->gpus ? g->gpus[0] : g->first_gpu;
+        if (first >= 0) {
             int64_t loc;
-            int32_t on = hpgo_cluster_part_of(c, g->first_gpu, &loc);
+            int32_t on = hpgo_cluster_part_of(c, first, &loc);
             if (on != g->part)
                 return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                                    "stage %d: first_gpu %lld is %s, not on its part %d", (int)k,
-                                    (long long)g->first_gpu,
+                                    "stage %d: GPU %lld is %s, not on its part %d", (int)k,
+                                    (long long)first,
                                     on < 0 ? "not a GPU of the cluster" : "on another part",
                                     (int)g->part);
             v->local = loc;
@@ -451,7 +496,8 @@ static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, d
             v->local = next[g->part];
         }
         v->first = start + v->local;
-        if (v->local + n > have)
+        v->gpus = g->gpus;
+        if (!g->gpus && v->local + n > have)
             return hpgo_err_set(err, HPGO_E_INVALID, 0,
                                 "stage %d needs dp x tp = %lld GPUs of part %d from its GPU "
                                 "%lld; the part has %lld",
@@ -464,16 +510,20 @@ static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, d
                                 "groups start at a multiple of tp (GPU %lld of its part)",
                                 (int)k, (int)g->tp, (long long)hpgo_cluster_unit(part, 0),
                                 (long long)v->local);
+        for (int64_t x = 0; x < n; x++) { /* every GPU of the group on its part, tp aligned */
+            int64_t gx = g->gpus ? g->gpus[x] : v->first + x;
+            if (gx < start || gx >= start + have ||
+                (g->gpus && x % g->tp && gx != g->gpus[x - x % g->tp] + x % g->tp) ||
+                (g->gpus && x % g->tp == 0 && (gx - start) % g->tp != 0))
+                return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                    "stage %d: GPU %lld is not on part %d (GPUs %lld..%lld) or "
+                                    "breaks a replica's tp=%d consecutive, aligned GPUs",
+                                    (int)k, (long long)gx, (int)g->part, (long long)start,
+                                    (long long)(start + have - 1), (int)g->tp);
+            used[u_n++] = gx;
+        }
         if (v->local + n > next[g->part])
             next[g->part] = v->local + n;
-        for (int32_t k2 = 0; k2 < k; k2++) { /* no GPU in two stages */
-            const devview_t *o = &e->views[k2];
-            int64_t n2 = (int64_t)o->p.dp * o->p.tp;
-            if (v->first < o->first + n2 && o->first < v->first + n)
-                return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                                    "stages %d and %d share GPUs (%lld.. and %lld..)", (int)k2,
-                                    (int)k, (long long)o->first, (long long)v->first);
-        }
         v->c = part;
         v->p = *p;
         v->p.tp = g->tp, v->p.dp = g->dp, v->p.n_groups = 0, v->p.groups = NULL;
@@ -502,8 +552,7 @@ static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, d
                                         inner.msg);
                 last = samples, have_one = 1;
             }
-            double sp = min_speed(c, v->first + (int64_t)i * g->tp,
-                                  v->first + (int64_t)(i + 1) * g->tp);
+            double sp = min_speed(c, rep_first(v, i), rep_first(v, i) + g->tp);
             if (sp < slow)
                 slow = sp;
             if (one.f / sp > f)
@@ -525,6 +574,11 @@ static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, d
         sc[k] = big;
         v->speed = slow;
     }
+    qsort(used, (size_t)u_n, sizeof *used, cmp_i64);
+    for (int64_t x = 1; x < u_n; x++)
+        if (used[x] == used[x - 1])
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "GPU %lld is in two stage groups", (long long)used[x]);
     e->xfer = b;
     for (int32_t k = 0; k + 1 < K; k++)
         e->xfer[k] = reshard_time(c, &e->views[k], &e->views[k + 1]);
@@ -565,12 +619,14 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     e.c = c, e.p = p, e.schedule = p->schedule, e.P = P, e.V = V, e.K = K, e.m = m;
     e.err = err;
     e.uneven = p->n_groups > 0;
+    e.cancel = opts ? opts->cancel : NULL;
     if (!(e.views = calloc((size_t)P, sizeof *e.views))) {
         rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory for a step result");
         goto fail;
     }
     if (e.uneven) {
-        if ((rc = hpgo_work_check(w, err)) != HPGO_OK || (rc = hpgo_cluster_check(c, err)) != HPGO_OK ||
+        if ((rc = hpgo_work_check(w, err)) != HPGO_OK ||
+            (rc = hpgo_cluster_check(c, err)) != HPGO_OK ||
             (rc = uneven_views(&e, w, r->stages, &gbuf, err)) != HPGO_OK)
             goto fail;
     } else {
@@ -650,8 +706,13 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
      * back before the backward on the GPU's host link, beside the compute
      * (Megatron's fine-grained activation offloading, spec 6) */
     double host_bw = c->sys.host_bandwidth;
-    if ((p->offload_activations > 0 || p->offload_optimizer) &&
-        !(host_bw > 0 && c->sys.host_mem_bandwidth > 0 && c->sys.host_memory > 0)) {
+    int host_ok = 1; /* every stage's GPU type has the host figures */
+    for (int32_t d = 0; d < P; d++) {
+        const hpgo_system_t *y = &e.views[d].c->sys;
+        if (!(y->host_bandwidth > 0 && y->host_mem_bandwidth > 0 && y->host_memory > 0))
+            host_ok = 0;
+    }
+    if ((p->offload_activations > 0 || p->offload_optimizer) && !host_ok) {
         rc = hpgo_err_set(err, HPGO_E_INVALID, 0,
                           "offloading needs the cluster's host_memory_bytes, host_bandwidth and "
                           "host_memory_bandwidth");
@@ -714,7 +775,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                                             6 * st->params) / v->speed;
                 }
                 if (p->offload_activations > 0 && op.kind != HPGO_OP_W) {
-                    double mv = p->offload_activations * st->act / host_bw;
+                    double mv = p->offload_activations * st->act /
+                                (e.uneven ? v->c->sys.host_bandwidth : host_bw);
                     if (mv > dur)
                         dur = mv;
                 }
