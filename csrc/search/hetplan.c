@@ -126,6 +126,7 @@ typedef struct search {
     int32_t n_cfgs;
     int64_t *Ms;
     int32_t n_Ms;
+    double *segcmin; /* the same index: the least c_j of the segment's stages */
     double *segsum; /* [cfg][M][rc][zero][one]: sum over the segment's stages of 1 / c_j;
                        NAN unknown, -1 invalid */
     memline_t *mlines; /* [cfg][M][rc][zero]; ok = -1: not computed */
@@ -407,7 +408,7 @@ static double seg_sum(search_t *S, int32_t ci, int32_t mi, int32_t rc, int32_t z
         return S->segsum[at];
     const cfg_t *g = &S->cfgs[ci];
     int64_t M = S->Ms[mi];
-    double sum = 0;
+    double sum = 0, cmin = INFINITY;
     int32_t spf = S->xf && g->tp > 1;
     for (int32_t j = 0; j < g->s && sum >= 0; j++) {
         if (stage_samples(S, g, j, M, n, sp) < 0) {
@@ -430,8 +431,11 @@ static double seg_sum(search_t *S, int32_t ci, int32_t mi, int32_t rc, int32_t z
         }
         if (sum >= 0)
             sum = cj > 0 ? sum + 1 / cj : INFINITY;
+        if (cj < cmin)
+            cmin = cj;
     }
     S->segsum[at] = sum;
+    S->segcmin[at] = cmin;
     return sum;
 }
 
@@ -707,6 +711,27 @@ static int variants(search_t *S, const base_t *b, int64_t bi, int make, double *
                 memcpy(sh.seg, b->seg, sizeof(int32_t) * (size_t)b->nseg);
                 sh.M = M, sh.sched = sch, sh.rc = rc, sh.zero = z;
                 sh.lb = inv > 0 ? (double)m * (double)S->L / inv : INFINITY;
+                if (sch != HPGO_PS_ZBH1 && P > 1) {
+                    /* fused backwards: T >= sum_{i<j} l_i c_i + m l_j c_j for
+                     * every stage j (autoplan.c's chain down the stages);
+                     * weights lambda_j >= 0 with m lambda_i + sum_{j>i}
+                     * lambda_j >= 1 / c_i turn them into T >= L / sum
+                     * lambda over every split (weak duality), each stage's
+                     * c_j taken as its segment's least */
+                    double R = 0;
+                    for (int32_t k = b->nseg - 1; k >= 0; k--) {
+                        size_t at = ((((size_t)b->seg[k] * (size_t)S->n_Ms + (size_t)b->mi) * 3 +
+                                      (size_t)rc) * 4 + (size_t)z) * 2 + (size_t)(P == 1);
+                        double c = S->segcmin[at];
+                        for (int32_t st = 0; st < S->cfgs[b->seg[k]].s; st++) {
+                            double lam = (1 / c - R) / (double)m;
+                            if (lam > 0)
+                                R += lam;
+                        }
+                    }
+                    if (R > 0 && (double)S->L / R > sh.lb)
+                        sh.lb = (double)S->L / R;
+                }
                 for (int32_t k = 0; k + 1 < b->nseg; k++) {
                     const memline_t *ml = mem_line(S, b->seg[k], b->mi, rc, z, E->n, E->sp);
                     double t = (double)m * join_seconds(S, &S->cfgs[b->seg[k]],
@@ -1035,8 +1060,8 @@ static void build(const search_t *S, cand_t *cd)
     /* the cheap bounds: each stage's m passes at its replicas' layer
      * seconds (the shape bound's proof, on this split), and the memory
      * line's layer caps */
-    double cheap = sh->lb;
-    int over = 0;
+    double cheap = sh->lb, chain = 0; /* chain: sum of the stages' W before j */
+    int over = 0, fused = sh->sched != HPGO_PS_ZBH1;
     off = 0;
     for (j = 0; j < P; j++) {
         const hpgo_stage_group_t *g = &groups[j];
@@ -1053,8 +1078,11 @@ static void build(const search_t *S, cand_t *cd)
             if (t / sp[off + i] > wj)
                 wj = t / sp[off + i];
         }
-        if ((double)m * wj > cheap)
-            cheap = (double)m * wj;
+        /* fused backwards: the stages before j, then j's m passes */
+        double t = (fused ? chain : 0) + (double)m * wj;
+        if (t > cheap)
+            cheap = t;
+        chain += wj;
         off += g->dp;
     }
     free(pre), free(cap);
@@ -1381,9 +1409,10 @@ int hpgo_hetplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_hetpl
             maxdp = S.cfgs[i].dp;
     size_t nss = (size_t)(S.n_cfgs ? S.n_cfgs : 1) * (size_t)(S.n_Ms ? S.n_Ms : 1) * 3 * 4 * 2;
     S.segsum = malloc(sizeof(double) * nss);
+    S.segcmin = malloc(sizeof(double) * nss);
     S.mlines = malloc(sizeof(memline_t) * (nss / 2));
     E.n = malloc(sizeof(double) * (size_t)maxdp * 2);
-    if (!S.segsum || !S.mlines || !E.n) {
+    if (!S.segsum || !S.segcmin || !S.mlines || !E.n) {
         rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
         goto fail;
     }
@@ -1627,6 +1656,7 @@ fail:
     free(S.cfgs);
     free(S.Ms);
     free(S.segsum);
+    free(S.segcmin);
     free(S.mlines);
     free(S.pricing);
     free(S.lt_hash);
