@@ -1471,7 +1471,8 @@ int hpgo_hetplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_hetpl
         if (kind == K_SHAPE) {
             /* build the plans of the next shapes (up to a batch) */
             int64_t first = S.n_cands, ns = 0;
-            while (H.n > 0 && ns < bcap && (H.a[0].idx >> 56) == K_SHAPE &&
+            /* building is cheap: larger batches keep the pool's threads busy */
+            while (H.n > 0 && ns < 16 * bcap && (H.a[0].idx >> 56) == K_SHAPE &&
                    (o->exhaustive || H.a[0].key * (1 - 1e-9) <= kth)) {
                 int64_t si = heap_pop(&H).idx & ITEM_MASK;
                 if (grow((void **)&S.cands, &S.cap_cands, S.n_cands + 2, sizeof(cand_t)) < 0) {
