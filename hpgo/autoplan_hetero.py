@@ -226,7 +226,7 @@ def best_proportional_dp(model: Any, cluster: Cluster, global_batch: int, **kw: 
     B = int(global_batch)
     accs = [a for a in range(1, B + 1) if B % a == 0 and B // a >= cluster.gpus]
     for rc in modes:
-        for z in (0, 1):
+        for z in (0, 1, 2, 3):
             for a in accs:
                 d = proportional_dp(m, cluster, B, recompute=rc, zero=z, accumulation=a, **kw)
                 d.update(recompute=rc, zero=z)

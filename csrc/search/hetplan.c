@@ -689,7 +689,7 @@ static int variants(search_t *S, const base_t *b, int64_t bi, int make, double *
             if (!free_or(o->recompute, rc) || (rc == HPGO_RC_SELECTIVE && !S->xf))
                 continue;
             for (int8_t z = 0; z <= 3; z++) {
-                if (o->zero < 0 ? (z > 1 || (z == 1 && !anydp)) : z != o->zero)
+                if (o->zero < 0 ? (z > 0 && !anydp) : z != o->zero)
                     continue;
                 if (hpgo_cancelled(o->cancel))
                     return hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the search was cancelled");
