@@ -214,8 +214,8 @@ def _part_speeds(c: Cluster, k: int) -> dict[int, float]:
 def best_proportional_dp(model: Any, cluster: Cluster, global_batch: int, **kw: Any
                          ) -> dict[str, Any] | None:
     """The fastest :func:`proportional_dp` that fits, over recomputation
-    (none, selective, full; none and full for a profiled model), ZeRO 0 or
-    1 and gradient accumulation (the divisors of the global batch that
+    (none, selective, full; none and full for a profiled model), ZeRO 0 to
+    3 and gradient accumulation (the divisors of the global batch that
     leave every GPU a sample), by ``time_overlapped``; None when none
     fits."""
     from .parallel import _as_model

@@ -54,6 +54,7 @@
 #include <string.h>
 
 #include "autoplan.h"
+#include "cost.h"
 #include "engine.h"
 #include "memory.h"
 #include "pool.h"
@@ -83,6 +84,7 @@ typedef struct memline {
     int ok;
     double p0, p1, e0, e1, a0, a1, transient, state, maxlayer;
     double send1; /* bytes a GPU of a replica sends on per sample (transformers; 0: none) */
+    double dsync; /* ZeRO 0 and 1: least seconds of gradient sync per layer of a stage */
 } memline_t;
 
 typedef struct shape {
@@ -263,6 +265,32 @@ static hpgo_parplan_t view_plan(const hpgo_parplan_t *p, int32_t tp, int32_t dp,
     v.n_split = 0, v.split = NULL;
     v.micro_batch = 1, v.global_batch = m * dp;
     return v;
+}
+
+/* Seconds per byte, at least, of a stage's gradient collective over its dp
+ * replicas of tp GPUs from GPU `local` of part pc (engine.c coll): every
+ * algorithm's time is at least its bandwidth term, the cheapest of which
+ * the secant of the automatic choice at a vast size is; a group the
+ * engine prices as one ring at the highest level it crosses pays that
+ * level's.  0 when there is nothing to bound. */
+static double sync_per_byte(const hpgo_cluster_t *pc, int op, int32_t dp, int32_t tp,
+                            int64_t local)
+{
+    if (dp < 2)
+        return 0;
+    double n = (double)dp, bus = op == HPGO_COLL_ALLREDUCE ? 2 * (n - 1) / n : (n - 1) / n;
+    int32_t top = hpgo_cost_level_between(pc, local, local + (int64_t)(dp - 1) * tp);
+    const hpgo_level_t *l = &pc->levels[top];
+    double ring = bus / (l->coll_bandwidth * l->efficiency);
+    int64_t fan[HPGO_CLUSTER_MAX_LEVELS];
+    if (hpgo_group_fanout(pc, dp, tp, fan, NULL) != HPGO_OK)
+        return ring;
+    double X = 1e12;
+    double beta = (hpgo_cost_collective(pc, op, dp, tp, 2 * X, HPGO_ALGO_AUTO) -
+                   hpgo_cost_collective(pc, op, dp, tp, X, HPGO_ALGO_AUTO)) / X;
+    if (!(beta >= 0))
+        return 0;
+    return beta < ring ? beta : ring;
 }
 
 /* The base plan of a shape (sizes of the whole plan, groups and split unset). */
@@ -485,6 +513,19 @@ static const memline_t *mem_line(search_t *S, int32_t ci, int32_t mi, int32_t rc
     /* a transformer's hidden states are the same between any two layers,
      * in proportion to the samples */
     ml->send1 = S->xf ? one.send_bytes / least : 0;
+    ml->dsync = 0;
+    if (zero <= 1 && g->dp > 1) {
+        double wb, gb, ob, least_pb = INFINITY;
+        hpgo_work_state_bytes(S->w->precision, p.fp8_params, &wb, &gb, &ob);
+        int op = zero >= 1 ? HPGO_COLL_REDUCE_SCATTER : HPGO_COLL_ALLREDUCE;
+        for (int32_t j = 0; j < g->s; j++) {
+            double pb = sync_per_byte(pc, op, g->dp, g->tp, (int64_t)j * g->tp * g->dp);
+            if (pb < least_pb)
+                least_pb = pb;
+        }
+        double dense1 = ml->p1 - ml->e1;
+        ml->dsync = dense1 > 0 ? least_pb * dense1 * gb : 0;
+    }
     if (ml->p0 < 0)
         ml->p0 = 0;
     if (ml->e0 < 0)
@@ -711,6 +752,26 @@ static int variants(search_t *S, const base_t *b, int64_t bi, int make, double *
                 memcpy(sh.seg, b->seg, sizeof(int32_t) * (size_t)b->nseg);
                 sh.M = M, sh.sched = sch, sh.rc = rc, sh.zero = z;
                 sh.lb = inv > 0 ? (double)m * (double)S->L / inv : INFINITY;
+                if (z <= 1) {
+                    /* each stage's last backward starts after its m
+                     * forwards and m - 1 backwards, and its gradient sync
+                     * follows: T >= l_j ((m - 1) c_j + d_j), d_j the
+                     * sync's seconds per layer, with c_j at least its
+                     * segment's least: T >= L / sum_j 1 / c'_j */
+                    double inv2 = 0;
+                    for (int32_t k = 0; k < b->nseg; k++) {
+                        size_t at = ((((size_t)b->seg[k] * (size_t)S->n_Ms + (size_t)b->mi) * 3 +
+                                      (size_t)rc) * 4 + (size_t)z) * 2 + (size_t)(P == 1);
+                        const memline_t *ml = mem_line(S, b->seg[k], b->mi, rc, z, E->n, E->sp);
+                        double c = S->segcmin[at];
+                        double d = ml->ok == 1 ? ml->dsync : 0;
+                        double cm = (double)m * c, cs = (double)(m - 1) * c + d;
+                        double cc = cm > cs ? cm : cs;
+                        inv2 += cc > 0 ? (double)S->cfgs[b->seg[k]].s / cc : INFINITY;
+                    }
+                    if (inv2 > 0 && (double)S->L / inv2 > sh.lb)
+                        sh.lb = (double)S->L / inv2;
+                }
                 if (sch != HPGO_PS_ZBH1 && P > 1) {
                     /* fused backwards: T >= sum_{i<j} l_i c_i + m l_j c_j for
                      * every stage j (autoplan.c's chain down the stages);
@@ -731,6 +792,25 @@ static int variants(search_t *S, const base_t *b, int64_t bi, int make, double *
                     }
                     if (R > 0 && (double)S->L / R > sh.lb)
                         sh.lb = (double)S->L / R;
+                }
+                /* boundaries inside a part: the same, over the level of the
+                 * closest pair of GPUs of the two stages (the lowest any of
+                 * its transfers uses: blocks of GPUs one after the other) */
+                for (int32_t k = 0; k < b->nseg; k++) {
+                    const cfg_t *g = &S->cfgs[b->seg[k]];
+                    const memline_t *ml = mem_line(S, b->seg[k], b->mi, rc, z, E->n, E->sp);
+                    if (g->s < 2 || ml->ok != 1 || !(ml->send1 > 0))
+                        continue;
+                    const hpgo_cluster_t *pc = hpgo_cluster_part(S->c, g->part);
+                    int64_t n = (int64_t)g->dp * g->tp;
+                    for (int32_t j = 0; j + 1 < g->s; j++) {
+                        int32_t lvl = hpgo_cost_level_between(pc, (j + 1) * n - 1, (j + 1) * n);
+                        const hpgo_level_t *lv = &pc->levels[lvl];
+                        double t = (double)m * ml->send1 * (double)M / (double)g->dp /
+                                   (lv->bandwidth * lv->efficiency);
+                        if (t > sh.lb)
+                            sh.lb = t;
+                    }
                 }
                 for (int32_t k = 0; k + 1 < b->nseg; k++) {
                     const memline_t *ml = mem_line(S, b->seg[k], b->mi, rc, z, E->n, E->sp);
@@ -1106,12 +1186,16 @@ static void price(const search_t *S, cand_t *cd)
     const double *sp = (const double *)(groups + P) + 2 * ndp;
     hpgo_stage_cost_t *sc = malloc(sizeof *sc * (size_t)P);
     double *tmp = malloc(sizeof(double) * (size_t)(5 * P + 4));
-    if (!sc || !tmp) {
-        free(sc), free(tmp);
+    int64_t *locals = malloc(sizeof(int64_t) * (size_t)P);
+    if (!sc || !tmp || !locals) {
+        free(sc), free(tmp), free(locals);
         cd->state = HS_NOMEM;
         return;
     }
     double *sent = tmp + 4 * P + 3; /* per stage: its replicas' send bytes, summed */
+    double wbytes, gbytes, obytes, sync_lb = 0;
+    hpgo_work_state_bytes(S->w->precision, p.fp8_params, &wbytes, &gbytes, &obytes);
+    int64_t next_local[HPGO_CLUSTER_MAX_PARTS] = {0};
     int64_t off = 0;
     double *before = tmp, *back = tmp + P + 1, *opt = tmp + 2 * P + 2;
     int fused = p.schedule != HPGO_PS_ZBH1;
@@ -1132,7 +1216,7 @@ static void price(const search_t *S, cand_t *cd)
                 if (hpgo_work_stage_cost_range(S->w, pc, &vp, split[j], split[j + 1], samples,
                                                &one, NULL) != HPGO_OK) {
                     cd->state = HS_REJECTED;
-                    free(sc), free(tmp);
+                    free(sc), free(tmp), free(locals);
                     return;
                 }
                 last = samples, have = 1;
@@ -1168,11 +1252,41 @@ static void price(const search_t *S, cand_t *cd)
                                &mem);
         if (mem.total > mem.capacity * (1 + 1e-9))
             mem_over = 1;
+        /* the gradient sync (ZeRO 0 and 1: once, after the last micro-batch):
+         * its buckets wait for the last backward pass (the device ran m
+         * forwards and m - 1 backwards before it), run one after another,
+         * and the optimizer step follows them */
+        int64_t local = next_local[g->part];
+        locals[j] = local;
+        next_local[g->part] += (int64_t)g->dp * g->tp;
+        if (p.zero <= 1 && g->dp > 1) {
+            int op = p.zero >= 1 ? HPGO_COLL_REDUCE_SCATTER : HPGO_COLL_ALLREDUCE;
+            double t = before[j] + (double)m * f + (double)(m - 1) * (bw + ww) +
+                       sync_per_byte(pc, op, g->dp, g->tp, local) *
+                           (load.params - load.expert_params) * gbytes +
+                       opt[j];
+            if (t > sync_lb)
+                sync_lb = t;
+        }
         off += g->dp;
     }
-    double lb = 0;
+    double lb = sync_lb;
     /* the join's directed links carry each boundary's m transfers one
      * after another (join_seconds) */
+    for (int32_t d = 0; d + 1 < P; d++) {
+        const hpgo_stage_group_t *a = &groups[d], *b = &groups[d + 1];
+        if (a->part != b->part || a->tp != b->tp)
+            continue;
+        /* inside a part, blocks one after the other: the closest pair of
+         * GPUs shares the lowest level any transfer of the boundary uses */
+        const hpgo_cluster_t *pc = hpgo_cluster_part(S->c, a->part);
+        int64_t edge = locals[d + 1];
+        const hpgo_level_t *lv = &pc->levels[hpgo_cost_level_between(pc, edge - 1, edge)];
+        int32_t fewer = a->dp < b->dp ? a->dp : b->dp;
+        double t = (double)m * sent[d] / (double)fewer / (lv->bandwidth * lv->efficiency);
+        if (t > lb)
+            lb = t;
+    }
     if (S->c->n_parts >= 2)
         for (int32_t d = 0; d + 1 < P; d++) {
             const hpgo_stage_group_t *a = &groups[d], *b = &groups[d + 1];
@@ -1200,7 +1314,7 @@ static void price(const search_t *S, cand_t *cd)
     cd->mem_over |= (int8_t)mem_over;
     cd->priced = 1;
     cd->state = cd->mem_over && !S->o->exhaustive ? HS_MEMORY : HS_LIVE;
-    free(sc), free(tmp);
+    free(sc), free(tmp), free(locals);
 }
 
 static void build_job(void *ctx, int64_t i)

@@ -18,7 +18,7 @@
  *   by each stage's replicas in proportion to their speed (whole samples
  *   for a transformer: the allocation minimising the slowest replica's
  *   samples / speed), 1F1B or ZB-H1 (GPipe only when asked),
- *   recomputation none / selective / full, ZeRO 0 or 1 (or a fixed stage),
+ *   recomputation none / selective / full, ZeRO 0 to 3 (above 0 with replicas),
  *   sequence parallelism with tp > 1;
  * - the layer split: the engine's even split, and the split balancing
  *   the stages' compute on their own GPUs (each stage's per-layer seconds
