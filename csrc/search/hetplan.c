@@ -140,6 +140,9 @@ typedef struct search {
     int64_t n_shapes, cap_shapes;
     base_t *bases;
     int64_t n_bases, cap_bases;
+    double emb[HPGO_CLUSTER_MAX_PARTS][2][12]; /* embedding parameters a GPU of an edge
+                                                  stage holds: [part][last][log2 tp];
+                                                  < 0: unknown */
     int64_t n_variants; /* shapes the bases have (counted in phase 1) */
     cand_t *cands;
     int64_t n_cands, cap_cands;
@@ -705,6 +708,33 @@ static double join_seconds(const search_t *S, const cfg_t *a, const cfg_t *b, do
     return total / (double)fewer / (j->bandwidth * j->efficiency);
 }
 
+/* The embedding parameters a GPU of the first (last = 0) or the last
+ * (last = 1) stage holds on part `part` at `tp` (the engine's
+ * emb_params); 0 when unknown (no bound). */
+static double edge_emb(search_t *S, int32_t part, int32_t tp, int last)
+{
+    int32_t lg = 0;
+    while ((1 << lg) < tp && lg < 11)
+        lg++;
+    if ((1 << lg) != tp)
+        return 0;
+    double *slot = &S->emb[part][last][lg];
+    if (*slot >= 0)
+        return *slot;
+    *slot = 0;
+    hpgo_parplan_t p = *S->o->base;
+    p.tp = tp, p.dp = 1, p.cp = 1, p.ep = 1, p.etp = 0, p.vstages = 1, p.pp = 2;
+    p.sequence_parallel = tp > 1, p.shard_size = 0, p.schedule = HPGO_PS_1F1B;
+    p.micro_batch = 1, p.global_batch = 1, p.n_split = 0, p.split = NULL;
+    p.n_groups = 0, p.groups = NULL;
+    hpgo_stage_cost_t one;
+    int32_t a = last ? (int32_t)S->L - 1 : 0;
+    if (hpgo_work_stage_cost_range(S->w, hpgo_cluster_part(S->c, part), &p, a, a + 1, 1.0, &one,
+                                   NULL) == HPGO_OK)
+        *slot = one.emb_params;
+    return *slot;
+}
+
 /* The variants of base b (schedule, recomputation, ZeRO) with their time
  * bounds; `make` adds each as a shape (phase 2), otherwise only the least
  * bound is returned (phase 1).  -1 on a failure (err set). */
@@ -719,6 +749,25 @@ static int variants(search_t *S, const base_t *b, int64_t bi, int make, double *
     }
     int64_t M = S->Ms[b->mi], m = S->B / M;
     *least = INFINITY;
+    /* tied embeddings: the edge stages exchange the embedding's gradient
+     * (engine.c tied_sync) between the first GPUs of the first and the
+     * last stage, at least the smaller edge's bytes */
+    double t_tied = 0;
+    if (S->xf && S->w->x.tied && P > 1) {
+        const cfg_t *g0 = &S->cfgs[b->seg[0]], *g1 = &S->cfgs[b->seg[b->nseg - 1]];
+        double e0 = edge_emb(S, g0->part, g0->tp, 0), e1 = edge_emb(S, g1->part, g1->tp, 1);
+        double wb, gb, ob;
+        hpgo_work_state_bytes(S->w->precision, o->base->fp8_params, &wb, &gb, &ob);
+        double bytes = (e0 < e1 ? e0 : e1) * gb;
+        if (g0->part != g1->part) {
+            const hpgo_level_t *j = &S->c->join;
+            t_tied = j->latency + bytes / (j->bandwidth * j->efficiency);
+        } else {
+            const hpgo_cluster_t *pc = hpgo_cluster_part(S->c, g0->part);
+            int64_t last = (int64_t)(g1->s - 1) * g1->dp * g1->tp;
+            t_tied = hpgo_cost_p2p(pc, hpgo_cost_level_between(pc, 0, last), bytes);
+        }
+    }
     static const int8_t scheds[3] = {HPGO_PS_1F1B, HPGO_PS_ZBH1, HPGO_PS_GPIPE};
     for (int si = 0; si < 3; si++) {
         int8_t sch = scheds[si];
@@ -752,6 +801,8 @@ static int variants(search_t *S, const base_t *b, int64_t bi, int make, double *
                 memcpy(sh.seg, b->seg, sizeof(int32_t) * (size_t)b->nseg);
                 sh.M = M, sh.sched = sch, sh.rc = rc, sh.zero = z;
                 sh.lb = inv > 0 ? (double)m * (double)S->L / inv : INFINITY;
+                if (t_tied > sh.lb)
+                    sh.lb = t_tied;
                 if (z <= 1) {
                     /* each stage's last backward starts after its m
                      * forwards and m - 1 backwards, and its gradient sync
@@ -1271,6 +1322,26 @@ static void price(const search_t *S, cand_t *cd)
         off += g->dp;
     }
     double lb = sync_lb;
+    /* tied embeddings: the first and the last stage exchange the
+     * embedding's gradient after their own compute (engine.c tied_sync),
+     * before their optimizer steps */
+    if (S->xf && S->w->x.tied && P > 1) {
+        const hpgo_cluster_t *c = S->c;
+        for (int e = 0; e < 2; e++) {
+            int32_t d = e == 0 ? 0 : P - 1;
+            double bytes = sc[d].emb_params * gbytes, t_emb;
+            if (groups[0].part != groups[P - 1].part) {
+                t_emb = c->join.latency + bytes / (c->join.bandwidth * c->join.efficiency);
+            } else {
+                const hpgo_cluster_t *pc = hpgo_cluster_part(c, groups[0].part);
+                t_emb = hpgo_cost_p2p(pc, hpgo_cost_level_between(pc, locals[0], locals[P - 1]),
+                                      bytes);
+            }
+            double t = before[d] + (double)m * (sc[d].f + sc[d].b + sc[d].w) + t_emb + opt[d];
+            if (t > lb)
+                lb = t;
+        }
+    }
     /* the join's directed links carry each boundary's m transfers one
      * after another (join_seconds) */
     for (int32_t d = 0; d + 1 < P; d++) {
@@ -1484,6 +1555,10 @@ int hpgo_hetplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_hetpl
     S.B = o->global_batch;
     S.xf = w->kind == HPGO_WORK_TRANSFORMER;
     S.overhead = o->overhead_bytes >= 0 ? o->overhead_bytes : HPGO_MEM_DEFAULT_OVERHEAD;
+    for (int a = 0; a < HPGO_CLUSTER_MAX_PARTS; a++)
+        for (int b2 = 0; b2 < 2; b2++)
+            for (int t = 0; t < 12; t++)
+                S.emb[a][b2][t] = -1;
     S.nthreads = o->threads > 0 ? o->threads : hpgo_default_threads();
     hpgo_hetplan_result_t *r = calloc(1, sizeof *r);
     keyed_t *order = NULL, *top = NULL;
