@@ -23,8 +23,8 @@ from typing import Any, Mapping
 
 from . import _core
 from .cluster import Cluster, part_prices
-from .parallel import (KERNEL_SETS, PRECISIONS, RECOMPUTE_MODES, SCHEDULES, TP_OVERLAPS,
-                       ParallelPlan, StageGroup, _headroom_cluster, simulate)
+from .parallel import (PRECISIONS, RECOMPUTE_MODES, SCHEDULES, ParallelPlan, StageGroup,
+                       _headroom_cluster, simulate)
 from .workmodel import Transformer, model_id
 
 __all__ = ["hetero_search", "stage_gpu_name", "proportional_dp"]
@@ -79,7 +79,8 @@ def hetero_search(m: Any, c: Cluster, global_batch: int, *, given: set, top: int
             top, int(exhaustive), threads, max_micro_batch, overhead_bytes,
             None if prices is None or objective != "cost" else prices,
             _fixed("tp", tp), _fixed("micro_batch", micro_batch),
-            _fixed("schedule", schedule, SCHEDULES), _fixed("recompute", recompute, RECOMPUTE_MODES),
+            _fixed("schedule", schedule, SCHEDULES),
+            _fixed("recompute", recompute, RECOMPUTE_MODES),
             _fixed("zero", zero))
     t0 = time.perf_counter()
     d = _core._hetplan(mt, cs._tuple(), opts, base._tuple(), timeout)
@@ -164,7 +165,7 @@ def proportional_dp(model: Any, cluster: Cluster, global_batch: int, *,
     while sum(n) < U:
         i = min(range(len(n)), key=lambda j: ((n[j] + 1) / w[j], j))
         n[i] += 1
-    parts = []
+    parts: list[dict[str, Any]] = []
     at = 0
     compute = opt = 0.0
     last_bwd = INF = float("inf")
@@ -193,10 +194,11 @@ def proportional_dp(model: Any, cluster: Cluster, global_batch: int, *,
     if len(kinds) > 1:
         j = c.join
         assert j is not None
-        ring = (2 * (total - 1) / total * grad_bytes / (j.collective_bandwidth * j.efficiency)
+        cbw = j.collective_bandwidth if j.collective_bandwidth is not None else j.bandwidth
+        ring = (2 * (total - 1) / total * grad_bytes / (cbw * j.efficiency)
                 + 2 * (total - 1) * j.latency)
     else:
-        ring = max(0.0, parts[0]["own_step"] - compute - opt)
+        ring = max(0.0, float(parts[0]["own_step"]) - compute - opt)
     last_bwd = 0.0 if last_bwd == INF else min(last_bwd, compute)
     return {"time": compute + ring + opt,
             "time_overlapped": compute - last_bwd + max(last_bwd, ring) + opt,

@@ -247,7 +247,7 @@ class Cluster:
                 object.__setattr__(self, f, getattr(p0, f))
         elif self.join is not None:
             raise ValueError("join links parts: a cluster without parts has none")
-        sp = self.speeds
+        sp: Any = self.speeds
         if isinstance(sp, Mapping):
             sp = sp.items()
         try:

@@ -1099,10 +1099,12 @@ static PyObject *hetplan(PyObject *module, PyObject *args)
         goto done;
     if (get_i64(ot, 0, N, "global_batch", &o.global_batch) < 0 ||
         get_i32(ot, 1, N, "objective", &o.objective) < 0 ||
-        get_i32(ot, 2, N, "top", &o.top) < 0 || get_i32(ot, 3, N, "exhaustive", &o.exhaustive) < 0 ||
+        get_i32(ot, 2, N, "top", &o.top) < 0 ||
+        get_i32(ot, 3, N, "exhaustive", &o.exhaustive) < 0 ||
         get_i32(ot, 4, N, "threads", &o.threads) < 0 ||
         get_i32(ot, 5, N, "max_micro_batch", &o.max_micro_batch) < 0 ||
-        get_i32(ot, 8, N, "tp", &o.tp) < 0 || get_i32(ot, 9, N, "micro_batch", &o.micro_batch) < 0 ||
+        get_i32(ot, 8, N, "tp", &o.tp) < 0 ||
+        get_i32(ot, 9, N, "micro_batch", &o.micro_batch) < 0 ||
         get_i32(ot, 10, N, "schedule", &o.schedule) < 0 ||
         get_i32(ot, 11, N, "recompute", &o.recompute) < 0 ||
         get_i32(ot, 12, N, "zero", &o.zero) < 0)

@@ -38,11 +38,25 @@
  * the model's cheapest layer at that replica's samples, c_j.  So T >= m
  * max_j (l_j c_j) for the stage's l_j layers, and over every split with
  * sum l_j = L, max_j l_j c_j >= L / sum_j (1 / c_j) (the real relaxation:
- * equality when l_j c_j is constant).  The plan bound is autoplan.c's
- * (before + busy + optimizer, and the last backward running down the
- * stages below) on the engine's own stage costs; the memory bound is the
- * model states plus the activations the schedule must hold (1F1B and
- * ZB-H1: min(P - d, m) micro-batches, GPipe: m) on the stage's GPU type.
+ * equality when l_j c_j is constant).  With fused backwards (1F1B, GPipe)
+ * the chain of the stages below adds the fill: T >= sum_{i<j} l_i c_i +
+ * m l_j c_j for each j, which weights lambda_j >= 0 with m lambda_i +
+ * sum_{j>i} lambda_j >= 1 / c_i turn into T >= L / sum lambda (weak
+ * duality).  With ZeRO 0 or 1 a stage's gradient sync starts no earlier
+ * than its last backward and its buckets run one after another:
+ * T >= l_j ((m - 1) c_j + d_j), d_j the sync's bandwidth term per layer.
+ * Each stage boundary's directed link carries the m transfers one after
+ * another, each at least the total bytes over the fewer replicas at the
+ * lowest level any pair of its GPUs shares (the join between parts).  Tied
+ * embeddings' gradient exchange between the edge stages' first GPUs adds
+ * its point-to-point time.  The plan bound is autoplan.c's (before + busy
+ * + optimizer, and the last backward running down the stages below) on the
+ * engine's own stage costs, with the same sync, transfer and tied
+ * embedding terms; the memory bound is the model states plus the
+ * activations the schedule must hold (1F1B and ZB-H1: min(P - d, m)
+ * micro-batches, GPipe: m) on the stage's GPU type, and a shape none of
+ * whose splits can fit (the layers its stages can hold, as middle stages,
+ * sum to fewer than the model's) is dropped.
  *
  * Cost: O(shapes x parts) for phase 1 (per-segment sums cached), plus
  * O(stages x replicas) engine pricing per built plan and the simulations
@@ -638,8 +652,8 @@ static int tp_ok(const search_t *S, int64_t tp)
         return tp == 1;
     const hpgo_xformer_t *x = &S->w->x;
     int dense_mlp = x->experts == 0 || x->dense_first > 0 || x->moe_every > 1;
-    return !(x->heads % tp || (dense_mlp && x->ffn % tp) || (x->kv_heads % tp && tp % x->kv_heads) ||
-             (x->experts > 0 && x->expert_ffn % tp));
+    return !(x->heads % tp || (dense_mlp && x->ffn % tp) ||
+             (x->kv_heads % tp && tp % x->kv_heads) || (x->experts > 0 && x->expert_ffn % tp));
 }
 
 static int add_cfgs(search_t *S, hpgo_err_t *err)
