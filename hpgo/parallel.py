@@ -586,7 +586,7 @@ class ParallelPlan:
                 self.offload_activations,
                 KERNEL_SETS[self.kernels], TP_OVERLAPS[self.tp_overlap], CP_COMMS[self.cp_comm],
                 self.recompute_layers, RECOMPUTE_METHODS[self.recompute_method],
-                self._groups_tuple(cluster))
+                self._groups_tuple(cluster))  # the stage groups: always the last item
 
     def _groups_tuple(self, cluster: Any) -> tuple | None:
         """The stage groups for the C core: (part, tp, dp, first_gpu or -1,
