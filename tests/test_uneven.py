@@ -317,7 +317,7 @@ def test_hpgo_cuts_that_are_no_layer_boundary_are_refused():
     path = str(shared_path("profiles", "resnet50", "graph.txt"))
     # the first states are prefixes of the chain; the last state covers every layer
     assert uneven.layer_boundaries(path, [0, 1, 2, 239]) == [1, 2, 3, 176]
-    # state 11 cuts inside a residual block the chain orders differently
+    # state 11's cover is not a prefix of the chain's layer order
     with pytest.raises(ValueError, match="not a prefix of the profile's layer order"):
         uneven.layer_boundaries(path, [11])
     with pytest.raises(ValueError, match="not a state"):
