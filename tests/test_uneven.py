@@ -188,7 +188,7 @@ def test_resharding_moves_what_each_replica_needs():
 
 
 @pytest.mark.parametrize("stages,words", [
-    ([G(0, 16, dp=8), G(16, 32, dp=16)], "hold 24 replicas, the cluster 16 GPUs"),
+    ([G(0, 16, dp=8), G(16, 32, dp=16)], "hold 24 GPUs, the cluster 16"),
     ([G(0, 16, dp=4, tp=2, first_gpu=8), G(16, 32, dp=4, tp=2)],
      "stage 1 needs dp x tp = 8 GPUs of part 0 from its GPU 16"),
     ([G(0, 16, dp=2, gpus=(0, 9)), G(16, 32, dp=2, gpus=(1, 9))], "GPU 9 is in two stage groups"),
