@@ -324,3 +324,28 @@ def test_hpgo_cuts_that_are_no_layer_boundary_are_refused():
         uneven.layer_boundaries(path, [240])
     with pytest.raises(ValueError, match="model must be the profile HPGO planned"):
         uneven.layer_boundaries(hpgo.transformer("llama3-8b"), [0])
+
+
+# ---- one simulator -------------------------------------------------------------------------
+
+def test_engine_and_pipeline_simulator_agree_where_they_compute_the_same_thing():
+    """DAPPLE's 1F1B (one op order, schedule.h), non-blocking sends over one
+    machine's links, no parameters to synchronise: the step engine and the
+    older pipeline simulator give the same timeline, event for event."""
+    from hpgo import graphfile
+    from hpgo.sim import Stage, simulate_pipeline
+    fw, bw, out = [1.0, 2.0, 1.5, 0.5], [2.0, 3.0, 2.5, 1.0], [3e6, 1e7, 2e6, 0.0]
+    chain = hpgo.profile_model(graphfile.chain(
+        [("Input", 0, 0, 0, 0)] + [(f"l{i}", fw[i], bw[i], out[i], 0) for i in range(4)],
+        {"batch_size": 1}))
+    p = hpgo.ParallelPlan(pp=4, micro_batch=1, global_batch=8, kernels="compile")
+    r = hpgo.simulate(chain, "dapple-v100", p)
+    s = simulate_pipeline([Stage(f / 1e3, b / 1e3, send_bytes=o) for f, b, o in zip(fw, bw, out)],
+                          8, "1f1b", link_bandwidth=hpgo.Cluster.preset("dapple-v100").levels[0]
+                          .bandwidth)
+    kinds = ("forward", "backward", "send")
+    mine = sorted((e[2], e[0], e[1], e[3], e[6]) for e in r.events if e[3] in kinds)
+    older = sorted((e.device, e.start, e.duration, e.name, e.microbatch) for e in s.timeline
+                   if e.name in kinds)
+    assert len(mine) == 4 * 8 * 2 + 3 * 8 * 2 and mine == older
+    assert r.iteration_time == s.iteration_time
