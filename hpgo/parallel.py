@@ -586,7 +586,7 @@ class ParallelPlan:
                 self.offload_activations,
                 KERNEL_SETS[self.kernels], TP_OVERLAPS[self.tp_overlap], CP_COMMS[self.cp_comm],
                 self.recompute_layers, RECOMPUTE_METHODS[self.recompute_method],
-                self._groups_tuple(cluster))
+                self._groups_tuple(cluster))  # the stage groups: always the last item
 
     def _groups_tuple(self, cluster: Any) -> tuple | None:
         """The stage groups for the C core: (part, tp, dp, first_gpu or -1,
@@ -1259,7 +1259,8 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     each GPU needs besides model states and activations (default 2 GB: CUDA
     context and communication buffers).  Raises ValueError naming the
     conflict for a plan the model or cluster cannot run, and for a plan made
-    for another model.
+    for another model.  A plan with ``stages`` runs each stage on its group's
+    GPU type, replicas and shares (docs/uneven-plans.md).
 
     ``headroom``: the fraction of each GPU's memory a plan must leave free to
     fit (default :data:`DEFAULT_HEADROOM`, 3.3 %: the caching allocator's

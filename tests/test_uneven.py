@@ -188,7 +188,7 @@ def test_resharding_moves_what_each_replica_needs():
 
 
 @pytest.mark.parametrize("stages,words", [
-    ([G(0, 16, dp=8), G(16, 32, dp=16)], "hold 24 replicas, the cluster 16 GPUs"),
+    ([G(0, 16, dp=8), G(16, 32, dp=16)], "hold 24 GPUs, the cluster 16"),
     ([G(0, 16, dp=4, tp=2, first_gpu=8), G(16, 32, dp=4, tp=2)],
      "stage 1 needs dp x tp = 8 GPUs of part 0 from its GPU 16"),
     ([G(0, 16, dp=2, gpus=(0, 9)), G(16, 32, dp=2, gpus=(1, 9))], "GPU 9 is in two stage groups"),
@@ -248,9 +248,13 @@ def test_hpgo_plans_of_dapples_study_simulate_and_autoplan_is_no_slower(name, pb
     assert row["engine"].iteration_time > 0
     assert row["hpgo_estimate"] > 0
     assert row["autoplan"].iteration_time <= row["engine"].iteration_time
-    # HPGO's GPUs are kept: every stage on the GPUs HPGO gave it
+    # HPGO's GPUs are kept: every stage on the GPUs HPGO gave it (listed, or the run of GPUs
+    # after the previous stage's)
+    nxt = 0
     for g, (_, _, _, ids) in zip(plan.stages, row["hpgo"][1]):
-        assert (g.gpus or ()) == tuple(sorted(ids)) or g.gpus is None
+        mine = g.gpus if g.gpus is not None else tuple(range(nxt, nxt + g.dp))
+        nxt = mine[-1] + 1 if g.gpus is None else nxt
+        assert mine == tuple(sorted(ids))
 
 
 # ---- GPU types and speeds ------------------------------------------------------------------
@@ -306,3 +310,42 @@ def test_an_even_plan_runs_at_its_slowest_gpu():
     assert b.stages[0] == a.stages[0]
     assert b.stages[1]["forward"] == pytest.approx(2 * a.stages[1]["forward"])
     assert [d["speed"] for d in b.devices] == [1, 0.5]
+
+
+def test_hpgo_cuts_that_are_no_layer_boundary_are_refused():
+    from hpgo import uneven
+    path = str(shared_path("profiles", "resnet50", "graph.txt"))
+    # the first states are prefixes of the chain; the last state covers every layer
+    assert uneven.layer_boundaries(path, [0, 1, 2, 239]) == [1, 2, 3, 176]
+    # state 11's cover is not a prefix of the chain's layer order
+    with pytest.raises(ValueError, match="not a prefix of the profile's layer order"):
+        uneven.layer_boundaries(path, [11])
+    with pytest.raises(ValueError, match="not a state"):
+        uneven.layer_boundaries(path, [240])
+    with pytest.raises(ValueError, match="model must be the profile HPGO planned"):
+        uneven.layer_boundaries(hpgo.transformer("llama3-8b"), [0])
+
+
+# ---- one simulator -------------------------------------------------------------------------
+
+def test_engine_and_pipeline_simulator_agree_where_they_compute_the_same_thing():
+    """DAPPLE's 1F1B (one op order, schedule.h), non-blocking sends over one
+    machine's links, no parameters to synchronise: the step engine and the
+    older pipeline simulator give the same timeline, event for event."""
+    from hpgo import graphfile
+    from hpgo.sim import Stage, simulate_pipeline
+    fw, bw, out = [1.0, 2.0, 1.5, 0.5], [2.0, 3.0, 2.5, 1.0], [3e6, 1e7, 2e6, 0.0]
+    chain = hpgo.profile_model(graphfile.chain(
+        [("Input", 0, 0, 0, 0)] + [(f"l{i}", fw[i], bw[i], out[i], 0) for i in range(4)],
+        {"batch_size": 1}))
+    p = hpgo.ParallelPlan(pp=4, micro_batch=1, global_batch=8, kernels="compile")
+    r = hpgo.simulate(chain, "dapple-v100", p)
+    s = simulate_pipeline([Stage(f / 1e3, b / 1e3, send_bytes=o) for f, b, o in zip(fw, bw, out)],
+                          8, "1f1b", link_bandwidth=hpgo.Cluster.preset("dapple-v100").levels[0]
+                          .bandwidth)
+    kinds = ("forward", "backward", "send")
+    mine = sorted((e[2], e[0], e[1], e[3], e[6]) for e in r.events if e[3] in kinds)
+    older = sorted((e.device, e.start, e.duration, e.name, e.microbatch) for e in s.timeline
+                   if e.name in kinds)
+    assert len(mine) == 4 * 8 * 2 + 3 * 8 * 2 and mine == older
+    assert r.iteration_time == s.iteration_time

@@ -448,12 +448,7 @@ static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, d
                                 (int)k);
         total += p->groups[k].dp;
     }
-    int64_t gpus = hpgo_cluster_gpus(c);
-    if (total > gpus)
-        return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                            "the stage groups hold %lld replicas, the cluster %lld GPUs",
-                            (long long)total, (long long)gpus);
-    int64_t n_used = 0;
+    int64_t gpus = hpgo_cluster_gpus(c), n_used = 0; /* replicas (total) <= GPUs used */
     for (int32_t k = 0; k < K; k++)
         n_used += (int64_t)p->groups[k].dp * p->groups[k].tp;
     if (n_used > gpus)
