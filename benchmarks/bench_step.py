@@ -45,6 +45,18 @@ def cases():
     yield ("64-stage x 512-micro-batch ZB-V chain (greedy order), no timeline",
            lambda: hpgo.simulate(chain, big, p64.with_(pp=32, virtual_stages=2, schedule="zb-v"),
                                  timeline=False), 64 * 512 * 3)
+    # uneven plans (docs/uneven-plans.md): the same work as stage groups
+    u64 = hpgo.ParallelPlan.from_even(p64, chain)
+    yield ("the 64-stage chain as 64 stage groups (uneven form), no timeline",
+           lambda: hpgo.simulate(chain, big, u64, timeline=False), 64 * 512 * 2)
+    mixed = hpgo.Cluster.combine("dgx-h100", "dgx-a100-80gb", bandwidth=25e9)
+    llama = hpgo.transformer("llama3-8b")
+    G = hpgo.StageGroup
+    het = hpgo.ParallelPlan(global_batch=256, micro_batch=8, sequence_parallel=True, stages=[
+        G((0, 18), dp=4, tp=2, gpu="h100"), G((18, 32), dp=2, tp=4, gpu="a100",
+                                               shares=(0.5, 0.5))])
+    yield ("Llama 3 8B on H100 + A100 stage groups (resharding tp 2 -> 4), no timeline",
+           lambda: hpgo.simulate(llama, mixed, het, timeline=False), 2 * 32 * 2)
 
 
 def korthikanti():
