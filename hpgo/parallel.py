@@ -50,6 +50,7 @@ DISPATCHERS_BY_CODE = {v: k for k, v in DISPATCHERS.items()}
 KERNEL_SETS = {"te": 0, "compile": 1, "eager": 2}
 TP_OVERLAPS = {"none": 0, "te": 1, "async": 2}
 CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2}
+ATTENTIONS = {"auto": 0, "flash2": 1}
 RECOMPUTE_METHODS = {"uniform": 0, "block": 1}
 # Share of what ideal phase-by-phase pairing hides that Megatron's 1F1B
 # all-to-all overlap realises, measured (csrc/step/parplan.h; docs/moe.md)
@@ -269,6 +270,7 @@ class ParallelPlan:
     cp_comm: str = "p2p"
     recompute_layers: int = 0
     recompute_method: str = "uniform"
+    attention: str = "auto"
 
     def __post_init__(self) -> None:
         for f in ("global_batch", "tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch"):
@@ -307,7 +309,8 @@ class ParallelPlan:
             raise ValueError(f"offload_activations must be in [0, 1], got {oa}")
         object.__setattr__(self, "offload_activations", float(oa))
         for f, allowed in (("kernels", KERNEL_SETS), ("tp_overlap", TP_OVERLAPS),
-                           ("cp_comm", CP_COMMS), ("recompute_method", RECOMPUTE_METHODS)):
+                           ("cp_comm", CP_COMMS), ("recompute_method", RECOMPUTE_METHODS),
+                           ("attention", ATTENTIONS)):
             if getattr(self, f) not in allowed:
                 raise ValueError(f"{f} must be one of {', '.join(allowed)}; "
                                  f"got {getattr(self, f)!r}")
@@ -357,7 +360,8 @@ class ParallelPlan:
                 int(self.reshard_after_forward), self.shard_size, int(self.offload_optimizer),
                 self.offload_activations,
                 KERNEL_SETS[self.kernels], TP_OVERLAPS[self.tp_overlap], CP_COMMS[self.cp_comm],
-                self.recompute_layers, RECOMPUTE_METHODS[self.recompute_method])
+                self.recompute_layers, RECOMPUTE_METHODS[self.recompute_method],
+                ATTENTIONS[self.attention])
 
     @property
     def expert_data_parallel(self) -> int:
@@ -543,6 +547,8 @@ class ParallelPlan:
             parts.append(f"tp-overlap={self.tp_overlap}")
         if self.cp_comm != "p2p":
             parts.append(f"cp-comm={self.cp_comm}")
+        if self.attention != "auto":
+            parts.append(f"attention={self.attention}")
         return " ".join(parts)
 
     def __repr__(self) -> str:

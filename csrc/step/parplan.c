@@ -62,6 +62,9 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
                             "kernels (0 te, 1 compile, 2 eager), tp_overlap (0 none, 1 te, 2 "
                             "async), cp_comm (0 p2p, 1 all_gather, 2 a2a) or recompute_method "
                             "(0 uniform, 1 block) out of range");
+    if (p->attention != HPGO_ATT_AUTO && p->attention != HPGO_ATT_FLASH2)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "attention must be 0 (auto) or 1 (flash2), got %d", (int)p->attention);
     if (p->recompute_layers < 0 || p->recompute_layers > (1 << 20) ||
         (p->recompute_layers > 0 && p->recompute != HPGO_RC_FULL))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
