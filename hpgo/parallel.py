@@ -51,6 +51,7 @@ KERNEL_SETS = {"te": 0, "compile": 1, "eager": 2}
 TP_OVERLAPS = {"none": 0, "te": 1, "async": 2}
 CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2}
 ATTENTIONS = {"auto": 0, "flash2": 1}
+OPTIMIZER_IMPLS = {"megatron": 0, "deepspeed_bf16": 1}
 RECOMPUTE_METHODS = {"uniform": 0, "block": 1}
 # Share of what ideal phase-by-phase pairing hides that Megatron's 1F1B
 # all-to-all overlap realises, measured (csrc/step/parplan.h; docs/moe.md)
@@ -271,6 +272,7 @@ class ParallelPlan:
     recompute_layers: int = 0
     recompute_method: str = "uniform"
     attention: str = "auto"
+    optimizer_impl: str = "megatron"
 
     def __post_init__(self) -> None:
         for f in ("global_batch", "tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch"):
@@ -310,7 +312,7 @@ class ParallelPlan:
         object.__setattr__(self, "offload_activations", float(oa))
         for f, allowed in (("kernels", KERNEL_SETS), ("tp_overlap", TP_OVERLAPS),
                            ("cp_comm", CP_COMMS), ("recompute_method", RECOMPUTE_METHODS),
-                           ("attention", ATTENTIONS)):
+                           ("attention", ATTENTIONS), ("optimizer_impl", OPTIMIZER_IMPLS)):
             if getattr(self, f) not in allowed:
                 raise ValueError(f"{f} must be one of {', '.join(allowed)}; "
                                  f"got {getattr(self, f)!r}")
@@ -361,7 +363,7 @@ class ParallelPlan:
                 self.offload_activations,
                 KERNEL_SETS[self.kernels], TP_OVERLAPS[self.tp_overlap], CP_COMMS[self.cp_comm],
                 self.recompute_layers, RECOMPUTE_METHODS[self.recompute_method],
-                ATTENTIONS[self.attention])
+                ATTENTIONS[self.attention], OPTIMIZER_IMPLS[self.optimizer_impl])
 
     @property
     def expert_data_parallel(self) -> int:
@@ -549,6 +551,8 @@ class ParallelPlan:
             parts.append(f"cp-comm={self.cp_comm}")
         if self.attention != "auto":
             parts.append(f"attention={self.attention}")
+        if self.optimizer_impl != "megatron":
+            parts.append(f"optimizer={self.optimizer_impl}")
         return " ".join(parts)
 
     def __repr__(self) -> str:

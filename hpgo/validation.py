@@ -338,6 +338,7 @@ class MeasuredRun:
     cp_comm: str = "p2p"
     attention: str = "auto"
     overlap_grad_reduce: bool = True
+    optimizer_impl: str = "megatron"
 
     def transformer(self) -> Any:
         """The model: ``arch`` is a family (``gpt``: LayerNorm, biases, GeLU,
@@ -408,6 +409,7 @@ class MeasuredRun:
                             tp_overlap=self.tp_overlap, cp_comm=self.cp_comm,
                             attention=self.attention,
                             overlap_grad_reduce=self.overlap_grad_reduce,
+                            optimizer_impl=self.optimizer_impl,
                             # FSDP under pipelining keeps the gathered weights to the
                             # backward: torchtitan's default reshard policy is
                             # "not pp_enabled" (torchtitan/distributed/fsdp.py)
@@ -552,7 +554,9 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     optimizer reduce-scatters the gradients after the last micro-batch's
     backward and all-gathers the weights after the step, ``training.py``
     train_step) and DeepSpeed's pipeline engine (``_exec_reduce_grads`` after
-    the last micro-batch) synchronise gradients without overlap."""
+    the last micro-batch) synchronise gradients without overlap; DeepSpeed's
+    bf16 runs with ZeRO-1 (BLOOM's BF16_Optimizer) get its gradient path
+    (``optimizer_impl="deepspeed_bf16"``)."""
     import dataclasses
     import re
     by_id = {r.source_id: r for r in runs}
@@ -571,11 +575,14 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
         elif kernels == "te" and "--tp-comm-overlap" in text:
             tpo = "te"
     torch = kernels == "compile"
-    no_overlap = run.source_id.startswith("MS-") or "DeepSpeed" in text
+    deepspeed = "DeepSpeed" in text
+    no_overlap = run.source_id.startswith("MS-") or deepspeed
+    bf16_opt = deepspeed and run.precision == "bf16" and run.zero == 1
     return dataclasses.replace(run, kernels=kernels, tp_overlap=tpo,
                                cp_comm="all_gather" if torch else "p2p",
                                attention="flash2" if torch else "auto",
-                               overlap_grad_reduce=not no_overlap)
+                               overlap_grad_reduce=not no_overlap,
+                               optimizer_impl="deepspeed_bf16" if bf16_opt else "megatron")
 
 
 @dataclass(frozen=True)

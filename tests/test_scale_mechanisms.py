@@ -122,4 +122,34 @@ def test_published_runs_carry_their_stacks():
                     ("MG-32B", True)):
         assert by[rid].overlap_grad_reduce is ov, rid
         assert by[rid].plan("none").overlap_grad_reduce is ov
+        assert by[rid].optimizer_impl == ("deepspeed_bf16" if rid == "BL-176B" else "megatron")
     assert by["MG-32B"].attention == "auto" and by["MG-32B"].cp_comm == "p2p"
+
+
+# -- DeepSpeed's BF16_Optimizer -------------------------------------------------------------
+
+def test_deepspeed_bf16_optimizer_gradient_path():
+    m = hpgo.transformer("megatron-22b", seq=2048).with_(layers=8)
+    c = hpgo.Cluster.preset("dgx-a100-80gb", nodes=2)
+    p = hpgo.ParallelPlan(global_batch=64, tp=2, pp=2, dp=4, micro_batch=2, zero=1,
+                          sequence_parallel=True, overlap_grad_reduce=False)
+    mg, ds = (hpgo.simulate(m, c, p.with_(optimizer_impl=o))
+              for o in ("megatron", "deepspeed_bf16"))
+    # every micro-batch's weight-gradient pass adds the 16-bit gradients into
+    # the fp32 ones: about 20 bytes per local parameter at the HBM's rate
+    for a, b in zip(mg.stages, ds.stages):
+        extra = b["backward_weight"] - a["backward_weight"]
+        assert extra == pytest.approx(20 * b["params"] / c.gpu.memory_bandwidth, rel=0.35)
+    # ZeRO-1 under DeepSpeed's pipeline engine all-reduces the gradients
+    def kinds(r):
+        return {e[3] for e in r.events}
+    assert "reduce_scatter" in kinds(mg) and "reduce_scatter" not in kinds(ds)
+    assert "all_reduce" in kinds(ds)
+    assert ds.iteration_time > mg.iteration_time
+    # fp32 training has no 16-bit gradients to copy
+    f32 = [hpgo.simulate(m, c, p.with_(optimizer_impl=o), precision="fp32").stages[0]
+           for o in ("megatron", "deepspeed_bf16")]
+    assert f32[0]["backward_weight"] == f32[1]["backward_weight"]
+    assert "optimizer=deepspeed_bf16" in p.with_(optimizer_impl="deepspeed_bf16").describe()
+    with pytest.raises(ValueError, match="optimizer_impl"):
+        p.with_(optimizer_impl="apex")

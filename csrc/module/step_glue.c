@@ -292,12 +292,13 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
  *        recompute, sequence_parallel, zero, overlap_grad_reduce, split, etp,
  *        ep_outer, overlap_moe_comm, moe_dispatcher, fp8_params, overlap_share,
  *        reshard_after_forward, shard_size, offload_optimizer, offload_activations,
- *        kernels, tp_overlap, cp_comm, recompute_layers, recompute_method, attention)
+ *        kernels, tp_overlap, cp_comm, recompute_layers, recompute_method, attention,
+ *        optimizer_impl)
  *        with split None or a tuple of pp * vstages + 1 ints.  `split`
  *        receives its storage (PyMem). */
 static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
 {
-    const Py_ssize_t N = 30;
+    const Py_ssize_t N = 31;
     memset(p, 0, sizeof *p);
     *split = NULL;
     int32_t *ints[6] = {&p->tp, &p->pp, &p->dp, &p->cp, &p->ep, &p->vstages};
@@ -326,7 +327,8 @@ static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
         get_i32(t, 26, N, "cp_comm", &p->cp_comm) < 0 ||
         get_i32(t, 27, N, "recompute_layers", &p->recompute_layers) < 0 ||
         get_i32(t, 28, N, "recompute_method", &p->recompute_method) < 0 ||
-        get_i32(t, 29, N, "attention", &p->attention) < 0)
+        get_i32(t, 29, N, "attention", &p->attention) < 0 ||
+        get_i32(t, 30, N, "optimizer_impl", &p->optimizer_impl) < 0)
         return -1;
     PyObject *s = PyTuple_GET_ITEM(t, 13);
     if (s == Py_None)

@@ -65,6 +65,10 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
     if (p->attention != HPGO_ATT_AUTO && p->attention != HPGO_ATT_FLASH2)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "attention must be 0 (auto) or 1 (flash2), got %d", (int)p->attention);
+    if (p->optimizer_impl != HPGO_OPT_MEGATRON && p->optimizer_impl != HPGO_OPT_DEEPSPEED_BF16)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "optimizer_impl must be 0 (megatron) or 1 (deepspeed_bf16), got %d",
+                            (int)p->optimizer_impl);
     if (p->recompute_layers < 0 || p->recompute_layers > (1 << 20) ||
         (p->recompute_layers > 0 && p->recompute != HPGO_RC_FULL))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,

@@ -129,12 +129,19 @@ typedef struct hpgo_parplan {
      * (PyTorch's flash back end, SDPA's default choice on Hopper up to 2024
      * and the only one its context parallelism took then) */
     int32_t attention;
+    /* the mixed-precision optimizer's gradient path (HPGO_OPT_*): Megatron's
+     * (weight-gradient GEMMs accumulate into fp32 gradients, ZeRO-1
+     * reduce-scatters them) or DeepSpeed's BF16_Optimizer (each
+     * micro-batch's 16-bit gradients added into fp32 ones by a separate
+     * pass; its pipeline engine all-reduces them under ZeRO-1) */
+    int32_t optimizer_impl;
 } hpgo_parplan_t;
 
 enum { HPGO_KS_TE = 0, HPGO_KS_COMPILE = 1, HPGO_KS_EAGER = 2 };
 enum { HPGO_TPO_NONE = 0, HPGO_TPO_TE = 1, HPGO_TPO_ASYNC = 2 };
 enum { HPGO_CP_P2P = 0, HPGO_CP_ALLGATHER = 1, HPGO_CP_A2A = 2 };
 enum { HPGO_ATT_AUTO = 0, HPGO_ATT_FLASH2 = 1 };
+enum { HPGO_OPT_MEGATRON = 0, HPGO_OPT_DEEPSPEED_BF16 = 1 };
 /* uniform: every layer recomputed, the inputs of groups of N layers
  * stored; block: the first N layers of each model stage recomputed, the
  * others store everything (Megatron's recompute_method) */

@@ -1659,6 +1659,7 @@ static int same_pieces(const hpgo_parplan_t *a, const hpgo_parplan_t *b)
            a->recompute_layers == b->recompute_layers &&
            a->recompute_method == b->recompute_method &&
            a->recompute == b->recompute && a->attention == b->attention &&
+           a->optimizer_impl == b->optimizer_impl &&
            (a->pp * a->vstages > 1) == (b->pp * b->vstages > 1);
 }
 
@@ -1776,6 +1777,17 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
             o->model_flops += 3 * 2 * s.h * s.V / s.t * s.T;
             o->hw_flops += xp->hf.flops + xp->hb.flops + xp->hw.flops;
             add_layers(o, &xp->mtp, (double)w->x.mtp);
+        }
+        if (p->optimizer_impl == HPGO_OPT_DEEPSPEED_BF16 && w->precision != HPGO_PREC_FP32) {
+            /* DeepSpeed's BF16_Optimizer after every micro-batch's backward
+             * (bf16_optimizer.py clear_lp_grads, update_hp_grads; the
+             * pipeline engine calls both around each backward pass): the
+             * 16-bit gradients zeroed (2 B), cast to fp32 (2 B read, 4
+             * written) and added into the fp32 ones (8 read, 4 written) */
+            acc_t g = {0, 0, 0};
+            const kctx_t k = {&c->gpu, HPGO_DT_BF16, HPGO_DT_BF16, 2, 0, p->kernels, 0};
+            vec(&k, &g, o->params, 1, 20 * o->params);
+            o->w += g.t;
         }
     }
     return HPGO_OK;
