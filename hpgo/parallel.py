@@ -49,7 +49,7 @@ DISPATCHERS_BY_CODE = {v: k for k, v in DISPATCHERS.items()}
 #: context-parallel exchange (HPGO_CP_), partial recomputation (HPGO_RCM_)
 KERNEL_SETS = {"te": 0, "compile": 1, "eager": 2}
 TP_OVERLAPS = {"none": 0, "te": 1, "async": 2}
-CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2}
+CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2, "torch_sdpa": 3}
 ATTENTIONS = {"auto": 0, "flash2": 1}
 OPTIMIZER_IMPLS = {"megatron": 0, "deepspeed_bf16": 1}
 RECOMPUTE_METHODS = {"uniform": 0, "block": 1}
@@ -235,11 +235,18 @@ class ParallelPlan:
     TP; needs ``kernels="compile"``), both with ``sequence_parallel``;
     ``cp_comm`` is how context parallelism exchanges K and V --
     ``"p2p"`` (a ring overlapped block by block, Megatron-Core's default),
-    ``"all_gather"`` (Llama 3, torchtitan's default) or ``"a2a"``
-    (Ulysses); ``recompute_layers`` (with ``recompute="full"``) recomputes
+    ``"all_gather"`` (Llama 3; one exposed gather), ``"a2a"`` (Ulysses) or
+    ``"torch_sdpa"`` (PyTorch's context parallelism around SDPA, its
+    all-gather rotation); ``recompute_layers`` (with ``recompute="full"``) recomputes
     groups of that many layers (``recompute_method="uniform"``) or only the
     first that many layers of each model stage (``"block"``), as
-    Megatron's ``--recompute-num-layers`` (0: every layer).
+    Megatron's ``--recompute-num-layers`` (0: every layer).  ``attention``
+    is the fused attention kernel: ``"auto"`` (cuDNN on Hopper,
+    FlashAttention-2 on the A100) or ``"flash2"`` (FlashAttention-2,
+    PyTorch's SDPA on Hopper before 2.9); ``optimizer_impl`` the
+    mixed-precision optimizer's gradient path: ``"megatron"`` or
+    ``"deepspeed_bf16"`` (DeepSpeed's BF16_Optimizer: an fp32 add of every
+    micro-batch's gradients, ZeRO 1 all-reducing them).
     """
 
     global_batch: int

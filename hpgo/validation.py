@@ -548,8 +548,9 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     SDPA's flash back end, FlashAttention-2 (cuDNN attention was opt-in from
     pytorch/pytorch#138522, October 2024, until #162073 for 2.9; the torch
     commits of both torchtitan benchmarks, 2024-12-23 and 2025-06-14, fall
-    between), and PyTorch's context parallelism with its all-gather rotation
-    (torchtitan's default ``context_parallel_rotate_method``).  MegaScale's
+    between), and PyTorch's context parallelism around SDPA with its
+    all-gather rotation (``cp_comm="torch_sdpa"``; torchtitan's default
+    ``context_parallel_rotate_method``).  MegaScale's
     Megatron-LM baseline (commit 285068c8, January 2023: the distributed
     optimizer reduce-scatters the gradients after the last micro-batch's
     backward and all-gathers the weights after the step, ``training.py``
@@ -579,7 +580,7 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     no_overlap = run.source_id.startswith("MS-") or deepspeed
     bf16_opt = deepspeed and run.precision == "bf16" and run.zero == 1
     return dataclasses.replace(run, kernels=kernels, tp_overlap=tpo,
-                               cp_comm="all_gather" if torch else "p2p",
+                               cp_comm="torch_sdpa" if torch else "p2p",
                                attention="flash2" if torch else "auto",
                                overlap_grad_reduce=not no_overlap,
                                optimizer_impl="deepspeed_bf16" if bf16_opt else "megatron")

@@ -139,7 +139,8 @@ typedef struct hpgo_parplan {
 
 enum { HPGO_KS_TE = 0, HPGO_KS_COMPILE = 1, HPGO_KS_EAGER = 2 };
 enum { HPGO_TPO_NONE = 0, HPGO_TPO_TE = 1, HPGO_TPO_ASYNC = 2 };
-enum { HPGO_CP_P2P = 0, HPGO_CP_ALLGATHER = 1, HPGO_CP_A2A = 2 };
+/* TORCH_SDPA: PyTorch's context parallelism around SDPA (work.c torch_cp_core) */
+enum { HPGO_CP_P2P = 0, HPGO_CP_ALLGATHER = 1, HPGO_CP_A2A = 2, HPGO_CP_TORCH_SDPA = 3 };
 enum { HPGO_ATT_AUTO = 0, HPGO_ATT_FLASH2 = 1 };
 enum { HPGO_OPT_MEGATRON = 0, HPGO_OPT_DEEPSPEED_BF16 = 1 };
 /* uniform: every layer recomputed, the inputs of groups of N layers

@@ -1068,7 +1068,7 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
 
 /* ---- context parallelism (spec stack-mechanisms 4) ---- */
 
-/* PyTorch's context parallelism with its all-gather rotation (torch.
+/* PyTorch's context parallelism around SDPA (cp_comm torch_sdpa; torch.
  * distributed.tensor.experimental._attention: _templated_ring_attention and
  * its backward, rotate_method "allgather", torchtitan's default at 9dec370
  * with the SDPA back ends limited to flash and memory-efficient): the
@@ -1185,7 +1185,7 @@ static void cp_core(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const hpgo
         *buf += 4 * B; /* double-buffered K/V, and K/V with dK/dV in the backward */
         return;
     }
-    if (p->cp_comm == HPGO_CP_ALLGATHER && k->ks != HPGO_KS_TE) {
+    if (p->cp_comm == HPGO_CP_TORCH_SDPA) {
         torch_cp_core(c, p, k, s, keys, len, fw, bw, xf, xb, buf);
         return;
     }
