@@ -154,3 +154,12 @@ def test_deepspeed_bf16_optimizer_gradient_path():
     assert "optimizer=deepspeed_bf16" in p.with_(optimizer_impl="deepspeed_bf16").describe()
     with pytest.raises(ValueError, match="optimizer_impl"):
         p.with_(optimizer_impl="apex")
+
+
+def test_megatron_refuses_pytorchs_context_parallelism():
+    from hpgo import frameworks
+    m = hpgo.transformer("llama3-8b", seq=8192)
+    p = hpgo.ParallelPlan(global_batch=2, cp=2, cp_comm="torch_sdpa")
+    assert any("SDPA" in s for s in frameworks.problems("megatron", p, m))
+    assert not any("SDPA" in s for s in frameworks.problems("megatron", p.with_(cp_comm="p2p"), m))
+    assert not any("SDPA" in s for s in frameworks.problems("torchtitan", p, m))
