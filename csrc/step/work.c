@@ -1080,7 +1080,8 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
  * waited at step 1 (what exceeds step 0 is exposed); each step's output
  * and log-sum-exp are merged into an fp32 copy (convert_to_f32: a cast,
  * three elementwise passes, a concatenation when only the second half was
- * updated -- one fused pass under torch.compile); the backward gathers K/V
+ * updated -- one fused pass under torch.compile), and K and V are
+ * concatenated for the rotater at every step; the backward gathers K/V
  * again, accumulates dQ, dK, dV in fp32 and passes the dK/dV accumulator
  * around the ring (one permute per step, waited a step later; the last
  * after the loop, exposed).  K and V are exchanged as SDPA gets them:
@@ -1105,6 +1106,10 @@ static void torch_cp_core(const hpgo_cluster_t *c, const hpgo_parplan_t *p, cons
      * a rank update half the rows, and then concatenate the whole) */
     acc_t mf = {0, 0, 0}, mb = {0, 0, 0};
     double Ns = 0.75 * N;
+    /* every step but the last concatenates K and V for the rotater, though
+     * the all-gather rotater sends only the first (both passes) */
+    vec(k, &mf, Nkv, 0, 2 * E * Nkv);
+    vec(k, &mb, Nkv, 0, 2 * E * Nkv);
     if (k->ks == HPGO_KS_EAGER) {
         vec(k, &mf, Ns, 0, 6 * Ns);        /* out.to(fp32) */
         vec(k, &mf, Ns, 1, 12 * Ns);       /* out - block_out */
