@@ -117,6 +117,11 @@ MEGATRON = Framework(
              "num_query_groups != 0 raises",
              lambda p, m, pr: m is not None and not m.mla and
              m.kv_heads % p.tp != 0 and p.tp % m.kv_heads != 0),
+        Rule("context parallelism is Transformer Engine's (p2p, all_gather, a2a), not "
+             "PyTorch's SDPA one",
+             "Megatron-LM megatron/training/arguments.py --cp-comm-type: p2p, a2a, allgather "
+             "or a2a+p2p",
+             lambda p, m, pr: p.cp > 1 and p.cp_comm == "torch_sdpa"),
         Rule("context parallelism splits each sequence into 2 x cp equal chunks",
              f"{_MLM}: assert args.seq_length % (args.context_parallel_size * 2) == 0",
              lambda p, m, pr: p.cp > 1 and m is not None and m.seq % (2 * p.cp) != 0),

@@ -49,7 +49,9 @@ DISPATCHERS_BY_CODE = {v: k for k, v in DISPATCHERS.items()}
 #: context-parallel exchange (HPGO_CP_), partial recomputation (HPGO_RCM_)
 KERNEL_SETS = {"te": 0, "compile": 1, "eager": 2}
 TP_OVERLAPS = {"none": 0, "te": 1, "async": 2}
-CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2}
+CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2, "torch_sdpa": 3}
+ATTENTIONS = {"auto": 0, "flash2": 1}
+OPTIMIZER_IMPLS = {"megatron": 0, "deepspeed_bf16": 1}
 RECOMPUTE_METHODS = {"uniform": 0, "block": 1}
 # Share of what ideal phase-by-phase pairing hides that Megatron's 1F1B
 # all-to-all overlap realises, measured (csrc/step/parplan.h; docs/moe.md)
@@ -367,11 +369,18 @@ class ParallelPlan:
     TP; needs ``kernels="compile"``), both with ``sequence_parallel``;
     ``cp_comm`` is how context parallelism exchanges K and V --
     ``"p2p"`` (a ring overlapped block by block, Megatron-Core's default),
-    ``"all_gather"`` (Llama 3, torchtitan's default) or ``"a2a"``
-    (Ulysses); ``recompute_layers`` (with ``recompute="full"``) recomputes
+    ``"all_gather"`` (Llama 3; one exposed gather), ``"a2a"`` (Ulysses) or
+    ``"torch_sdpa"`` (PyTorch's context parallelism around SDPA, its
+    all-gather rotation); ``recompute_layers`` (with ``recompute="full"``) recomputes
     groups of that many layers (``recompute_method="uniform"``) or only the
     first that many layers of each model stage (``"block"``), as
-    Megatron's ``--recompute-num-layers`` (0: every layer).
+    Megatron's ``--recompute-num-layers`` (0: every layer).  ``attention``
+    is the fused attention kernel: ``"auto"`` (cuDNN on Hopper,
+    FlashAttention-2 on the A100) or ``"flash2"`` (FlashAttention-2,
+    PyTorch's SDPA on Hopper before 2.9); ``optimizer_impl`` the
+    mixed-precision optimizer's gradient path: ``"megatron"`` or
+    ``"deepspeed_bf16"`` (DeepSpeed's BF16_Optimizer: an fp32 add of every
+    micro-batch's gradients, ZeRO 1 all-reducing them).
 
     Uneven plans (docs/uneven-plans.md): ``stages`` gives each pipeline
     stage a :class:`StageGroup` -- its layers, replicas, tensor
@@ -411,6 +420,8 @@ class ParallelPlan:
     recompute_layers: int = 0
     recompute_method: str = "uniform"
     stages: tuple[StageGroup, ...] | None = None
+    attention: str = "auto"
+    optimizer_impl: str = "megatron"
 
     def __post_init__(self) -> None:
         if self.stages is not None:
@@ -451,7 +462,8 @@ class ParallelPlan:
             raise ValueError(f"offload_activations must be in [0, 1], got {oa}")
         object.__setattr__(self, "offload_activations", float(oa))
         for f, allowed in (("kernels", KERNEL_SETS), ("tp_overlap", TP_OVERLAPS),
-                           ("cp_comm", CP_COMMS), ("recompute_method", RECOMPUTE_METHODS)):
+                           ("cp_comm", CP_COMMS), ("recompute_method", RECOMPUTE_METHODS),
+                           ("attention", ATTENTIONS), ("optimizer_impl", OPTIMIZER_IMPLS)):
             if getattr(self, f) not in allowed:
                 raise ValueError(f"{f} must be one of {', '.join(allowed)}; "
                                  f"got {getattr(self, f)!r}")
@@ -586,6 +598,7 @@ class ParallelPlan:
                 self.offload_activations,
                 KERNEL_SETS[self.kernels], TP_OVERLAPS[self.tp_overlap], CP_COMMS[self.cp_comm],
                 self.recompute_layers, RECOMPUTE_METHODS[self.recompute_method],
+                ATTENTIONS[self.attention], OPTIMIZER_IMPLS[self.optimizer_impl],
                 self._groups_tuple(cluster))  # the stage groups: always the last item
 
     def _groups_tuple(self, cluster: Any) -> tuple | None:
@@ -817,6 +830,10 @@ class ParallelPlan:
             parts.append(f"tp-overlap={self.tp_overlap}")
         if self.cp_comm != "p2p":
             parts.append(f"cp-comm={self.cp_comm}")
+        if self.attention != "auto":
+            parts.append(f"attention={self.attention}")
+        if self.optimizer_impl != "megatron":
+            parts.append(f"optimizer={self.optimizer_impl}")
         return " ".join(parts)
 
     def __repr__(self) -> str:

@@ -331,9 +331,14 @@ class MeasuredRun:
     split: tuple[int, ...] | None
     measured_mem_gib: float | None
     notes: str = ""
-    # the training stack the notes publish (ParallelPlan's kernels, tp_overlap)
+    # the training stack the notes publish (ParallelPlan's kernels, tp_overlap,
+    # cp_comm, attention, overlap_grad_reduce)
     kernels: str = "te"
     tp_overlap: str = "none"
+    cp_comm: str = "p2p"
+    attention: str = "auto"
+    overlap_grad_reduce: bool = True
+    optimizer_impl: str = "megatron"
 
     def transformer(self) -> Any:
         """The model: ``arch`` is a family (``gpt``: LayerNorm, biases, GeLU,
@@ -401,7 +406,10 @@ class MeasuredRun:
                             schedule="interleaved-1f1b" if self.vp > 1 else "1f1b",
                             recompute=rc, sequence_parallel=self.sequence_parallel,
                             zero=self.zero, split=self.split, kernels=self.kernels,
-                            tp_overlap=self.tp_overlap,
+                            tp_overlap=self.tp_overlap, cp_comm=self.cp_comm,
+                            attention=self.attention,
+                            overlap_grad_reduce=self.overlap_grad_reduce,
+                            optimizer_impl=self.optimizer_impl,
                             # FSDP under pipelining keeps the gathered weights to the
                             # backward: torchtitan's default reshard policy is
                             # "not pp_enabled" (torchtitan/distributed/fsdp.py)
@@ -534,7 +542,22 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     <run>" references): torch.compile (torchtitan) -> kernels "compile", with
     AsyncTP -> tp_overlap "async"; Megatron's --tp-comm-overlap -> "te"
     (both with sequence parallelism and tp > 1); otherwise Megatron's fused
-    kernels without overlap."""
+    kernels without overlap.
+
+    torchtitan's runs (torch.compile) get PyTorch's attention of their time:
+    SDPA's flash back end, FlashAttention-2 (cuDNN attention was opt-in from
+    pytorch/pytorch#138522, October 2024, until #162073 for 2.9; the torch
+    commits of both torchtitan benchmarks, 2024-12-23 and 2025-06-14, fall
+    between), and PyTorch's context parallelism around SDPA with its
+    all-gather rotation (``cp_comm="torch_sdpa"``; torchtitan's default
+    ``context_parallel_rotate_method``).  MegaScale's
+    Megatron-LM baseline (commit 285068c8, January 2023: the distributed
+    optimizer reduce-scatters the gradients after the last micro-batch's
+    backward and all-gathers the weights after the step, ``training.py``
+    train_step) and DeepSpeed's pipeline engine (``_exec_reduce_grads`` after
+    the last micro-batch) synchronise gradients without overlap; DeepSpeed's
+    bf16 runs with ZeRO-1 (BLOOM's BF16_Optimizer) get its gradient path
+    (``optimizer_impl="deepspeed_bf16"``)."""
     import dataclasses
     import re
     by_id = {r.source_id: r for r in runs}
@@ -552,7 +575,15 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
             tpo = "async"
         elif kernels == "te" and "--tp-comm-overlap" in text:
             tpo = "te"
-    return dataclasses.replace(run, kernels=kernels, tp_overlap=tpo)
+    torch = kernels == "compile"
+    deepspeed = "DeepSpeed" in text
+    no_overlap = run.source_id.startswith("MS-") or deepspeed
+    bf16_opt = deepspeed and run.precision == "bf16" and run.zero == 1
+    return dataclasses.replace(run, kernels=kernels, tp_overlap=tpo,
+                               cp_comm="torch_sdpa" if torch else "p2p",
+                               attention="flash2" if torch else "auto",
+                               overlap_grad_reduce=not no_overlap,
+                               optimizer_impl="deepspeed_bf16" if bf16_opt else "megatron")
 
 
 @dataclass(frozen=True)

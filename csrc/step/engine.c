@@ -887,7 +887,10 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
             if (s->dp_free > sync)
                 sync = s->dp_free;
         } else if (v->replicas) {
-            int op_sync = p->zero >= 1 ? HPGO_COLL_REDUCE_SCATTER : HPGO_COLL_ALLREDUCE;
+            /* DeepSpeed's pipeline engine under ZeRO-1 all-reduces the fp32
+             * gradients (_exec_reduce_grads -> _bf16_reduce_grads) */
+            int ds_ar = p->zero == 1 && p->optimizer_impl == HPGO_OPT_DEEPSPEED_BF16;
+            int op_sync = p->zero >= 1 && !ds_ar ? HPGO_COLL_REDUCE_SCATTER : HPGO_COLL_ALLREDUCE;
             /* chunks in the order their gradients complete */
             for (int32_t ch = 0; ch < V; ch++)
                 order[ch] = ch;
@@ -914,7 +917,9 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                     double st0 = free_at > ready ? free_at : ready;
                     free_at = st0 + tb;
                     if ((rc = add_event(&e, st0, tb, d,
-                                        p->zero >= 1 ? HPGO_EV_REDUCE_SCATTER : HPGO_EV_ALLREDUCE,
+                                        op_sync == HPGO_COLL_REDUCE_SCATTER
+                                            ? HPGO_EV_REDUCE_SCATTER
+                                            : HPGO_EV_ALLREDUCE,
                                         3, k, -1, -1)) != HPGO_OK)
                         goto fail;
                 }

@@ -76,6 +76,7 @@ typedef struct kctx {
     int quant;      /* fp8: a GEMM's left operand is quantized first (forward input,
                        backward output gradient; the weight gradient reuses both) */
     int ks;         /* kernel set, HPGO_KS_* */
+    int att;        /* fused attention kernel, HPGO_ATT_* */
 } kctx_t;
 
 static void launch(acc_t *a, double t)
@@ -138,6 +139,11 @@ static const double A100_FA2_FB_CAUSAL[6] = {99, 133, 155, 173, 182, 189};
  * 64k / 128k tokens, the median (profiles/h100-sxm5-steps.json, hpgo
  * profile step) */
 #define H100_ATT_BWD_RATIO 0.84
+/* The same ratio for PyTorch's flash back end (FlashAttention-2) on the
+ * H100 SXM5: 0.92 for causal attention of 32 heads, d_h 128, at 16k tokens
+ * (310 / 337 TFLOP/s; 0.96 at 8k with 8 kv heads, 0.90 at 4k), hpgo's
+ * kernel profile (profiles/h100-sxm5-kernels.json, the "flash" rows) */
+#define H100_FA2_BWD_RATIO 0.92
 #define A100_BF16_PEAK 312.0
 
 /* Table value at len (linear in log2 of the length, flat outside 512 ...
@@ -164,7 +170,10 @@ static double att_at(const double *tab, double len)
 static double attn_eff(const kctx_t *k, double len, double dh, int causal, int bwd)
 {
     const hpgo_gpu_t *g = k->g;
-    if (g->n_steps[HPGO_EFF_ATTENTION] > 0 || k->attn_dtype != HPGO_DT_BF16)
+    /* a calibrated curve stands for the back end it was measured with (the
+     * default one): FlashAttention-2, when asked for, keeps its table */
+    if ((g->n_steps[HPGO_EFF_ATTENTION] > 0 && k->att != HPGO_ATT_FLASH2) ||
+        k->attn_dtype != HPGO_DT_BF16)
         return 0;
     double pk = g->peak[HPGO_DT_BF16];
     int hopper = pk >= 700e12 && pk <= 1000e12, ampere = pk >= 300e12 && pk <= 320e12;
@@ -181,7 +190,14 @@ static double attn_eff(const kctx_t *k, double len, double dh, int causal, int b
      * its backward at the measured backward / forward ratio; A100:
      * FlashAttention-2's forward + backward rate for both */
     double base, full;
-    if (hopper) {
+    if (hopper && k->att == HPGO_ATT_FLASH2) {
+        /* FlashAttention-2's forward + backward rate R, split so that the
+         * forward (1 unit) and the backward (2.5 units at ratio rho of the
+         * forward's rate) take 3.5 / R together */
+        double rho = H100_FA2_BWD_RATIO, fwd = (1 + 2.5 / rho) / 3.5;
+        base = att_at(H100_FA2_FB_CAUSAL, len) / H100_BF16_PEAK * fwd * (bwd ? rho : 1);
+        full = att_at(H100_FA2_FB_FULL, len) / att_at(H100_FA2_FB_CAUSAL, len);
+    } else if (hopper) {
         base = att_at(H100_CUDNN_F_CAUSAL, len) / H100_BF16_PEAK * (bwd ? H100_ATT_BWD_RATIO : 1);
         full = att_at(H100_FA3_F_FULL, len) / att_at(H100_FA3_F_CAUSAL, len);
     } else {
@@ -1052,6 +1068,78 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
 
 /* ---- context parallelism (spec stack-mechanisms 4) ---- */
 
+/* PyTorch's context parallelism around SDPA (cp_comm torch_sdpa; torch.
+ * distributed.tensor.experimental._attention: _templated_ring_attention and
+ * its backward, rotate_method "allgather", torchtitan's default at 9dec370
+ * with the SDPA back ends limited to flash and memory-efficient): the
+ * sequence in 2c chunks as the p2p ring (load balanced), c SDPA calls a pass
+ * -- step 0 the causal diagonal on the local chunks, steps 1 .. c-1 half
+ * blocks without a mask (every local query against the first half of a
+ * remote K/V, or the second half of the queries against all of it), each
+ * the work of step 0.  K and V are all-gathered once, issued at step 0 and
+ * waited at step 1 (what exceeds step 0 is exposed); each step's output
+ * and log-sum-exp are merged into an fp32 copy (convert_to_f32: a cast,
+ * three elementwise passes, a concatenation when only the second half was
+ * updated -- one fused pass under torch.compile), and K and V are
+ * concatenated for the rotater at every step; the backward gathers K/V
+ * again, accumulates dQ, dK, dV in fp32 and passes the dK/dV accumulator
+ * around the ring (one permute per step, waited a step later; the last
+ * after the loop, exposed).  K and V are exchanged as SDPA gets them:
+ * torchtitan's Llama (models/llama/model.py at 9dec370) repeats them to the
+ * query heads first. */
+static void torch_cp_core(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx_t *k,
+                          const xshape_t *s, double keys, double len, acc_t *fw, acc_t *bw,
+                          double *xf, double *xb, double *buf)
+{
+    double cp = s->c, E = s->E, t = s->t, T = s->T;
+    acc_t d = {0, 0, 0}, o = {0, 0, 0}, db = {0, 0, 0}, ob = {0, 0, 0};
+    core_fwd(k, &d, s, keys / cp, len / cp, 1);
+    core_fwd(k, &o, s, keys / cp, len / cp, 0);
+    core_bwd(k, &db, s, keys / cp, len / cp, 1);
+    core_bwd(k, &ob, s, keys / cp, len / cp, 0);
+    double N = T * s->q / t, Nkv = 2 * T * s->q / t; /* output, K + V elements on the rank */
+    double kv = E * Nkv * cp;                         /* the gathered K and V */
+    double ag = hpgo_cost_collective(c, HPGO_COLL_ALLGATHER, p->cp, p->tp, kv, HPGO_ALGO_AUTO);
+    int32_t lvl = hpgo_cost_level_between(c, 0, (int64_t)(p->cp - 1) * p->tp);
+    double dkv = hpgo_cost_p2p(c, lvl, 4 * Nkv); /* the fp32 dK/dV accumulator */
+    /* merges and accumulations, per step after the first (half the steps of
+     * a rank update half the rows, and then concatenate the whole) */
+    acc_t mf = {0, 0, 0}, mb = {0, 0, 0};
+    double Ns = 0.75 * N;
+    /* every step but the last concatenates K and V for the rotater, though
+     * the all-gather rotater sends only the first (both passes) */
+    vec(k, &mf, Nkv, 0, 2 * E * Nkv);
+    vec(k, &mb, Nkv, 0, 2 * E * Nkv);
+    if (k->ks == HPGO_KS_EAGER) {
+        vec(k, &mf, Ns, 0, 6 * Ns);        /* out.to(fp32) */
+        vec(k, &mf, Ns, 1, 12 * Ns);       /* out - block_out */
+        vec(k, &mf, Ns, 1, 8 * Ns);        /* x sigmoid(lse difference) */
+        vec(k, &mf, Ns, 1, 12 * Ns);       /* out - that */
+        vec(k, &mf, 0.5 * N, 0, 4 * N);    /* torch.cat of the halves, every other step */
+        vec(k, &mb, Ns, 1, 10 * Ns);       /* dQ += (fp32) */
+        vec(k, &mb, Nkv, 1, 10 * Nkv);     /* dK, dV += (fp32) */
+        vec(k, &mb, Nkv, 0, 8 * Nkv);      /* torch.cat of dK, dV for the permute */
+    } else {
+        vec(k, &mf, Ns, 4, 10 * Ns + 4 * N * 0.5);
+        vec(k, &mb, Ns, 1, 10 * Ns);
+        vec(k, &mb, Nkv, 1, 18 * Nkv);
+    }
+    fw->t += d.t + (cp - 1) * (o.t + mf.t);
+    fw->flops += d.flops + (cp - 1) * o.flops;
+    fw->n += d.n + (cp - 1) * (o.n + mf.n);
+    bw->t += db.t + (cp - 1) * (ob.t + mb.t);
+    bw->flops += db.flops + (cp - 1) * ob.flops;
+    bw->n += db.n + (cp - 1) * (ob.n + mb.n);
+    double step_b = ob.t + mb.t;
+    *xf += ag > d.t ? ag - d.t : 0;
+    *xb += (ag > db.t ? ag - db.t : 0) + (cp - 1) * (dkv > step_b ? dkv - step_b : 0) + dkv;
+    /* held while the layer's attention runs: the gathered K/V, and the fp32
+     * output with two temporaries (forward) or the fp32 dQ and three dK/dV
+     * buffers (accumulator, received, concatenated; backward) */
+    double fwd_buf = kv + 12 * N, bwd_buf = kv + 4 * N + 12 * Nkv;
+    *buf += fwd_buf > bwd_buf ? fwd_buf : bwd_buf;
+}
+
 /* The attention core of a layer under context parallelism, forward and
  * backward compute into fw / bw, the exposed exchange into *xf / *xb, the
  * receive buffers into *buf.
@@ -1100,6 +1188,10 @@ static void cp_core(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const hpgo
         *xf += ftot - fcomp;
         *xb += btot - bcomp;
         *buf += 4 * B; /* double-buffered K/V, and K/V with dK/dV in the backward */
+        return;
+    }
+    if (p->cp_comm == HPGO_CP_TORCH_SDPA) {
+        torch_cp_core(c, p, k, s, keys, len, fw, bw, xf, xb, buf);
         return;
     }
     acc_t f1 = {0, 0, 0}, b1 = {0, 0, 0};
@@ -1374,7 +1466,7 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     shape(x, p, w->precision, &s);
     int dt = (int)dtype_of(w->precision);
     kctx_t k = {&c->gpu, dt, dt == HPGO_DT_FP8 ? HPGO_DT_BF16 : dt, s.E, dt == HPGO_DT_FP8,
-                p->kernels};
+                p->kernels, p->attention};
     const kctx_t kb = k16(&k);
     if (c->gpu.peak[k.dtype] <= 0)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "the %s GPU has no %s rate",
@@ -1571,7 +1663,9 @@ static int same_pieces(const hpgo_parplan_t *a, const hpgo_parplan_t *b)
            a->kernels == b->kernels && a->tp_overlap == b->tp_overlap && a->cp_comm == b->cp_comm &&
            a->recompute_layers == b->recompute_layers &&
            a->recompute_method == b->recompute_method &&
-           a->recompute == b->recompute && (a->pp * a->vstages > 1) == (b->pp * b->vstages > 1);
+           a->recompute == b->recompute && a->attention == b->attention &&
+           a->optimizer_impl == b->optimizer_impl &&
+           (a->pp * a->vstages > 1) == (b->pp * b->vstages > 1);
 }
 
 /* The pieces of the plan: the cache's when it holds them, else priced (and
@@ -1688,6 +1782,17 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
             o->model_flops += 3 * 2 * s.h * s.V / s.t * s.T;
             o->hw_flops += xp->hf.flops + xp->hb.flops + xp->hw.flops;
             add_layers(o, &xp->mtp, (double)w->x.mtp);
+        }
+        if (p->optimizer_impl == HPGO_OPT_DEEPSPEED_BF16 && w->precision != HPGO_PREC_FP32) {
+            /* DeepSpeed's BF16_Optimizer after every micro-batch's backward
+             * (bf16_optimizer.py clear_lp_grads, update_hp_grads; the
+             * pipeline engine calls both around each backward pass): the
+             * 16-bit gradients zeroed (2 B), cast to fp32 (2 B read, 4
+             * written) and added into the fp32 ones (8 read, 4 written) */
+            acc_t g = {0, 0, 0};
+            const kctx_t k = {&c->gpu, HPGO_DT_BF16, HPGO_DT_BF16, 2, 0, p->kernels, 0};
+            vec(&k, &g, o->params, 1, 20 * o->params);
+            o->w += g.t;
         }
     }
     return HPGO_OK;
