@@ -317,7 +317,8 @@ class MeasuredRun:
     vp: int
     mbs: int
     gbs: int
-    recompute: str           # none | selective | full | auto (the least that fits)
+    recompute: str           # none | selective | full | auto (the least that fits);
+    #                          selective-op where the notes name torchtitan's op-level SAC
     sequence_parallel: bool
     zero: int                # hpgo's ZeRO stage of the closest technique (3: FSDP)
     tflops_per_gpu: float | None
@@ -529,12 +530,22 @@ def load_runs(path: Any) -> list[MeasuredRun]:
     return [_with_stack(r, out) for r in out]
 
 
+# Sources whose code version compiled only the transformer blocks: torchtitan
+# at commit 9dec370 (the TT rows' benchmark tables) wraps each TransformerBlock
+# in torch.compile and leaves the final norm, the output layer and the loss
+# eager (train.py: "compiling loss function causes CUDA errors, turning off
+# for now"; the loss is compiled from 2025).
+_COMPILE_BLOCKS_SOURCES = ("TT-",)
+
+
 def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     """The run with the training stack its notes publish (following "as
-    <run>" references): torch.compile (torchtitan) -> kernels "compile", with
+    <run>" references): torch.compile (torchtitan) -> kernels "compile"
+    ("compile-blocks" for the sources of ``_COMPILE_BLOCKS_SOURCES``), with
     AsyncTP -> tp_overlap "async"; Megatron's --tp-comm-overlap -> "te"
     (both with sequence parallelism and tp > 1); otherwise Megatron's fused
-    kernels without overlap."""
+    kernels without overlap.  "op-level selective AC" (torchtitan's SAC)
+    turns a selective recomputation into "selective-op"."""
     import dataclasses
     import re
     by_id = {r.source_id: r for r in runs}
@@ -546,13 +557,18 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
         r = by_id.get(ref.group(1).rstrip(";,.:")) if ref else None
     text = " ".join(notes)
     kernels = "compile" if re.search(r"\bcompile\b", text) else "te"
+    if kernels == "compile" and run.source_id.startswith(_COMPILE_BLOCKS_SOURCES):
+        kernels = "compile-blocks"
+    rc = run.recompute
+    if rc == "selective" and re.search(r"op-level selective", text, re.I):
+        rc = "selective-op"
     tpo = "none"
     if run.tp > 1 and run.sequence_parallel:
-        if kernels == "compile" and re.search(r"async ?tp", text, re.I):
+        if kernels != "te" and re.search(r"async ?tp", text, re.I):
             tpo = "async"
         elif kernels == "te" and "--tp-comm-overlap" in text:
             tpo = "te"
-    return dataclasses.replace(run, kernels=kernels, tp_overlap=tpo)
+    return dataclasses.replace(run, kernels=kernels, tp_overlap=tpo, recompute=rc)
 
 
 @dataclass(frozen=True)
