@@ -76,6 +76,7 @@ typedef struct kctx {
     int quant;      /* fp8: a GEMM's left operand is quantized first (forward input,
                        backward output gradient; the weight gradient reuses both) */
     int ks;         /* kernel set, HPGO_KS_* */
+    int fa2;        /* attention on PyTorch's FlashAttention-2 kernels (compile-blocks) */
 } kctx_t;
 
 static void launch(acc_t *a, double t)
@@ -181,7 +182,17 @@ static double attn_eff(const kctx_t *k, double len, double dh, int causal, int b
      * its backward at the measured backward / forward ratio; A100:
      * FlashAttention-2's forward + backward rate for both */
     double base, full;
-    if (hopper) {
+    if (hopper && k->fa2) {
+        /* PyTorch's SDPA before cuDNN was preferred again picks its
+         * FlashAttention-2 kernels on Hopper: cuDNN attention was made
+         * opt-in after the 2.5 release (pytorch/pytorch#138649, #138522), and
+         * a 2.6 nightly of 2024-12-04 ran FA2 at about half cuDNN's rate on
+         * an H100 (pytorch/pytorch#142132, "expected"); torchtitan's SDPA
+         * wrapper kept flash first on Hopper (pytorch/torchtitan#1196).
+         * FA2's forward + backward rate for both passes */
+        base = att_at(H100_FA2_FB_CAUSAL, len) / H100_BF16_PEAK;
+        full = att_at(H100_FA2_FB_FULL, len) / att_at(H100_FA2_FB_CAUSAL, len);
+    } else if (hopper) {
         base = att_at(H100_CUDNN_F_CAUSAL, len) / H100_BF16_PEAK * (bwd ? H100_ATT_BWD_RATIO : 1);
         full = att_at(H100_FA3_F_FULL, len) / att_at(H100_FA3_F_CAUSAL, len);
     } else {
@@ -1439,7 +1450,7 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     shape(x, p, w->precision, &s);
     int dt = (int)dtype_of(w->precision);
     kctx_t k = {&c->gpu, dt, dt == HPGO_DT_FP8 ? HPGO_DT_BF16 : dt, s.E, dt == HPGO_DT_FP8,
-                s.ks};
+                s.ks, p->kernels == HPGO_KS_COMPILE_BLOCKS};
     const kctx_t kb = k16(&k);
     if (c->gpu.peak[k.dtype] <= 0)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "the %s GPU has no %s rate",
