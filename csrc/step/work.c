@@ -1788,6 +1788,12 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
                                    ? eager_loss_bytes(s.t)
                                    : 4;
             o->transient += (4 * s.T * s.h + per_logit * s.T * s.V) / s.t;
+            if (K > 1 && p->kernels != HPGO_KS_TE)
+                /* torch.distributed.pipelining keeps every micro-batch's
+                 * output of the last stage, the 16-bit logits, to merge them
+                 * when the step ends (PipelineStage.forward_one_chunk appends
+                 * them to output_chunks, cleared by the next step) */
+                o->transient += 2 * (double)hpgo_parplan_microbatches(p) * s.T * s.V / s.t;
             o->model_flops += 3 * 2 * s.h * s.V / s.t * s.T;
             o->hw_flops += xp->hf.flops + xp->hb.flops + xp->hw.flops;
             add_layers(o, &xp->mtp, (double)w->x.mtp);
