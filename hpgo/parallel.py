@@ -236,7 +236,10 @@ class ParallelPlan:
     ``cp_comm`` is how context parallelism exchanges K and V --
     ``"p2p"`` (a ring overlapped block by block, Megatron-Core's default),
     ``"all_gather"`` (Llama 3, torchtitan's default) or ``"a2a"``
-    (Ulysses); ``recompute_layers`` (with ``recompute="full"``) recomputes
+    (Ulysses); ``recompute="selective-op"`` is torchtitan's op-level
+    selective checkpointing (every other matmul's and the attention's
+    outputs saved, the rest of a block recomputed; dense blocks with fused
+    attention); ``recompute_layers`` (with ``recompute="full"``) recomputes
     groups of that many layers (``recompute_method="uniform"``) or only the
     first that many layers of each model stage (``"block"``), as
     Megatron's ``--recompute-num-layers`` (0: every layer).
