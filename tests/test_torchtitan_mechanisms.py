@@ -185,3 +185,18 @@ def test_torchtitan_export_of_op_checkpointing():
     p = plan(recompute="selective-op", kernels="compile-blocks")
     text = p.torchtitan_config(LLAMA8)
     assert "SelectiveAC.Config()" in text and 'components = ["model"]' in text
+
+
+def test_fsdp_reduce_scatters_layer_by_layer_during_the_backward():
+    """Without pipelining each micro-batch's gradients are reduce-scattered
+    layer by layer as the backward completes them (FSDP2's post-backward
+    hook per block): after the last backward only about one layer's scatter
+    is left, not the stage's."""
+    r = hpgo.simulate(LLAMA8, H100, plan(), timeline=False)
+    d = r.devices[0]
+    layers = r.stages[0]["layers"]
+    per_layer = (r.stages[0]["params"] - r.stages[0]["embedding_params"]) / layers
+    one = H100.collective_time("reduce_scatter", 8, 4 * per_layer)
+    whole = H100.collective_time("reduce_scatter", 8, 4 * r.stages[0]["params"])
+    tail = d["sync_end"] - d["compute_end"]
+    assert 0 < tail < 3 * one < whole / 5

@@ -433,12 +433,25 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                         }
                         if (per_mb_rs && p->overlap_grad_reduce) {
                             /* sharded gradients: each micro-batch's are reduce-scattered
-                             * as soon as they exist (DeepSpeed ZeRO-2/3) */
-                            double t_rs = grad_coll(&e, HPGO_COLL_REDUCE_SCATTER, st->params,
-                                                    st->expert_params, gbytes);
-                            double s0 = s->dp_free > end ? s->dp_free : end;
-                            s->dp_free = s0 + t_rs;
-                            if ((rc = add_event(&e, s0, t_rs, d, HPGO_EV_REDUCE_SCATTER, 3, k,
+                             * as soon as they exist, layer by layer as the pass
+                             * completes them (FSDP2's post-backward hook of each
+                             * fully_shard group -- torchtitan's one per block --
+                             * DeepSpeed's reduce buckets), on the sync stream: what
+                             * the last layers' scatters leave after the pass is exposed */
+                            int32_t nb = st->n_layers > 0 ? st->n_layers : 1;
+                            double t_rs = grad_coll(&e, HPGO_COLL_REDUCE_SCATTER,
+                                                    st->params / nb, st->expert_params / nb,
+                                                    gbytes);
+                            double s0 = -1, fr = s->dp_free;
+                            for (int32_t bi = 0; bi < nb; bi++) {
+                                double done = start + dur * (bi + 1) / nb;
+                                double b0 = fr > done ? fr : done;
+                                if (s0 < 0)
+                                    s0 = b0;
+                                fr = b0 + t_rs;
+                            }
+                            s->dp_free = fr;
+                            if ((rc = add_event(&e, s0, fr - s0, d, HPGO_EV_REDUCE_SCATTER, 3, k,
                                                 op.mb, -1)) != HPGO_OK)
                                 goto fail;
                         }
