@@ -364,7 +364,8 @@ def torchtitan_config(plan: Any, model: Any, *, precision: str = "bf16",
     lines.append("    config.training.disable_cuda_graphs = True  # as simulated")
     ac = {"full": "FullAC.Config()", "selective-op": "SelectiveAC.Config()"}
     lines.append("    config.activation_checkpoint = " + ac.get(plan.recompute, "None"))
-    # compile-blocks: the blocks compiled, the loss eager (torchtitan's 2024 runs)
+    # compile-blocks: the blocks compiled, the loss eager (torchtitan's 2024 runs);
+    # torchtitan 0.3 runs SDPA on cuDNN first, so compile-fa2 exports as compile
     comps = '["model"]' if plan.kernels == "compile-blocks" else '["model", "loss"]'
     lines += ["    config.compile.enable = True",
               f"    config.compile.components = {comps}",

@@ -47,7 +47,7 @@ DISPATCHERS = {"alltoall": 0, "deepep": 1}
 DISPATCHERS_BY_CODE = {v: k for k, v in DISPATCHERS.items()}
 #: kernel sets (csrc/step/parplan.h HPGO_KS_), tensor-parallel overlap (HPGO_TPO_),
 #: context-parallel exchange (HPGO_CP_), partial recomputation (HPGO_RCM_)
-KERNEL_SETS = {"te": 0, "compile": 1, "eager": 2, "compile-blocks": 3}
+KERNEL_SETS = {"te": 0, "compile": 1, "eager": 2, "compile-blocks": 3, "compile-fa2": 4}
 TP_OVERLAPS = {"none": 0, "te": 1, "async": 2}
 CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2}
 RECOMPUTE_METHODS = {"uniform": 0, "block": 1}
@@ -227,12 +227,14 @@ class ParallelPlan:
     the kernel set a layer launches -- ``"te"`` (Megatron-Core with
     Transformer Engine's fused kernels), ``"compile"`` (``torch.compile``),
     ``"compile-blocks"`` (``torch.compile`` of each transformer block, the
-    output layer and the loss eager: torchtitan before 2025) or
+    output layer and the loss eager, attention on PyTorch's FlashAttention-2:
+    torchtitan until March 2025), ``"compile-fa2"`` (blocks and loss
+    compiled, FlashAttention-2: torchtitan until October 2025) or
     ``"eager"`` (eager PyTorch); ``tp_overlap`` hides tensor-parallel
     communication behind the GEMMs beyond what every stack overlaps --
     ``"te"`` (Megatron's ``--tp-comm-overlap``, Transformer Engine's
     userbuffers; needs ``kernels="te"``) or ``"async"`` (PyTorch's async
-    TP; needs ``kernels="compile"`` or ``"compile-blocks"``), both with ``sequence_parallel``;
+    TP; needs one of the ``torch.compile`` kernel sets), both with ``sequence_parallel``;
     ``cp_comm`` is how context parallelism exchanges K and V --
     ``"p2p"`` (a ring overlapped block by block, Megatron-Core's default),
     ``"all_gather"`` (Llama 3, torchtitan's default) or ``"a2a"``
@@ -326,9 +328,10 @@ class ParallelPlan:
         if self.tp_overlap == "te" and self.kernels != "te":
             raise ValueError("tp_overlap='te' (Transformer Engine's userbuffers) needs "
                              "kernels='te'")
-        if self.tp_overlap == "async" and self.kernels not in ("compile", "compile-blocks"):
-            raise ValueError("tp_overlap='async' (an Inductor pass) needs kernels='compile' "
-                             "or 'compile-blocks'")
+        if self.tp_overlap == "async" and self.kernels not in ("compile", "compile-blocks",
+                                                               "compile-fa2"):
+            raise ValueError("tp_overlap='async' (an Inductor pass) needs kernels='compile', "
+                             "'compile-blocks' or 'compile-fa2'")
         overlap_share(self.overlap_moe_comm)
         if not isinstance(self.overlap_moe_comm, bool):
             object.__setattr__(self, "overlap_moe_comm", float(self.overlap_moe_comm))

@@ -530,18 +530,23 @@ def load_runs(path: Any) -> list[MeasuredRun]:
     return [_with_stack(r, out) for r in out]
 
 
-# Sources whose code version compiled only the transformer blocks: torchtitan
-# at commit 9dec370 (the TT rows' benchmark tables) wraps each TransformerBlock
-# in torch.compile and leaves the final norm, the output layer and the loss
-# eager (train.py: "compiling loss function causes CUDA errors, turning off
-# for now"; the loss is compiled from 2025).
+# torchtitan's benchmarks by the code version they ran (the CSV's TT rows):
+# commit 9dec370 (benchmarks/llama3_h100_202412_torchtitan.md) wraps each
+# TransformerBlock in torch.compile and leaves the final norm, the output
+# layer and the loss eager (train.py: "compiling loss function causes CUDA
+# errors, turning off for now") -> "compile-blocks"; commit 820504e (the June
+# 2025 async-TP benchmark) compiles the loss too (components/loss.py) and
+# still runs SDPA on FlashAttention-2 on Hopper (models/attention.py: flash,
+# efficient, math; cuDNN only on B200) -> "compile-fa2".
 _COMPILE_BLOCKS_SOURCES = ("TT-",)
+_COMPILE_FA2_NOTES = "June 2025"
 
 
 def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     """The run with the training stack its notes publish (following "as
     <run>" references): torch.compile (torchtitan) -> kernels "compile"
-    ("compile-blocks" for the sources of ``_COMPILE_BLOCKS_SOURCES``), with
+    ("compile-blocks" or "compile-fa2" for torchtitan's benchmarks by their
+    code version, ``_COMPILE_BLOCKS_SOURCES``), with
     AsyncTP -> tp_overlap "async"; Megatron's --tp-comm-overlap -> "te"
     (both with sequence parallelism and tp > 1); otherwise Megatron's fused
     kernels without overlap.  "op-level selective AC" (torchtitan's SAC)
@@ -558,7 +563,7 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     text = " ".join(notes)
     kernels = "compile" if re.search(r"\bcompile\b", text) else "te"
     if kernels == "compile" and run.source_id.startswith(_COMPILE_BLOCKS_SOURCES):
-        kernels = "compile-blocks"
+        kernels = "compile-fa2" if _COMPILE_FA2_NOTES in text else "compile-blocks"
     rc = run.recompute
     if rc == "selective" and re.search(r"op-level selective", text, re.I):
         rc = "selective-op"

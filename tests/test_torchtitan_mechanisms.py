@@ -200,3 +200,17 @@ def test_fsdp_reduce_scatters_layer_by_layer_during_the_backward():
     whole = H100.collective_time("reduce_scatter", 8, 4 * r.stages[0]["params"])
     tail = d["sync_end"] - d["compute_end"]
     assert 0 < tail < 3 * one < whole / 5
+
+
+def test_compile_fa2_is_compiled_loss_with_flash_attention_2():
+    """torchtitan from April to October 2025: the loss compiled (as
+    "compile"), attention on FlashAttention-2 (as "compile-blocks")."""
+    p = plan(pp=2, dp=4, global_batch=16)
+    c, b, f = (hpgo.simulate(LLAMA8, H100, p.with_(kernels=k), timeline=False).stages
+               for k in ("compile", "compile-blocks", "compile-fa2"))
+    for key in ("forward", "backward_input", "backward_weight"):
+        assert f[0][key] == b[0][key]
+    assert f[0]["forward"] > c[0]["forward"]
+    assert f[1]["transient_bytes"] == c[1]["transient_bytes"] < b[1]["transient_bytes"]
+    with pytest.raises(ValueError, match="kernels"):
+        hpgo.autoplan(LLAMA8, H100, global_batch=16, kernels="compile-fa2")

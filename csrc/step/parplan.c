@@ -55,12 +55,12 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
     if (p->overlap_ep && !(p->overlap_share > 0 && p->overlap_share <= 1))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "the overlap share must be in (0, 1], got %g", p->overlap_share);
-    if (p->kernels < HPGO_KS_TE || p->kernels > HPGO_KS_COMPILE_BLOCKS ||
+    if (p->kernels < HPGO_KS_TE || p->kernels > HPGO_KS_COMPILE_FA2 ||
         p->tp_overlap < HPGO_TPO_NONE || p->tp_overlap > HPGO_TPO_ASYNC || p->cp_comm < HPGO_CP_P2P || p->cp_comm > HPGO_CP_A2A ||
         (p->recompute_method != HPGO_RCM_UNIFORM && p->recompute_method != HPGO_RCM_BLOCK))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                            "kernels (0 te, 1 compile, 2 eager, 3 compile-blocks), tp_overlap "
-                            "(0 none, 1 te, 2 async), cp_comm (0 p2p, 1 all_gather, 2 a2a) or "
+                            "kernels (0 te, 1 compile, 2 eager, 3 compile-blocks, 4 "
+                            "compile-fa2), tp_overlap (0 none, 1 te, 2 async), cp_comm (0 p2p, 1 all_gather, 2 a2a) or "
                             "recompute_method (0 uniform, 1 block) out of range");
     if (p->recompute_layers < 0 || p->recompute_layers > (1 << 20) ||
         (p->recompute_layers > 0 && p->recompute != HPGO_RC_FULL))
@@ -72,7 +72,7 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
                             "tp_overlap needs sequence_parallel (Megatron asserts it for "
                             "--tp-comm-overlap; async TP matches all-gather and reduce-scatter)");
     if (p->tp_overlap == HPGO_TPO_ASYNC && p->kernels != HPGO_KS_COMPILE &&
-        p->kernels != HPGO_KS_COMPILE_BLOCKS)
+        p->kernels != HPGO_KS_COMPILE_BLOCKS && p->kernels != HPGO_KS_COMPILE_FA2)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "tp_overlap 'async' is an Inductor pass: it needs kernels 'compile'");
     if (p->tp_overlap == HPGO_TPO_TE && p->kernels != HPGO_KS_TE)

@@ -129,9 +129,17 @@ typedef struct hpgo_parplan {
 } hpgo_parplan_t;
 
 /* COMPILE_BLOCKS: torch.compile of each transformer block only, the final
- * norm, output layer and loss eager (torchtitan until 2025: the loss was not
- * compiled, train.py at commit 9dec370) */
-enum { HPGO_KS_TE = 0, HPGO_KS_COMPILE = 1, HPGO_KS_EAGER = 2, HPGO_KS_COMPILE_BLOCKS = 3 };
+ * norm, output layer and loss eager, attention on PyTorch's FlashAttention-2
+ * (torchtitan until March 2025: the loss was not compiled, train.py at
+ * commit 9dec370); COMPILE_FA2: blocks and loss compiled, attention still on
+ * FlashAttention-2 (torchtitan until October 2025 on Hopper) */
+enum {
+    HPGO_KS_TE = 0,
+    HPGO_KS_COMPILE = 1,
+    HPGO_KS_EAGER = 2,
+    HPGO_KS_COMPILE_BLOCKS = 3,
+    HPGO_KS_COMPILE_FA2 = 4
+};
 enum { HPGO_TPO_NONE = 0, HPGO_TPO_TE = 1, HPGO_TPO_ASYNC = 2 };
 enum { HPGO_CP_P2P = 0, HPGO_CP_ALLGATHER = 1, HPGO_CP_A2A = 2 };
 /* uniform: every layer recomputed, the inputs of groups of N layers

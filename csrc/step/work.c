@@ -425,9 +425,11 @@ static void shape(const hpgo_xformer_t *x, const hpgo_parplan_t *p, int32_t prec
     s->sp = p->sequence_parallel && p->tp > 1;
     s->tl = s->sp ? s->T / s->t : s->T;
     s->rc = p->recompute;
-    /* compile-blocks compiles the transformer blocks as compile does; its
-     * output layer and loss run eager (xformer_pieces) */
-    s->ks = p->kernels == HPGO_KS_COMPILE_BLOCKS ? HPGO_KS_COMPILE : p->kernels;
+    /* compile-blocks and compile-fa2 compile the transformer blocks as
+     * compile does (their attention and loss: xformer_pieces) */
+    s->ks = p->kernels == HPGO_KS_COMPILE_BLOCKS || p->kernels == HPGO_KS_COMPILE_FA2
+                ? HPGO_KS_COMPILE
+                : p->kernels;
     s->rope = !x->learned_pos && !x->mla;
     s->gathered = p->tp_overlap == HPGO_TPO_ASYNC && s->sp;
     s->pb = x->parallel_block != 0;
@@ -1450,7 +1452,7 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     shape(x, p, w->precision, &s);
     int dt = (int)dtype_of(w->precision);
     kctx_t k = {&c->gpu, dt, dt == HPGO_DT_FP8 ? HPGO_DT_BF16 : dt, s.E, dt == HPGO_DT_FP8,
-                s.ks, p->kernels == HPGO_KS_COMPILE_BLOCKS};
+                s.ks, p->kernels == HPGO_KS_COMPILE_BLOCKS || p->kernels == HPGO_KS_COMPILE_FA2};
     const kctx_t kb = k16(&k);
     if (c->gpu.peak[k.dtype] <= 0)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "the %s GPU has no %s rate",
@@ -1546,7 +1548,7 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
         vec(&k, &hf, lg, 5, 2 * lg);
         vec(&k, &hf, lg, 5, 4 * lg);
         vec(&k, &hb, lg, 1, 4 * lg);
-    } else if (p->kernels == HPGO_KS_COMPILE) {
+    } else if (p->kernels == HPGO_KS_COMPILE || p->kernels == HPGO_KS_COMPILE_FA2) {
         /* torchtitan's pred.float() + cross_entropy compiled: the cast fused
          * into one reduction pass (2 B read) keeping the log-sum-exp; the
          * partitioner recomputes the softmax in the backward from the bf16
