@@ -56,12 +56,14 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "the overlap share must be in (0, 1], got %g", p->overlap_share);
     if (p->kernels < HPGO_KS_TE || p->kernels > HPGO_KS_COMPILE_FA2 ||
-        p->tp_overlap < HPGO_TPO_NONE || p->tp_overlap > HPGO_TPO_ASYNC || p->cp_comm < HPGO_CP_P2P || p->cp_comm > HPGO_CP_A2A ||
+        p->tp_overlap < HPGO_TPO_NONE || p->tp_overlap > HPGO_TPO_ASYNC ||
+        p->cp_comm < HPGO_CP_P2P || p->cp_comm > HPGO_CP_A2A ||
         (p->recompute_method != HPGO_RCM_UNIFORM && p->recompute_method != HPGO_RCM_BLOCK))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "kernels (0 te, 1 compile, 2 eager, 3 compile-blocks, 4 "
-                            "compile-fa2), tp_overlap (0 none, 1 te, 2 async), cp_comm (0 p2p, 1 all_gather, 2 a2a) or "
-                            "recompute_method (0 uniform, 1 block) out of range");
+                            "compile-fa2), tp_overlap (0 none, 1 te, 2 async), cp_comm (0 p2p, "
+                            "1 all_gather, 2 a2a) or recompute_method (0 uniform, 1 block) out "
+                            "of range");
     if (p->recompute_layers < 0 || p->recompute_layers > (1 << 20) ||
         (p->recompute_layers > 0 && p->recompute != HPGO_RC_FULL))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
