@@ -214,3 +214,12 @@ def test_compile_fa2_is_compiled_loss_with_flash_attention_2():
     assert f[1]["transient_bytes"] == c[1]["transient_bytes"] < b[1]["transient_bytes"]
     with pytest.raises(ValueError, match="kernels"):
         hpgo.autoplan(LLAMA8, H100, global_batch=16, kernels="compile-fa2")
+
+
+def test_torchtitan_offers_op_checkpointing_but_the_search_keeps_to_its_three():
+    from hpgo import frameworks
+    p = plan(recompute="selective-op")
+    assert frameworks.problems("torchtitan", p) == []
+    assert any("selective-op" in x for x in frameworks.problems("megatron", p))
+    spaces = frameworks.search_spaces("torchtitan", {"recompute": None})
+    assert {s["recompute"] for s in spaces} == {"none", "full"}
