@@ -366,12 +366,14 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                     if (ag > dur)
                         dur = ag;
                     dur += ag / (st->n_layers > 0 ? st->n_layers : 1);
-                    /* FSDP2 copies the shards into the all-gather buffer and the
-                     * gathered buffer out into the parameters
-                     * (_fsdp_collectives.py foreach_all_gather{,_copy_out}): (2 + 4)
-                     * bytes per gathered parameter of HBM traffic (spec 3.1) */
+                    /* FSDP2 casts and copies the shards into the all-gather buffer
+                     * on its copy-in stream, beside the compute (foreach_all_gather
+                     * in _fsdp_collectives.py: all_gather_copy_in_stream), and
+                     * copies the gathered buffer out into the parameters on the
+                     * compute stream (foreach_all_gather_copy_out,
+                     * split_with_sizes_copy): 2 + 2 bytes per gathered parameter */
                     dur += hpgo_gpu_op_time(&c->gpu, HPGO_DT_BF16, HPGO_OP_VECTOR, 0,
-                                            6 * st->params);
+                                            4 * st->params);
                 }
                 if (p->offload_activations > 0 && op.kind != HPGO_OP_W) {
                     double mv = p->offload_activations * st->act / host_bw;
