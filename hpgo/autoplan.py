@@ -503,7 +503,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     (a share, or ``None`` to search 0, 0.5 and 1); offloading needs the
     cluster's ``host_bandwidth`` and ``host_memory_bandwidth``.
     ``kernels``, ``tp_overlap`` and ``cp_comm`` name the training stack every
-    plan is priced on (not searched; :class:`ParallelPlan`): ``tp_overlap``
+    plan is priced on (not searched; :class:`ParallelPlan`; ``"te"``,
+    ``"compile"`` or ``"eager"``: torchtitan's earlier kernel sets and its
+    op-level checkpointing are simulated, not searched): ``tp_overlap``
     applies to the plans with sequence parallelism.
     ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
     search with KeyboardInterrupt.  Raises ValueError for impossible arguments; a search with no
