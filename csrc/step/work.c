@@ -13,8 +13,9 @@
  * parallelism an all-gather and a reduce-scatter in their place plus the
  * two all-gathers redone in the backward (Korthikanti et al. 2022 4.2.2;
  * not with full recomputation).  Recomputation adds the attention core's
- * forward (selective) or the whole layer forward with its collectives
- * (full) to B.  Stored activations follow the itemisation of spec 3.3
+ * forward (selective), every other matmul of the block with its pointwise
+ * ops (torchtitan's op-level checkpointing) or the whole layer forward with
+ * its collectives (full) to B.  Stored activations follow the itemisation of spec 3.3
  * (generalised to GQA, SwiGLU, fused attention, no dropout), which equals
  * Korthikanti's sbh(34 + 5as/h) and Table 2 for GPT layers.
  *
