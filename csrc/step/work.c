@@ -77,7 +77,7 @@ typedef struct kctx {
     int quant;      /* fp8: a GEMM's left operand is quantized first (forward input,
                        backward output gradient; the weight gradient reuses both) */
     int ks;         /* kernel set, HPGO_KS_* */
-    int fa2;        /* attention on PyTorch's FlashAttention-2 kernels (compile-blocks) */
+    int fa2;        /* attention on PyTorch's FlashAttention-2 (compile-blocks, -fa2) */
 } kctx_t;
 
 static void launch(acc_t *a, double t)
