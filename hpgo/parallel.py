@@ -39,7 +39,7 @@ SCHEDULES = {"gpipe": _core.SCHEDULE_GPIPE, "1f1b": _core.SCHEDULE_1F1B,
              "interleaved-1f1b": _core.SCHEDULE_INTERLEAVED, "zb-h1": _core.SCHEDULE_ZBH1,
              "zb-v": _core.SCHEDULE_ZBV}
 RECOMPUTE_MODES = {"none": _core.RECOMPUTE_NONE, "selective": _core.RECOMPUTE_SELECTIVE,
-                   "full": _core.RECOMPUTE_FULL}
+                   "full": _core.RECOMPUTE_FULL, "selective-op": _core.RECOMPUTE_OP}
 PRECISIONS = {"bf16": _core.PRECISION_BF16, "fp16": _core.PRECISION_FP16,
               "fp8": _core.PRECISION_FP8, "fp32": _core.PRECISION_FP32}
 #: MoE token dispatchers (csrc/step/parplan.h HPGO_DISPATCH_)
@@ -47,7 +47,7 @@ DISPATCHERS = {"alltoall": 0, "deepep": 1}
 DISPATCHERS_BY_CODE = {v: k for k, v in DISPATCHERS.items()}
 #: kernel sets (csrc/step/parplan.h HPGO_KS_), tensor-parallel overlap (HPGO_TPO_),
 #: context-parallel exchange (HPGO_CP_), partial recomputation (HPGO_RCM_)
-KERNEL_SETS = {"te": 0, "compile": 1, "eager": 2}
+KERNEL_SETS = {"te": 0, "compile": 1, "eager": 2, "compile-blocks": 3, "compile-fa2": 4}
 TP_OVERLAPS = {"none": 0, "te": 1, "async": 2}
 CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2, "torch_sdpa": 3}
 ATTENTIONS = {"auto": 0, "flash2": 1}
@@ -361,17 +361,24 @@ class ParallelPlan:
 
     The training stack (docs/training-model.md, "Stacks"): ``kernels`` is
     the kernel set a layer launches -- ``"te"`` (Megatron-Core with
-    Transformer Engine's fused kernels), ``"compile"`` (``torch.compile``)
-    or ``"eager"`` (eager PyTorch); ``tp_overlap`` hides tensor-parallel
+    Transformer Engine's fused kernels), ``"compile"`` (``torch.compile``),
+    ``"compile-blocks"`` (``torch.compile`` of each transformer block, the
+    output layer and the loss eager, attention on PyTorch's FlashAttention-2:
+    torchtitan until March 2025), ``"compile-fa2"`` (blocks and loss
+    compiled, FlashAttention-2: torchtitan until October 2025) or
+    ``"eager"`` (eager PyTorch); ``tp_overlap`` hides tensor-parallel
     communication behind the GEMMs beyond what every stack overlaps --
     ``"te"`` (Megatron's ``--tp-comm-overlap``, Transformer Engine's
     userbuffers; needs ``kernels="te"``) or ``"async"`` (PyTorch's async
-    TP; needs ``kernels="compile"``), both with ``sequence_parallel``;
+    TP; needs one of the ``torch.compile`` kernel sets), both with ``sequence_parallel``;
     ``cp_comm`` is how context parallelism exchanges K and V --
     ``"p2p"`` (a ring overlapped block by block, Megatron-Core's default),
     ``"all_gather"`` (Llama 3; one exposed gather), ``"a2a"`` (Ulysses) or
     ``"torch_sdpa"`` (PyTorch's context parallelism around SDPA, its
-    all-gather rotation); ``recompute_layers`` (with ``recompute="full"``) recomputes
+    all-gather rotation); ``recompute="selective-op"`` is torchtitan's
+    op-level selective checkpointing (every other matmul's and the
+    attention's outputs saved, the rest of a block recomputed; dense blocks
+    with fused attention); ``recompute_layers`` (with ``recompute="full"``) recomputes
     groups of that many layers (``recompute_method="uniform"``) or only the
     first that many layers of each model stage (``"block"``), as
     Megatron's ``--recompute-num-layers`` (0: every layer).  ``attention``
@@ -477,8 +484,10 @@ class ParallelPlan:
         if self.tp_overlap == "te" and self.kernels != "te":
             raise ValueError("tp_overlap='te' (Transformer Engine's userbuffers) needs "
                              "kernels='te'")
-        if self.tp_overlap == "async" and self.kernels != "compile":
-            raise ValueError("tp_overlap='async' (an Inductor pass) needs kernels='compile'")
+        if self.tp_overlap == "async" and self.kernels not in ("compile", "compile-blocks",
+                                                               "compile-fa2"):
+            raise ValueError("tp_overlap='async' (an Inductor pass) needs kernels='compile', "
+                             "'compile-blocks' or 'compile-fa2'")
         overlap_share(self.overlap_moe_comm)
         if not isinstance(self.overlap_moe_comm, bool):
             object.__setattr__(self, "overlap_moe_comm", float(self.overlap_moe_comm))

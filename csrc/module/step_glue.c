@@ -1039,6 +1039,7 @@ int glue_step_init(PyObject *module)
         {"RECOMPUTE_NONE", HPGO_RC_NONE},
         {"RECOMPUTE_SELECTIVE", HPGO_RC_SELECTIVE},
         {"RECOMPUTE_FULL", HPGO_RC_FULL},
+        {"RECOMPUTE_OP", HPGO_RC_OP},
         {"PRECISION_BF16", HPGO_PREC_BF16},
         {"PRECISION_FP16", HPGO_PREC_FP16},
         {"PRECISION_FP8", HPGO_PREC_FP8},

@@ -28,7 +28,10 @@ enum {
     HPGO_PS_ZBV = 4,        /* zero bubble V: two chunks per device in a V */
     HPGO_PS__COUNT
 };
-enum { HPGO_RC_NONE = 0, HPGO_RC_SELECTIVE = 1, HPGO_RC_FULL = 2 };
+/* OP: torchtitan's op-level selective activation checkpointing (mode
+ * "selective", option "op"): the outputs of every other matmul and of the
+ * attention are saved, everything else of the block is recomputed (work.c) */
+enum { HPGO_RC_NONE = 0, HPGO_RC_SELECTIVE = 1, HPGO_RC_FULL = 2, HPGO_RC_OP = 3 };
 
 /* One pipeline stage of an uneven plan (DAPPLE's stages with their own
  * replica counts, HAP's shares by speed, stages on different GPU types):
@@ -141,7 +144,18 @@ typedef struct hpgo_parplan {
     int32_t optimizer_impl;
 } hpgo_parplan_t;
 
-enum { HPGO_KS_TE = 0, HPGO_KS_COMPILE = 1, HPGO_KS_EAGER = 2 };
+/* COMPILE_BLOCKS: torch.compile of each transformer block only, the final
+ * norm, output layer and loss eager, attention on PyTorch's FlashAttention-2
+ * (torchtitan until March 2025: the loss was not compiled, train.py at
+ * commit 9dec370); COMPILE_FA2: blocks and loss compiled, attention still on
+ * FlashAttention-2 (torchtitan until October 2025 on Hopper) */
+enum {
+    HPGO_KS_TE = 0,
+    HPGO_KS_COMPILE = 1,
+    HPGO_KS_EAGER = 2,
+    HPGO_KS_COMPILE_BLOCKS = 3,
+    HPGO_KS_COMPILE_FA2 = 4
+};
 enum { HPGO_TPO_NONE = 0, HPGO_TPO_TE = 1, HPGO_TPO_ASYNC = 2 };
 /* TORCH_SDPA: PyTorch's context parallelism around SDPA (work.c torch_cp_core) */
 enum { HPGO_CP_P2P = 0, HPGO_CP_ALLGATHER = 1, HPGO_CP_A2A = 2, HPGO_CP_TORCH_SDPA = 3 };
