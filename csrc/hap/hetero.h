@@ -14,8 +14,9 @@
  * (HAP charges nothing; without this charge a replicated layer followed by
  * a sharded one would get its full gradient for free).  The chain's input
  * is available in any form for free; its output must end in R or Gb.
- * With uneven shards, an all-gather (reduce-scatter) is either padded (n max_d r_d S / B) or a grouped
- * broadcast (reduce) (S / B_group), whichever is cheaper.
+ * With uneven shards, an all-gather (reduce-scatter) is either padded
+ * (n max_d r_d S / B) or a grouped broadcast (reduce) (S / B_group),
+ * whichever is cheaper.
  * Iteration time = sum over layers of max_d compute + collectives (no
  * overlap, HAP's cost model): sharded compute phi * max_d r_d / f_d,
  * replicated phi / min_d f_d, phi = 3 x forward FLOPs.
