@@ -193,6 +193,7 @@ class ReplanResult:
     kept_current: bool = False
     searched: Tuple[int, ...] = ()  # the search's own best split (DynPipe's choice for topk)
     search_time: float = math.nan   # its score
+    exact: bool = False             # dp: ``searched`` is a best split of all under the score
 
     @property
     def chosen(self) -> Tuple[int, ...]:
@@ -288,7 +289,7 @@ def replan(chain_or_forward, backward=None, *, current: Sequence[int],
         predicted_time=r["new_time"], moved_bytes=r["moved_bytes"],
         drain_time=r["drain_time"], migration_cost=r["migration_cost"], gain=r["gain"],
         switch=r["switch"], candidates=r["candidates"], kept_current=r["kept_current"],
-        searched=tuple(r["search_counts"]), search_time=r["search_time"])
+        searched=tuple(r["search_counts"]), search_time=r["search_time"], exact=r["exact"])
 
 
 @dataclass(frozen=True)

@@ -292,7 +292,7 @@ static PyObject *replan_run(PyObject *module, PyObject *args)
             }
         }
         if (lists[0] && lists[1])
-            out = Py_BuildValue("{s:N,s:d,s:d,s:d,s:d,s:d,s:d,s:O,s:L,s:d,s:O,s:N}", "counts",
+            out = Py_BuildValue("{s:N,s:d,s:d,s:d,s:d,s:d,s:d,s:O,s:L,s:d,s:O,s:N,s:O}", "counts",
                                 lists[0], "current_time", res.current_time, "new_time",
                                 res.new_time, "moved_bytes", res.moved_bytes, "drain_time",
                                 res.drain_time, "migration_cost", res.migration_cost, "gain",
@@ -300,7 +300,7 @@ static PyObject *replan_run(PyObject *module, PyObject *args)
                                 "candidates", (long long)res.candidates, "search_time",
                                 res.search_time, "kept_current",
                                 res.kept_current ? Py_True : Py_False, "search_counts",
-                                lists[1]);
+                                lists[1], "exact", res.exact ? Py_True : Py_False);
         else {
             Py_XDECREF(lists[0]);
             Py_XDECREF(lists[1]);
