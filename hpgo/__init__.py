@@ -65,7 +65,7 @@ from .dynpipe import (
 from .hetero import HapLayer, HapPlan, hap_cluster
 from .cluster import GPU, Cluster, Level
 from .workmodel import ProfiledModel, Transformer, model_id, profile_model, transformer
-from .parallel import MemoryBreakdown, ParallelPlan, StepResult, pipeline_split, simulate
+from .parallel import MemoryBreakdown, ParallelPlan, StageGroup, StepResult, pipeline_split, simulate
 from .autoplan import RankedPlan, RankedPlans, autoplan
 from .hetero import compare as hap_compare, plan as hap_plan
 from . import dynpipe, examples, hetero, validation
@@ -109,6 +109,7 @@ __all__ = [
     "MemoryBreakdown",
     "Model",
     "ParallelPlan",
+    "StageGroup",
     "Plan",
     "PlanList",
     "PlanStage",

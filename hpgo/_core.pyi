@@ -212,9 +212,12 @@ ALGO_RING: int
 ALGO_HIERARCHICAL: int
 OBJECTIVE_TIME: int
 OBJECTIVE_COST: int
+CLUSTER_MAX_PARTS: int
 EP_OVERLAP_MEGATRON: float
 ALLOC_FRAG_GMLAKE: float
 
+# a cluster tuple has 17 items (step_glue.c): the 14 of one GPU type, then
+# parts (cluster tuples), join (None or a level tuple) and speeds ((gpu, factor), ...)
 def _step_cluster_preset(name: str, nodes: int, /) -> tuple[Any, ...]: ...
 def _step_cluster_presets() -> tuple[str, ...]: ...
 def _step_cluster_check(cluster: tuple[Any, ...], /) -> None: ...
@@ -224,6 +227,9 @@ def _step_p2p_time(cluster: tuple[Any, ...], level: int, nbytes: float, /) -> fl
 def _step_kernel_time(cluster: tuple[Any, ...], dtype: int, op: int, flops: float,
                       nbytes: float, /) -> float: ...
 def _step_model_params(model: tuple[Any, ...], /) -> tuple[float, float]: ...
+# plan: 30 items (step_glue.c to_plan), the last the stage groups: None or a
+# tuple of (part, tp, dp, first_gpu or -1, shares tuple or None); each device
+# dict of the result has "part" and "speed" (its slowest GPU's factor)
 def _step_simulate(model: tuple[Any, ...], cluster: tuple[Any, ...], plan: tuple[Any, ...],
                    record: bool, overhead_bytes: float | None, /) -> dict[str, Any]: ...
 def _autoplan(model: tuple[Any, ...], cluster: tuple[Any, ...], opts: tuple[Any, ...],

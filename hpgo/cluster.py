@@ -35,6 +35,21 @@ between two synchronisations; the step waits for the slowest of its GPUs;
 and ``nccl_latency`` (price collective latency with NCCL's own tuning
 model by algorithm, protocol, ranks and nodes instead of ``latency`` per
 ring step).
+
+Several GPU types: :meth:`Cluster.combine` joins homogeneous clusters
+(presets, files or clusters) into one, its ``parts``, numbered part after
+part, every pair of parts linked by ``join`` (a :class:`Level`: bytes/s
+per GPU and direction, latency, efficiency)::
+
+    mixed = hpgo.Cluster.combine(hpgo.Cluster.preset("dgx-h100", 4),
+                                 hpgo.Cluster.preset("dgx-a100-80gb", 8), bandwidth=25e9)
+    mixed.gpus                       # 96: GPUs 0..31 are H100, 32..95 A100
+    slowed = mixed.with_speed({5: 1 / 1.5})   # GPU 5 runs 1.5x slower
+
+``speeds`` lists GPUs that run at a factor of their type's rate (any
+cluster, one type or several).  A cluster with parts repeats part 0's
+``gpu``, ``levels`` and host fields in its own, so code that reads one GPU
+type reads part 0.
 """
 from __future__ import annotations
 
@@ -47,7 +62,8 @@ from typing import Any, Mapping
 
 from . import _core, _files
 
-__all__ = ["GPU", "Level", "Cluster", "GPU_TYPES", "resolve", "ALLOCATOR_FRAGMENTATION"]
+__all__ = ["GPU", "Level", "Cluster", "GPU_TYPES", "resolve", "ALLOCATOR_FRAGMENTATION",
+           "part_prices", "plan_price"]
 
 #: GPU names :meth:`Cluster.build` takes, and the preset each is read from
 #: (its GPU, its NVLink level, and its inter-node latency and efficiency).
@@ -180,10 +196,14 @@ class Cluster:
     allocator_fragmentation: float = 0.0
     jitter: float = 0.0
     nccl_latency: bool = False
+    parts: tuple["Cluster", ...] = ()
+    join: Level | None = None
+    speeds: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.gpu, GPU):
             raise TypeError("gpu must be an hpgo.GPU")
+        self._init_parts()
         if not isinstance(self.nccl_latency, bool):
             raise TypeError("nccl_latency must be a bool")
         for f in ("host_memory_bytes", "host_bandwidth", "host_memory_bandwidth",
@@ -197,7 +217,163 @@ class Cluster:
         object.__setattr__(self, "levels", lv)
         _core._step_cluster_check(self._tuple())
 
+    def _init_parts(self) -> None:
+        """Normalise and check parts, join and speeds (their C checks follow)."""
+        parts = self.parts
+        if isinstance(parts, (str, bytes)) or not hasattr(parts, "__iter__"):
+            raise TypeError("parts must be a sequence of hpgo.Cluster")
+        parts = tuple(parts)
+        for k, q in enumerate(parts):
+            if not isinstance(q, Cluster):
+                raise TypeError(f"parts[{k}] must be an hpgo.Cluster, not {type(q).__name__}")
+            if q.parts:
+                raise ValueError(f"parts[{k}] ({q.name}): a part cannot have parts of its own")
+            if q.speeds:
+                raise ValueError(f"parts[{k}] ({q.name}): slowed GPUs belong to the whole "
+                                 "cluster (its speeds), not to a part")
+        if len(parts) == 1:
+            raise ValueError("parts: a cluster of several GPU types has at least 2 parts "
+                             "(none for one type)")
+        object.__setattr__(self, "parts", parts)
+        if parts:
+            if not isinstance(self.join, Level):
+                raise TypeError("a cluster with parts needs join, an hpgo.Level linking them")
+            object.__setattr__(self, "join", dataclasses.replace(self.join, size=len(parts)))
+            p0 = parts[0]
+            # the fields of one type repeat part 0's (module docstring)
+            object.__setattr__(self, "gpu", p0.gpu)
+            object.__setattr__(self, "levels", p0.levels)
+            for f in _SYSTEM:
+                object.__setattr__(self, f, getattr(p0, f))
+        elif self.join is not None:
+            raise ValueError("join links parts: a cluster without parts has none")
+        sp = self.speeds
+        if isinstance(sp, Mapping):
+            sp = sp.items()
+        try:
+            items = [(k, v) for k, v in sp]
+        except (TypeError, ValueError):
+            raise TypeError("speeds must be (gpu index, speed factor) pairs") from None
+        out: dict[int, float] = {}
+        n = self.gpus
+        for k, v in items:
+            if isinstance(k, bool) or not hasattr(k, "__index__"):
+                raise TypeError(f"speeds: a GPU index must be an int, not {type(k).__name__}")
+            i = k.__index__()
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TypeError(f"speeds: GPU {i}'s speed factor must be a number")
+            if not 0 <= i < n:
+                raise ValueError(f"speeds: GPU {i} is not in the cluster's {n} GPUs "
+                                 f"(0..{n - 1})")
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"speeds: GPU {i}'s speed factor must be a finite number > 0, "
+                                 f"got {v!r}")
+            if i in out:
+                raise ValueError(f"speeds: GPU {i} is listed twice")
+            out[i] = float(v)
+        object.__setattr__(self, "speeds", tuple(sorted(out.items())))
+
     # -- construction ---------------------------------------------------------
+    @classmethod
+    def combine(cls, *clusters: "str | os.PathLike | Cluster", bandwidth: float,
+                latency: float = 0.0, efficiency: float = 1.0,
+                name: str | None = None) -> "Cluster":
+        """One cluster of several GPU types: the homogeneous ``clusters``
+        (presets, cluster files or :class:`Cluster` values; a preset's own
+        node count) as its parts, GPUs numbered part after part, any two
+        parts linked at ``bandwidth`` (bytes/s per GPU and direction),
+        ``latency`` (seconds) and ``efficiency``.  The parts' slowed GPUs
+        move to the whole cluster's ``speeds``."""
+        if len(clusters) < 2:
+            raise ValueError("combine needs at least two clusters")
+        if len(clusters) > _core.CLUSTER_MAX_PARTS:
+            raise ValueError(f"combine joins at most {_core.CLUSTER_MAX_PARTS} clusters")
+        for f, v in (("bandwidth", bandwidth), ("latency", latency),
+                     ("efficiency", efficiency)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TypeError(f"{f} must be a number")
+        if not (math.isfinite(bandwidth) and bandwidth > 0):
+            raise ValueError(f"bandwidth must be a finite number of bytes/s > 0, got {bandwidth!r}")
+        parts, speeds, first = [], [], 0
+        for k, x in enumerate(clusters):
+            q = resolve(x) if isinstance(x, (str, os.PathLike)) else x
+            if not isinstance(q, Cluster):
+                raise TypeError(f"combine: argument {k + 1} must be a preset name, a cluster "
+                                f"file or an hpgo.Cluster, not {type(x).__name__}")
+            if q.parts:
+                raise ValueError(f"combine: argument {k + 1} ({q.name}) has several GPU types "
+                                 "already; combine its parts instead")
+            speeds += [(first + i, v) for i, v in q.speeds]
+            parts.append(dataclasses.replace(q, speeds=()))
+            first += q.gpus
+        label = name if name is not None else "+".join(f"{q.nodes}x{q.name}" for q in parts)
+        if not isinstance(label, str):
+            raise TypeError("name must be a str")
+        p0 = parts[0]
+        return cls(label, p0.gpu, p0.levels, parts=tuple(parts),
+                   join=Level(len(parts), float(bandwidth), latency=float(latency),
+                              efficiency=float(efficiency)),
+                   speeds=tuple(speeds))
+
+    def with_speed(self, speeds: "Mapping[int, float]") -> "Cluster":
+        """The same cluster with GPUs (cluster indices) running at a factor
+        of their type's rate: ``{5: 1 / 1.5}`` slows GPU 5 1.5x; a factor of
+        1 restores a GPU; the others keep their factors."""
+        if not isinstance(speeds, Mapping):
+            raise TypeError("with_speed takes a mapping {gpu index: speed factor}")
+        cur = dict(self.speeds)
+        for k, v in speeds.items():
+            if isinstance(k, bool) or not hasattr(k, "__index__"):
+                raise TypeError(f"with_speed: a GPU index must be an int, not {type(k).__name__}")
+            cur[k.__index__()] = v
+        new = tuple((k, v) for k, v in cur.items()
+                    if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v == 1))
+        return dataclasses.replace(self, speeds=new)
+
+    def speed(self, gpu: int) -> float:
+        """The speed factor of cluster GPU ``gpu`` (1: its type's rate)."""
+        return dict(self.speeds).get(gpu, 1.0)
+
+    @property
+    def kinds(self) -> tuple["Cluster", ...]:
+        """The homogeneous parts (the cluster itself when it has one GPU type)."""
+        return self.parts or (dataclasses.replace(self, speeds=()),)
+
+    def part_index(self, gpu: "str | int | None") -> int:
+        """The part a StageGroup's ``gpu`` names: an index, a GPU type
+        (``"H100-SXM5-80GB"``, or the short names of :data:`GPU_TYPES` such
+        as ``"h100"``) or a part's name; None is part 0."""
+        n = len(self.parts) or 1
+        if gpu is None:
+            return 0
+        if not isinstance(gpu, str):
+            if isinstance(gpu, bool) or not hasattr(gpu, "__index__"):
+                raise TypeError(f"gpu must be a part index or a GPU type name, not "
+                                f"{type(gpu).__name__}")
+            k = gpu.__index__()
+            if not 0 <= k < n:
+                raise ValueError(f"gpu: part {k} is not one of the cluster's {n} part(s)")
+            return k
+        key = gpu.strip().lower()
+        kinds = self.kinds
+        hits = [k for k, q in enumerate(kinds) if key in (q.gpu.name.lower(), q.name.lower())]
+        if not hits and key in GPU_TYPES:
+            want = _core._step_cluster_preset(GPU_TYPES[key], 1)[1].lower()
+            hits = [k for k, q in enumerate(kinds) if q.gpu.name.lower() == want]
+        if len(hits) == 1:
+            return hits[0]
+        names = ", ".join(f"{k}: {q.gpu.name} ({q.name})" for k, q in enumerate(kinds))
+        if hits:
+            raise ValueError(f"gpu {gpu!r} names several parts ({names}): give the part index")
+        raise ValueError(f"gpu {gpu!r} is none of the cluster's parts ({names})")
+
+    def _with_memory_factor(self, f: float) -> "Cluster":
+        """Every GPU type's memory times ``f`` (the headroom a plan keeps free)."""
+        if self.parts:
+            return dataclasses.replace(self, parts=tuple(q._with_memory_factor(f)
+                                                         for q in self.parts))
+        return self.with_gpu(memory_bytes=self.gpu.memory_bytes * f)
+
     @classmethod
     def preset(cls, name: str, nodes: int | None = None) -> "Cluster":
         """A preset (``hpgo.Cluster.presets()``) with ``nodes`` nodes (default:
@@ -255,7 +431,7 @@ class Cluster:
 
     @classmethod
     def _from_tuple(cls, t: tuple) -> "Cluster":
-        name, gname, peaks, vec, hbm, hbw, ms, vs, mems, levels, f8, att, sms, sy = t
+        name, gname, peaks, vec, hbm, hbw, ms, vs, mems, levels, f8, att, sms, sy = t[:14]
         gpu = GPU(gname, *peaks, vec, hbm, hbw, ms, vs, mems, f8, att, sms)
         lv = tuple(Level(size=s, bandwidth=b, collective_bandwidth=cb, latency=lat, efficiency=e)
                    for s, b, cb, lat, e in levels)
@@ -275,23 +451,42 @@ class Cluster:
                 g.fp8_matrix_efficiency, g.attention_efficiency, g.multiprocessors,
                 (float(self.host_memory_bytes), float(self.host_bandwidth),
                  float(self.host_memory_bandwidth), float(self.allocator_fragmentation),
-                 float(self.jitter), int(self.nccl_latency)))
+                 float(self.jitter), int(self.nccl_latency)),
+                tuple(q._tuple() for q in self.parts),
+                None if self.join is None else
+                (self.join.size, self.join.bandwidth, self.join.collective_bandwidth,
+                 self.join.latency, self.join.efficiency),
+                tuple(self.speeds))
 
     # -- shape ----------------------------------------------------------------
     @property
     def gpus(self) -> int:
+        """GPUs of the cluster (over all parts)."""
+        if self.parts:
+            return sum(q.gpus for q in self.parts)
         return math.prod(lv.size for lv in self.levels)
 
     @property
     def gpus_per_node(self) -> int:
+        """GPUs in a node (part 0's with parts)."""
         return self.levels[0].size
 
     @property
     def nodes(self) -> int:
+        """Nodes of the cluster (over all parts)."""
+        if self.parts:
+            return sum(q.nodes for q in self.parts)
         return self.gpus // self.gpus_per_node
+
+    def _one_type(self, what: str) -> None:
+        if self.parts:
+            raise ValueError(f"{what} changes a cluster of one GPU type; this one has "
+                             f"{len(self.parts)} parts: change them (cluster.parts[k]) and "
+                             "combine them again")
 
     def with_nodes(self, nodes: int) -> "Cluster":
         """The same cluster with ``nodes`` nodes (level 1 resized)."""
+        self._one_type("with_nodes")
         if len(self.levels) < 2:
             raise ValueError("a one-level cluster has no nodes to change")
         lv = list(self.levels)
@@ -304,6 +499,7 @@ class Cluster:
         level whose bandwidths are the node level's divided by
         ``oversubscription`` (Llama 3's fabric: 3,072-GPU pods, 1:7 above),
         so that groups spanning pods share the spine."""
+        self._one_type("with_spine")
         if len(self.levels) != 2:
             raise ValueError("with_spine needs a two-level cluster (GPUs in nodes, nodes)")
         if isinstance(pod_nodes, bool) or not hasattr(pod_nodes, "__index__"):
@@ -324,6 +520,7 @@ class Cluster:
 
     def with_gpu(self, **changes: Any) -> "Cluster":
         """The same cluster with GPU fields changed (``memory_bytes=``, ...)."""
+        self._one_type("with_gpu")
         return dataclasses.replace(self, gpu=dataclasses.replace(self.gpu, **changes))
 
     # -- costs (priced by csrc/step/cost.c) ------------------------------------------
@@ -360,10 +557,26 @@ class Cluster:
 
     # -- JSON -----------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {"format": "hpgo-cluster-1", "name": self.name,
-                "gpu": dataclasses.asdict(self.gpu),
-                "levels": [dataclasses.asdict(lv) for lv in self.levels],
-                **{f: getattr(self, f) for f in _SYSTEM}}
+        """The JSON description (``hpgo/cluster.schema.json``): with parts,
+        ``parts`` (each a homogeneous cluster without ``format``) and
+        ``join`` instead of ``gpu`` and ``levels``; ``speeds`` when GPUs are
+        slowed."""
+        d: dict[str, Any] = {"format": "hpgo-cluster-1", "name": self.name}
+        if self.parts:
+            d["parts"] = [{k: v for k, v in q.to_dict().items() if k != "format"}
+                          for q in self.parts]
+            j = self.join
+            assert j is not None
+            d["join"] = {"bandwidth": j.bandwidth, "latency": j.latency,
+                         "efficiency": j.efficiency,
+                         "collective_bandwidth": j.collective_bandwidth}
+        else:
+            d.update({"gpu": dataclasses.asdict(self.gpu),
+                      "levels": [dataclasses.asdict(lv) for lv in self.levels],
+                      **{f: getattr(self, f) for f in _SYSTEM}})
+        if self.speeds:
+            d["speeds"] = [[i, v] for i, v in self.speeds]
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, where: str = "cluster") -> "Cluster":
@@ -376,6 +589,30 @@ class Cluster:
             raise ValueError(f"{where}: not an hpgo-cluster-1 description (its \"format\" is "
                              f"{d.get('format')!r}; `hpgo cluster dgx-h100` prints an example)")
         _schema.check(d, _schema.load_schema("cluster"), where)
+        if "parts" in d:
+            bad = [k for k in ("gpu", "levels", *_SYSTEM) if k in d]
+            if bad:
+                raise ValueError(f"{where}: a cluster with parts describes its GPUs in each part; "
+                                 f"{bad[0]} belongs in parts[k]")
+            if "join" not in d:
+                raise ValueError(f"{where}: join: a cluster with parts needs join, the link "
+                                 "between parts (bandwidth, latency, efficiency)")
+            parts = tuple(cls.from_dict({"format": "hpgo-cluster-1", **dict(q)},
+                                        where=f"{where}: parts[{k}]")
+                          for k, q in enumerate(d["parts"]))
+            j = d["join"]
+            try:
+                return cls(str(d["name"]), parts[0].gpu, parts[0].levels, parts=parts,
+                           join=Level(len(parts), **dict(j)),
+                           speeds=tuple(tuple(x) for x in d.get("speeds", ())))
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{where}: {e}") from None
+        if "join" in d:
+            raise ValueError(f"{where}: join: links parts, and this cluster has none")
+        for k in ("gpu", "levels"):
+            if k not in d:
+                raise ValueError(f"{where}: (top level): missing field '{k}' (a cluster has "
+                                 "gpu and levels, or parts and join)")
         try:
             if d.get("format") != "hpgo-cluster-1":
                 raise ValueError("not an hpgo-cluster-1 description")
@@ -393,7 +630,8 @@ class Cluster:
             gpu = GPU(**g)
             levels = tuple(Level(**dict(x)) for x in d["levels"])
             sysf = {f: d[f] for f in _SYSTEM if f in d}
-            return cls(str(d["name"]), gpu, levels, **sysf)
+            return cls(str(d["name"]), gpu, levels, **sysf,
+                       speeds=tuple(tuple(x) for x in d.get("speeds", ())))
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"{where}: malformed cluster description ({e})") from None
         except ValueError as e:
@@ -413,6 +651,27 @@ class Cluster:
 
     def describe(self) -> str:
         """Every figure of the cluster, with its unit (``hpgo cluster`` prints it)."""
+        if self.parts:
+            j = self.join
+            assert j is not None
+            kinds = ", ".join(f"{q.gpus} {q.gpu.name}" for q in self.parts)
+            out = [f"{self.name}: {len(self.parts)} parts, {self.gpus} GPUs ({kinds})",
+                   f"  between parts: {j.bandwidth / 1e9:g} GB/s per GPU "
+                   f"({j.bandwidth * 8 / 1e9:g} Gb/s), latency {j.latency * 1e6:g} us, "
+                   f"efficiency {j.efficiency:g}"]
+            first = 0
+            for k, q in enumerate(self.parts):
+                out.append(f"  part {k}, GPUs {first}..{first + q.gpus - 1}: "
+                           + q.describe().replace("\n", "\n    "))
+                first += q.gpus
+        else:
+            out = self._describe_one().split("\n")
+        for i, v in self.speeds:
+            out.append(f"  GPU {i} runs at {v:g}x its type's rate"
+                       + (f" (slowed {1 / v:.3g}x)" if v < 1 else ""))
+        return "\n".join(out)
+
+    def _describe_one(self) -> str:
         g = self.gpu
         out = [f"{self.name}: {self.nodes} node(s) x {self.gpus_per_node} {g.name} = "
                f"{self.gpus} GPUs",
@@ -428,10 +687,60 @@ class Cluster:
         return "\n".join(out)
 
     def __repr__(self) -> str:
+        sp = f", {len(self.speeds)} GPU(s) at another speed" if self.speeds else ""
+        if self.parts:
+            return (f"Cluster({self.name}: " + " + ".join(
+                f"{q.gpus} x {q.gpu.name}" for q in self.parts)
+                + f", {self.join.bandwidth / 1e9:.1f} GB/s between parts{sp})")  # type: ignore
         lv = " x ".join(str(x.size) for x in self.levels)
         return (f"Cluster({self.name}: {self.gpus} x {self.gpu.name} ({lv}), "
                 f"{self.gpu.memory_bytes / 1e9:.0f} GB, "
                 f"{self.levels[0].bandwidth / 1e9:.0f} GB/s in a node"
                 + (f", {self.levels[1].bandwidth / 1e9:.1f} GB/s across" if len(self.levels) > 1 else "")
-                + ")")
+                + sp + ")")
 
+
+
+def part_prices(cluster: Cluster, price: "float | Mapping[str, float] | None",
+                name: str = "price") -> tuple[float, ...] | None:
+    """Dollars per GPU-hour of each part of ``cluster`` (one entry for a
+    one-type cluster): ``price`` a number (every GPU) or a mapping from a GPU
+    type (``"h100"``, ``"A100-SXM4-80GB"``, a part's name or index, as
+    :meth:`Cluster.part_index` reads them) to its price, one for each part."""
+    if price is None:
+        return None
+    n = len(cluster.kinds)
+    if not isinstance(price, Mapping):
+        if isinstance(price, bool) or not isinstance(price, (int, float)):
+            raise TypeError(f"{name} must be a number (dollars per GPU-hour) or a mapping "
+                            f"GPU type -> dollars per GPU-hour, not {type(price).__name__}")
+        if not (math.isfinite(price) and price > 0):
+            raise ValueError(f"{name} must be a finite number > 0, got {price!r}")
+        return (float(price),) * n
+    out: list[float | None] = [None] * n
+    for key, v in price.items():
+        k = cluster.part_index(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+                math.isfinite(v) and v > 0):
+            raise ValueError(f"{name}[{key!r}] must be a finite number > 0 (dollars per "
+                             f"GPU-hour), got {v!r}")
+        if out[k] is not None:
+            raise ValueError(f"{name}: two keys name part {k} ({cluster.kinds[k].gpu.name})")
+        out[k] = float(v)
+    missing = [cluster.kinds[k].gpu.name for k in range(n) if out[k] is None]
+    if missing:
+        raise ValueError(f"{name}: no price for {', '.join(missing)} (give one per GPU type)")
+    return tuple(float(x) for x in out)  # type: ignore[arg-type]
+
+
+def plan_price(cluster: Cluster, price: "float | Mapping[str, float] | None",
+               gpus_by_part: "Mapping[int, int]", name: str = "price") -> float | None:
+    """The average dollars per GPU-hour of a plan that uses ``gpus_by_part``
+    GPUs of each part (so that GPU-hours x it is the plan's cost)."""
+    pp = part_prices(cluster, price, name)
+    if pp is None:
+        return None
+    n = sum(gpus_by_part.values())
+    if n <= 0:
+        return pp[0]
+    return sum(pp[k] * g for k, g in gpus_by_part.items()) / n

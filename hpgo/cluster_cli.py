@@ -6,6 +6,9 @@
     hpgo cluster my.json                           check a cluster file and describe it
     hpgo cluster --gpu a100-40gb --nodes 4 --inter-node-gbps 200 --per-node -o my.json
     hpgo cluster --schema                          the JSON Schema of the file format
+    hpgo cluster --combine dgx-h100:4 --combine dgx-a100-80gb:8 --join-gbps 200
+                                                   several GPU types, joined by a network
+    hpgo cluster dgx-h100 --speed 5=0.667          GPU 5 slowed 1.5x
 """
 from __future__ import annotations
 
@@ -33,6 +36,19 @@ def add_cluster_subcommand(sub: Any) -> argparse.ArgumentParser:
     add_cluster_options(p)
     p.add_argument("--json", action="store_true", help="print the cluster file instead")
     p.add_argument("-o", "--output", metavar="FILE", help="write the cluster file")
+    mix = p.add_argument_group("several GPU types and slowed GPUs")
+    mix.add_argument("--combine", action="append", metavar="PRESET[:NODES]|FILE",
+                     help="a part of a cluster of several GPU types (give it twice or more); "
+                          "parts are numbered in the order given")
+    mix.add_argument("--join-gbps", type=float, metavar="G",
+                     help="the link between parts, gigabits/s per GPU (with --combine)")
+    mix.add_argument("--join-latency", type=float, default=0.0, metavar="S",
+                     help="its latency, seconds (default 0)")
+    mix.add_argument("--join-efficiency", type=float, default=1.0, metavar="E",
+                     help="its achieved fraction of the bandwidth (default 1)")
+    mix.add_argument("--speed", action="append", metavar="GPU=FACTOR",
+                     help="GPU (a cluster index) runs at FACTOR times its type's rate "
+                          "(0.667: slowed 1.5x); repeatable")
     p.add_argument("--schema", action="store_true",
                    help="print the JSON Schema of cluster files (every field and its unit)")
     p.set_defaults(func=run_cluster)
@@ -52,14 +68,23 @@ def run_cluster(args: Any, out: Any = None) -> int:
     if args.name and args.cluster:
         raise ValueError("give the cluster once (PRESET|FILE or --cluster)")
     args.cluster = args.cluster or args.name
-    if not args.cluster and not args.gpu:
+    if args.combine:
+        c = _combined(args)
+    elif args.join_gbps is not None:
+        raise ValueError("--join-gbps links the parts of --combine")
+    elif not args.cluster and not args.gpu:
         out.write("presets: " + ", ".join(hpgo.Cluster.presets()) + "\n")
         out.write("GPU types (--gpu): " + ", ".join(GPU_TYPES) + "\n")
         out.write("hpgo cluster PRESET -o FILE writes one to edit; hpgo cluster --schema "
                   "documents the format\n")
         return 0
+    else:
+        c = None
     _check_output(args.output, "-o")
-    c = cluster_from_args(args)
+    if c is None:
+        c = cluster_from_args(args)
+    if args.speed:
+        c = c.with_speed(_speeds(args.speed))
     if args.json:
         out.write(json.dumps(c.to_dict(), indent=1) + "\n")
     else:
@@ -68,3 +93,42 @@ def run_cluster(args: Any, out: Any = None) -> int:
         c.save(args.output)
         print(f"wrote {args.output}", file=sys.stderr)
     return 0
+
+
+def _combined(args: Any) -> Any:
+    """The cluster of --combine's parts, joined by --join-gbps."""
+    import math
+
+    import hpgo
+    from .cluster import resolve
+
+    if args.cluster or args.gpu:
+        raise ValueError("--combine builds the cluster from its parts: give no PRESET|FILE, "
+                         "--cluster or --gpu with it")
+    if len(args.combine) < 2:
+        raise ValueError("--combine needs two parts or more")
+    if args.join_gbps is None or not (math.isfinite(args.join_gbps) and args.join_gbps > 0):
+        raise ValueError("--combine needs --join-gbps G > 0 (the link between parts, "
+                         "gigabits/s per GPU)")
+    parts = []
+    for spec in args.combine:
+        name, sep, nodes = spec.rpartition(":")
+        if sep and name and nodes.isdigit():
+            parts.append(resolve(name, int(nodes)))
+        else:
+            parts.append(resolve(spec))
+    return hpgo.Cluster.combine(*parts, bandwidth=args.join_gbps * 1e9 / 8,
+                                latency=args.join_latency, efficiency=args.join_efficiency)
+
+
+def _speeds(specs: list[str]) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for spec in specs:
+        gpu, sep, factor = spec.partition("=")
+        try:
+            out[int(gpu)] = float(factor)
+        except ValueError:
+            raise ValueError(f"--speed takes GPU=FACTOR (5=0.667), got {spec!r}") from None
+        if not sep:
+            raise ValueError(f"--speed takes GPU=FACTOR (5=0.667), got {spec!r}")
+    return out

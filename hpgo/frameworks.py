@@ -77,6 +77,11 @@ MEGATRON = Framework(
     precisions=("bf16", "fp16", "fp8"),
     zero_needs={3: {"pp": 1, "ep": 1}},
     rules=(
+        Rule("Megatron-LM runs one data-parallel size for every stage (and one tensor-parallel "
+             "size, one GPU type): an uneven plan's stage groups have no Megatron form",
+             "Megatron-LM core_v0.19.0 megatron/core/parallel_state.py "
+             "initialize_model_parallel: world = tp x pp x dp x cp, equal groups",
+             lambda p, m, pr: getattr(p, "stages", None) is not None),
         Rule("FSDP2 (zero=3) runs without pipeline parallelism",
              f"{_MLM}: assert args.pipeline_model_parallel_size == 1 under --use-torch-fsdp2",
              lambda p, m, pr: p.zero == 3 and p.pp > 1),
@@ -161,6 +166,11 @@ TORCHTITAN = Framework(
     recompute=("none", "full"),
     precisions=("bf16", "fp8", "fp32"),
     rules=(
+        Rule("torchtitan runs one device mesh for every stage (one data-parallel and one "
+             "tensor-parallel size): an uneven plan's stage groups have no torchtitan form",
+             "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py ParallelDims: "
+             "world_size = pp x dp_replicate x dp_shard x cp x tp",
+             lambda p, m, pr: getattr(p, "stages", None) is not None),
         Rule("a single-stage schedule (gpipe, 1f1b) runs one stage per rank, a multi-stage "
              "one at least two", f"{_TT} torchtitan/distributed/pipeline_parallel.py: "
              "'Single stage schedule requires exactly 1 stage per rank' / 'Multi-stage "
@@ -238,6 +248,11 @@ DEEPSPEED = Framework(
     precisions=("bf16", "fp16", "fp32"),
     zero_needs={2: {"pp": 1}, 3: {"pp": 1}},
     rules=(
+        Rule("DeepSpeed's pipeline engine runs one data-parallel size for every stage: an "
+             "uneven plan's stage groups have no DeepSpeed form",
+             "DeepSpeed 0.19.8 deepspeed/runtime/pipe/topology.py PipeDataParallelTopology "
+             "(axes pipe x data, every stage the same data-parallel size)",
+             lambda p, m, pr: getattr(p, "stages", None) is not None),
         Rule("ZeRO-2 and ZeRO-3 do not run with pipeline stages",
              f"{_DS} deepspeed/runtime/pipe/engine.py PipelineEngine.__init__: assert "
              "zero_optimization_stage() < ZeroStageEnum.gradients",

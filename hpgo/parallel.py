@@ -32,7 +32,7 @@ from .cluster import Cluster
 from .timeline import Timeline
 from .workmodel import ProfiledModel, Transformer, model_id, profile_model
 
-__all__ = ["ParallelPlan", "StepResult", "MemoryBreakdown", "simulate", "pipeline_split",
+__all__ = ["ParallelPlan", "StageGroup", "StepResult", "MemoryBreakdown", "simulate", "pipeline_split",
            "SCHEDULES", "RECOMPUTE_MODES", "PRECISIONS", "DEFAULT_HEADROOM", "headroom_fraction"]
 
 SCHEDULES = {"gpipe": _core.SCHEDULE_GPIPE, "1f1b": _core.SCHEDULE_1F1B,
@@ -176,6 +176,140 @@ def _int(name: str, v: Any, lo: int = 1, hi: int = 1 << 40) -> int:
     return int(i)
 
 
+def _real(name: str, v: Any) -> float:
+    if isinstance(v, (bool, str)) or not isinstance(v, (int, float)):
+        raise TypeError(f"{name} must be a number, not {type(v).__name__}")
+    return float(v)
+
+
+@dataclass(frozen=True)
+class StageGroup:
+    """One pipeline stage of an uneven :class:`ParallelPlan`: its layers
+    (``[start, end)`` of the model's layers), its ``dp`` replicas of ``tp``
+    GPUs each, the cluster part it runs on (``gpu``: a GPU type name of the
+    cluster, a part index, or None for the first part), each replica's
+    share of a micro-batch's samples (``shares``: ``dp`` fractions summing
+    to 1, None: even; a transformer replica takes whole sequences) and the
+    cluster index of its first GPU (None: right after the GPUs of the
+    previous stages on the same part), or ``gpus``: all ``dp x tp`` cluster
+    GPU indices, replica by replica (each replica's tp GPUs consecutive),
+    for placements that are not one run of GPUs (HPGO's).  DAPPLE's stages with their own
+    replica counts, HAP's shares by speed and stages on different GPU types
+    are stage groups (docs/uneven-plans.md)."""
+
+    layers: tuple[int, int]
+    dp: int = 1
+    tp: int = 1
+    gpu: str | int | None = None
+    shares: tuple[float, ...] | None = None
+    first_gpu: int | None = None
+    gpus: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        lay = self.layers
+        if isinstance(lay, (str, bytes)) or not hasattr(lay, "__len__") or len(lay) != 2:
+            raise TypeError("layers must be a pair (start, end) of layer indices")
+        a = _int("layers start", lay[0], 0, 1 << 30)
+        b = _int("layers end", lay[1], 1, 1 << 30)
+        if b <= a:
+            raise ValueError(f"layers ({a}, {b}) hold no layer: end must be > start")
+        object.__setattr__(self, "layers", (a, b))
+        object.__setattr__(self, "dp", _int("dp", self.dp, 1, 1 << 24))
+        object.__setattr__(self, "tp", _int("tp", self.tp, 1, 1024))
+        g = self.gpu
+        if g is not None and not isinstance(g, str):
+            object.__setattr__(self, "gpu", _int("gpu (a part index)", g, 0, 15))
+        elif isinstance(g, str) and not g.strip():
+            raise ValueError("gpu must be a GPU type name, a part index or None")
+        if self.shares is not None:
+            sh = self.shares
+            if isinstance(sh, (str, bytes)) or not hasattr(sh, "__iter__"):
+                raise TypeError("shares must be a sequence of dp fractions or None")
+            sh = tuple(_real("share", x) for x in sh)
+            if len(sh) != self.dp:
+                raise ValueError(f"shares has {len(sh)} entries for dp={self.dp} replicas")
+            if not all(0 < x <= 1 for x in sh):
+                raise ValueError(f"shares must each be in (0, 1], got {sh}")
+            if abs(sum(sh) - 1.0) > 1e-9 * self.dp:
+                raise ValueError(f"shares must sum to 1, got {sum(sh)!r}")
+            object.__setattr__(self, "shares", sh)
+        if self.first_gpu is not None:
+            object.__setattr__(self, "first_gpu", _int("first_gpu", self.first_gpu, 0,
+                                                       (1 << 24) - 1))
+        if self.gpus is not None:
+            gs = self.gpus
+            if isinstance(gs, (str, bytes)) or not hasattr(gs, "__iter__"):
+                raise TypeError("gpus must be a sequence of dp x tp GPU indices or None")
+            gs = tuple(_int("gpus entry", x, 0, (1 << 24) - 1) for x in gs)
+            if len(gs) != self.dp * self.tp:
+                raise ValueError(f"gpus has {len(gs)} entries for dp x tp = {self.dp * self.tp}")
+            if len(set(gs)) != len(gs):
+                raise ValueError("gpus lists a GPU twice")
+            if self.first_gpu is not None and self.first_gpu != gs[0]:
+                raise ValueError("give first_gpu or gpus, not both")
+            object.__setattr__(self, "gpus", gs)
+
+    @property
+    def size(self) -> int:
+        """GPUs of the group: dp x tp."""
+        return self.dp * self.tp
+
+    def describe(self) -> str:
+        """'[0, 14) dp=14 tp=1 on V100' with the shares when uneven."""
+        out = f"[{self.layers[0]}, {self.layers[1]}) dp={self.dp} tp={self.tp}"
+        if self.gpu is not None:
+            out += f" on {self.gpu if isinstance(self.gpu, str) else f'part {self.gpu}'}"
+        if self.gpus is not None:
+            out += f" on GPUs {_ranges(self.gpus)}"
+        elif self.first_gpu is not None:
+            out += f" from GPU {self.first_gpu}"
+        if self.shares is not None:
+            out += " shares " + "/".join(f"{x:.3g}" for x in self.shares)
+        return out
+
+
+def _ranges(xs: tuple[int, ...]) -> str:
+    """'0-6,8-14' for (0, 1, ..., 6, 8, ..., 14)."""
+    out, i = [], 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        out.append(f"{xs[i]}" if i == j else f"{xs[i]}-{xs[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def _stage_groups(v: Any) -> tuple[StageGroup, ...]:
+    """``stages`` as a tuple of StageGroup (dicts, from JSON, are read by
+    field, each error naming ``stages[k]``)."""
+    if isinstance(v, (str, bytes, Mapping)) or not hasattr(v, "__iter__"):
+        raise TypeError("stages must be a sequence of hpgo.StageGroup (or None)")
+    out = []
+    names = {f.name for f in dataclasses.fields(StageGroup)}
+    for k, g in enumerate(v):
+        try:
+            if isinstance(g, Mapping):
+                extra = set(g) - names
+                if extra:
+                    raise ValueError(f"unknown fields {sorted(extra)}")
+                body = dict(g)
+                if isinstance(body.get("layers"), list):
+                    body["layers"] = tuple(body["layers"])
+                for f in ("shares", "gpus"):
+                    if isinstance(body.get(f), list):
+                        body[f] = tuple(body[f])
+                g = StageGroup(**body)
+            elif not isinstance(g, StageGroup):
+                raise TypeError(f"must be an hpgo.StageGroup, not {type(g).__name__}")
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"stages[{k}]: {e}") from None
+        out.append(g)
+    if not out:
+        raise ValueError("stages must hold at least one StageGroup")
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class ParallelPlan:
     """How one model is trained on a cluster (see the module docstring).
@@ -269,8 +403,11 @@ class ParallelPlan:
     cp_comm: str = "p2p"
     recompute_layers: int = 0
     recompute_method: str = "uniform"
+    stages: tuple[StageGroup, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.stages is not None:
+            self._uneven()
         for f in ("global_batch", "tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch"):
             object.__setattr__(self, f, _int(f, getattr(self, f)))
         object.__setattr__(self, "zero", _int("zero", self.zero, 0, 3))
@@ -335,9 +472,93 @@ class ParallelPlan:
             raise ValueError(f"global_batch {self.global_batch} is not a multiple of "
                              f"micro_batch x dp = {self.micro_batch * self.dp}")
 
+    def _uneven(self) -> None:
+        """Checks and derived fields of a plan with stage groups: pp is the
+        number of groups, the split their layer ranges, tp = dp = 1."""
+        st = _stage_groups(self.stages)
+        object.__setattr__(self, "stages", st)
+        for f in ("tp", "dp", "cp", "ep", "virtual_stages"):
+            if getattr(self, f) != 1:
+                raise ValueError(f"with stages, {f} must be 1: each StageGroup gives its own "
+                                 "dp and tp (cp, ep and virtual stages are not offered)")
+        if self.etp is not None:
+            raise ValueError("with stages, etp must be None")
+        if self.schedule in ("interleaved-1f1b", "zb-v"):
+            raise ValueError(f"with stages, schedule must be gpipe, 1f1b or zb-h1 (one model "
+                             f"stage per group), got {self.schedule!r}")
+        if self.pp not in (1, len(st)):
+            raise ValueError(f"pp={self.pp} but {len(st)} stage groups: with stages, pp is "
+                             "their number")
+        if st[0].layers[0] != 0:
+            raise ValueError(f"stages[0].layers start at {st[0].layers[0]}: the first stage "
+                             "starts at layer 0")
+        for k in range(1, len(st)):
+            if st[k].layers[0] != st[k - 1].layers[1]:
+                raise ValueError(f"stages[{k}].layers start at {st[k].layers[0]} but "
+                                 f"stages[{k - 1}] ends at {st[k - 1].layers[1]}: the stages "
+                                 "cover the layers in order")
+        split = (0,) + tuple(g.layers[1] for g in st)
+        if self.split is not None and tuple(self.split) != split:
+            raise ValueError(f"split {tuple(self.split)} differs from the stages' layers "
+                             f"{split}: with stages, leave split out")
+        if self.shard_size:
+            for k, g in enumerate(st):
+                if g.dp % self.shard_size:
+                    raise ValueError(f"stages[{k}]: shard_size {self.shard_size} must divide "
+                                     f"its dp={g.dp}")
+        object.__setattr__(self, "pp", len(st))
+        object.__setattr__(self, "split", split)
+
     @property
     def gpus(self) -> int:
+        if self.stages is not None:
+            return sum(g.size for g in self.stages)
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def uneven(self) -> bool:
+        """True for a plan with stage groups (:attr:`stages`)."""
+        return self.stages is not None
+
+    def to_even(self) -> "ParallelPlan":
+        """The even plan equal to this one (itself when it has no stage
+        groups); ValueError when the groups differ in dp, tp, GPU type or
+        shares, or are placed by hand."""
+        if self.stages is None:
+            return self
+        g0 = self.stages[0]
+        for k, g in enumerate(self.stages):
+            if (g.dp, g.tp, g.gpu or 0) != (g0.dp, g0.tp, g0.gpu or 0) or g.first_gpu is not None \
+                    or g.gpus is not None \
+                    or (g.shares is not None and len(set(g.shares)) > 1):
+                raise ValueError(f"stages[{k}] ({g.describe()}) differs from stages[0] "
+                                 f"({g0.describe()}): the plan has no even form")
+        if self.micro_batch % g0.dp:
+            raise ValueError(f"micro_batch {self.micro_batch} does not divide over dp={g0.dp}")
+        return dataclasses.replace(self, stages=None, tp=g0.tp, dp=g0.dp,
+                                   micro_batch=self.micro_batch // g0.dp)
+
+    @classmethod
+    def from_even(cls, plan: "ParallelPlan", model: Any = None) -> "ParallelPlan":
+        """The uneven form of an even plan (every stage a group of its dp
+        and tp, even shares, micro_batch x dp samples a micro-batch); the
+        split is the plan's, or the engine's default even split of
+        ``model``'s layers."""
+        if plan.stages is not None:
+            return plan
+        if plan.virtual_stages != 1 or plan.cp != 1 or plan.ep != 1:
+            raise ValueError("only plans with one model stage per device, cp 1 and ep 1 have an "
+                             "uneven form")
+        split = plan.split
+        if split is None:
+            if model is None:
+                raise ValueError("give the model (or a split) to place the layers")
+            layers = _as_model(model, None).layers
+            split = _even_split(layers, plan.pp)
+        groups = tuple(StageGroup(layers=(split[k], split[k + 1]), dp=plan.dp, tp=plan.tp)
+                       for k in range(plan.pp))
+        return dataclasses.replace(plan, stages=groups, tp=1, dp=1, pp=len(groups),
+                                   split=None, micro_batch=plan.micro_batch * plan.dp)
 
     @property
     def microbatches(self) -> int:
@@ -347,7 +568,7 @@ class ParallelPlan:
     def with_(self, **changes: Any) -> "ParallelPlan":
         return dataclasses.replace(self, **changes)
 
-    def _tuple(self) -> tuple:
+    def _tuple(self, cluster: Any = None) -> tuple:
         return (self.tp, self.pp, self.dp, self.cp, self.ep, self.virtual_stages, self.micro_batch,
                 self.global_batch, SCHEDULES[self.schedule], RECOMPUTE_MODES[self.recompute],
                 int(self.sequence_parallel), self.zero, int(self.overlap_grad_reduce),
@@ -357,7 +578,17 @@ class ParallelPlan:
                 int(self.reshard_after_forward), self.shard_size, int(self.offload_optimizer),
                 self.offload_activations,
                 KERNEL_SETS[self.kernels], TP_OVERLAPS[self.tp_overlap], CP_COMMS[self.cp_comm],
-                self.recompute_layers, RECOMPUTE_METHODS[self.recompute_method])
+                self.recompute_layers, RECOMPUTE_METHODS[self.recompute_method],
+                self._groups_tuple(cluster))
+
+    def _groups_tuple(self, cluster: Any) -> tuple | None:
+        """The stage groups for the C core: (part, tp, dp, first_gpu or -1,
+        shares), each GPU type name resolved to the cluster part holding it."""
+        if self.stages is None:
+            return None
+        return tuple((_part_index(g.gpu, cluster, k), g.tp, g.dp,
+                      -1 if g.first_gpu is None else g.first_gpu, g.shares, g.gpus)
+                     for k, g in enumerate(self.stages))
 
     @property
     def expert_data_parallel(self) -> int:
@@ -367,32 +598,53 @@ class ParallelPlan:
     # -- conversions ----------------------------------------------------------
     @classmethod
     def from_hpgo(cls, result: Any, global_batch: int, *, micro_batch: int | None = None,
-                  model: str | None = None) -> "ParallelPlan":
+                  model: Any = None) -> "ParallelPlan":
         """The plan of an HPGO result: ``py_orchestrate()``'s ``(speedup,
         stages)`` tuple, an :class:`hpgo.Plan`, or a stage list of
-        ``(start, end, units, gpus)``.  Every stage must have the same number
-        of replicas (the neutral plan has one dp); the stage boundaries are
-        HPGO's state indices, kept as the layer split."""
-        stages = result
-        if hasattr(result, "stages") and not isinstance(result, tuple):
-            stages = [(s.start, s.end, getattr(s, "units", 1), list(s.gpus)) for s in result.stages]
-        elif isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], list):
-            stages = result[1]
-        try:
-            stages = [(int(s[0]), int(s[1]), list(s[3])) for s in stages]
-        except (TypeError, ValueError, IndexError):
-            raise ValueError("not an HPGO result: expected (speedup, [(start, end, units, gpus), ...])") from None
-        if not stages:
-            raise ValueError("an HPGO result with no stages")
-        reps = {len(g) for _, _, g in stages}
-        if len(reps) != 1:
-            raise ValueError(f"the stages have different replica counts {sorted(reps)}: the neutral "
-                             "plan has one data-parallel size (simulate it with hpgo.simulate_plan)")
-        dp = reps.pop()
-        split = tuple([stages[0][0]] + [e for _, e, _ in stages])
-        mb = micro_batch if micro_batch is not None else max(1, global_batch // dp)
-        return cls(global_batch=global_batch, pp=len(stages), dp=dp, micro_batch=mb,
-                   split=split, model=model)
+        ``(start, end, units, gpus)``.
+
+        With ``model`` the profile HPGO planned (a ``graph.txt`` path or its
+        :func:`hpgo.profile_model`), HPGO's state indices are mapped to the
+        profile's layers (:mod:`hpgo.uneven`) and every stage becomes a
+        :class:`StageGroup` of its GPUs (uneven replicas kept); the plan
+        records the profile's identity.  HPGO runs ``gbs // rp``
+        micro-batches per pipeline replica (``rp`` = a stage's GPUs / its
+        units; its smallest micro-batch, 1), so the default ``micro_batch``
+        (the samples of one micro-batch over a stage's replicas) is ``rp``.
+
+        Without a profile (``model`` None or a model id string) the stages
+        must have equal replica counts: the plan is the even one with HPGO's
+        state indices kept as the split (a layer chain of those states)."""
+        from . import uneven
+        stages = uneven.hpgo_stages(result)
+        is_profile = isinstance(model, (ProfiledModel, os.PathLike)) or (
+            isinstance(model, str) and os.path.isfile(model))
+        if not is_profile:
+            reps = {len(g) for _, _, _, g in stages}
+            if len(reps) != 1:
+                raise ValueError(f"the stages have different replica counts {sorted(reps)}: "
+                                 "pass model= (the profile HPGO planned) to keep them as stage "
+                                 "groups")
+            dp = reps.pop()
+            split = tuple([stages[0][0]] + [e for _, e, _, _ in stages])
+            mb = micro_batch if micro_batch is not None else max(1, global_batch // dp)
+            return cls(global_batch=global_batch, pp=len(stages), dp=dp, micro_batch=mb,
+                       split=split, model=model)
+        pm = model if isinstance(model, ProfiledModel) else profile_model(os.fspath(model), 1)
+        cuts = uneven.layer_boundaries(pm, [b - 1 for _, b, _, _ in stages[:-1]])
+        bounds = [0] + cuts + [pm.layers]
+        rp = len(stages[0][3]) // stages[0][2]
+        # HPGO's GPU ids (its seps number them machine after machine, as the
+        # cluster does), kept when they are not one run after the previous stage
+        groups, nxt = [], 0
+        for k, (_, _, _, g) in enumerate(stages):
+            gs = sorted(g)
+            placed = None if gs == list(range(nxt, nxt + len(gs))) else tuple(gs)
+            nxt = gs[-1] + 1 if placed is None else nxt
+            groups.append(StageGroup(layers=(bounds[k], bounds[k + 1]), dp=len(g), gpus=placed))
+        mb = micro_batch if micro_batch is not None else max(1, rp)
+        return cls(global_batch=global_batch, micro_batch=mb, stages=tuple(groups),
+                   model=model_id(pm))
 
     @classmethod
     def from_replan(cls, result: Any, global_batch: int, *, dp: int = 1, micro_batch: int = 1,
@@ -417,6 +669,12 @@ class ParallelPlan:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["split"] = list(self.split) if self.split is not None else None
+        if self.stages is not None:
+            d["stages"] = [{"layers": list(g.layers), "dp": g.dp, "tp": g.tp, "gpu": g.gpu,
+                            "shares": list(g.shares) if g.shares is not None else None,
+                            "first_gpu": g.first_gpu,
+                            "gpus": list(g.gpus) if g.gpus is not None else None}
+                           for g in self.stages]
         return {"format": "hpgo-parallel-plan-1", **d}
 
     @classmethod
@@ -431,6 +689,9 @@ class ParallelPlan:
         for k, v in body.items():  # JSON types, named with the field
             if k in _TEXT_FIELDS and not isinstance(v, str) and not (k == "model" and v is None):
                 raise ValueError(f"{where}: {k} must be a string, not {type(v).__name__} {v!r:.60}")
+            if k == "stages" and v is not None and not isinstance(v, list):
+                raise ValueError(f"{where}: stages must be a list of stage groups or null, "
+                                 f"not {v!r:.60}")
             if k == "split" and v is not None and not (
                     isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool)
                                                 for x in v)):
@@ -502,9 +763,15 @@ class ParallelPlan:
         return out
 
     def describe(self, *, global_batch: bool = True) -> str:
-        """The plan in one line: "tp=8 pp=8 dp=1 mb=1 gb=64 1f1b v=3 sp ..."."""
-        parts = [f"tp={self.tp}"] + ([f"cp={self.cp}"] if self.cp > 1 else []) + \
-            [f"pp={self.pp}", f"dp={self.dp}"]
+        """The plan in one line: "tp=8 pp=8 dp=1 mb=1 gb=64 1f1b v=3 sp ...";
+        an uneven plan lists its stage groups (layers, dp x tp, GPU type,
+        shares): "pp=2 [[0, 14) dp=14 tp=1 | [14, 20) dp=2 tp=1] mb=64 ..."."""
+        if self.stages is not None:
+            parts = [f"pp={self.pp}",
+                     "[" + " | ".join(g.describe() for g in self.stages) + "]"]
+        else:
+            parts = [f"tp={self.tp}"] + ([f"cp={self.cp}"] if self.cp > 1 else []) + \
+                [f"pp={self.pp}", f"dp={self.dp}"]
         if self.ep > 1 or (self.etp is not None and self.etp != self.tp):
             parts.append(f"ep={self.ep}" + (f" etp={self.etp}" if self.etp is not None and
                                             self.etp != self.tp else "") +
@@ -547,6 +814,40 @@ class ParallelPlan:
 
     def __repr__(self) -> str:
         return f"ParallelPlan({self.describe()})"
+
+
+def _even_split(layers: int, stages: int) -> tuple[int, ...]:
+    """The engine's default split (csrc/step/work.c hpgo_work_even_split):
+    even, the remainder on the middle stages first, then the first and the
+    last."""
+    base, extra = divmod(layers, stages)
+    n_middle = stages - 2 if stages > 2 else 0
+    split = [0]
+    for k in range(stages):
+        n = base
+        middle = 0 < k < stages - 1
+        if middle and k - 1 < extra:
+            n += 1
+        elif not middle and extra > n_middle:
+            if k == 0 or (k == stages - 1 and extra - n_middle > 1):
+                n += 1
+        split.append(split[-1] + n)
+    return tuple(split)
+
+
+def _part_index(gpu: str | int | None, cluster: Any, k: int) -> int:
+    """The cluster part a stage group's ``gpu`` names (None: 0), by the
+    cluster's own rule (:meth:`hpgo.Cluster.part_index`)."""
+    if gpu is None:
+        return 0
+    if cluster is None:
+        if isinstance(gpu, int):
+            return gpu
+        raise ValueError(f"stages[{k}].gpu {gpu!r}: a GPU type needs the cluster to resolve")
+    try:
+        return cluster.part_index(gpu)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"stages[{k}].{e}") from None
 
 
 @dataclass(frozen=True)
@@ -709,9 +1010,12 @@ class StepResult:
         verdict = "fits" if self.fits else "DOES NOT FIT"
         room = f" with {self.headroom * 100:g} % kept free" if self.headroom else ""
         train = self.train_summary()
+        # an uneven plan's stages have their own GPU types: name the worst one's group
+        where = (f" (stage {self.plan.stages[worst].describe()})"
+                 if self.plan.stages is not None and worst < len(self.plan.stages) else "")
         return (f"{self.plan!r} on {self.cluster}: {self.iteration_time:.4g} s/iteration, {rate}"
                 f"{mfu}; peak memory {m.total / g:.1f} of {m.capacity / g:.1f} GiB on device "
-                f"{worst} ({verdict}{room})" + (f"; {train}" if train else ""))
+                f"{worst}{where} ({verdict}{room})" + (f"; {train}" if train else ""))
 
     def __repr__(self) -> str:
         return f"StepResult({self.summary()})"
@@ -897,7 +1201,7 @@ def _headroom_cluster(c: Cluster, headroom: float) -> Cluster:
     stays exact: it is the same search on a GPU with less memory)."""
     if not headroom:
         return c
-    return c.with_gpu(memory_bytes=c.gpu.memory_bytes * (1.0 - headroom))
+    return c._with_memory_factor(1.0 - headroom)
 
 
 def _with_headroom(mem: dict, capacity: float) -> MemoryBreakdown:
@@ -919,11 +1223,23 @@ def _overhead_bytes(v: Any) -> float | None:
     return float(v)
 
 
+def _price(c: Cluster, plan: ParallelPlan, price: Any) -> float | None:
+    """Dollars per GPU-hour of ``plan`` on ``c``: ``price`` a number, or a
+    mapping GPU type -> dollars (averaged over the GPUs the plan uses)."""
+    from .cluster import plan_price
+
+    by: dict[int, int] = {}
+    for g in getattr(plan, "stages", None) or ():
+        k = c.part_index(g.gpu)
+        by[k] = by.get(k, 0) + g.dp * g.tp
+    return plan_price(c, price, by or {0: plan.gpus})
+
+
 def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
              precision: str | None = None, timeline: bool = True,
              overhead_bytes: float | None = None, profile_batch: float | None = None,
              headroom: float | None = None, tokens: float | None = None,
-             price: float | None = None,
+             price: "float | Mapping[str, float] | None" = None,
              framework: str | None = None) -> StepResult:
     """Simulate one training step of ``model`` on ``cluster`` with ``plan``.
 
@@ -941,8 +1257,9 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     ``headroom``: the fraction of each GPU's memory a plan must leave free to
     fit (default :data:`DEFAULT_HEADROOM`, 3.3 %: the caching allocator's
     reserve; 0 judges against the whole memory).  ``tokens`` (to train on)
-    and ``price`` (dollars per GPU-hour) add the days, GPU-hours and cost of
-    the run (``days``, ``gpu_hours``, ``cost``).  ``mfu`` is against the dense
+    and ``price`` (dollars per GPU-hour, or a mapping GPU type -> dollars
+    per GPU-hour on a cluster of several types) add the days, GPU-hours and
+    cost of the run (``days``, ``gpu_hours``, ``cost``).  ``mfu`` is against the dense
     peak of ``precision`` (fp8's for fp8), ``mfu_bf16`` against bf16's.
     ``framework`` (``"megatron"``, ``"torchtitan"``, ``"deepspeed"``) refuses,
     naming the rule, a plan that framework does not run, and sets its runtime
@@ -950,12 +1267,18 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     m = _as_model(model, profile_batch)
     room = headroom_fraction(headroom)
     tokens = _positive_real("tokens", tokens)
-    price = _positive_real("price", price)
     c = Cluster.preset(cluster) if isinstance(cluster, str) else cluster
     if not isinstance(c, Cluster):
         raise TypeError(f"cluster must be an hpgo.Cluster or a preset name, not {type(cluster).__name__}")
     if not isinstance(plan, ParallelPlan):
         raise TypeError(f"plan must be an hpgo.ParallelPlan, not {type(plan).__name__}")
+    if c.parts and getattr(plan, "stages", None) is None:
+        # an even plan names no GPU type: on several types it is ambiguous
+        raise ValueError(
+            f"cluster {c.name} has {len(c.parts)} GPU types: give the plan stages "
+            "(ParallelPlan(stages=(hpgo.StageGroup(layers, dp, tp, gpu=TYPE), ...))) or "
+            "simulate on one type (cluster.parts[k]); hpgo.autoplan searches both")
+    price = _price(c, plan, price)
     mid = model_id(m)
     if plan.model is not None and plan.model != mid:
         raise ValueError(f"this plan was made for model {plan.model}, not {mid}: make a plan for "
@@ -972,14 +1295,21 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         _frameworks.check(framework, plan, m if isinstance(m, Transformer) else None, precision)
         plan = _frameworks.apply_defaults(framework, plan)
     d = _core._step_simulate(m._tuple(PRECISIONS[precision]), _headroom_cluster(c, room)._tuple(),
-                             plan._tuple(), timeline, overhead_bytes)
+                             plan._tuple(c), timeline, overhead_bytes)
     mems = tuple(_with_headroom(dev.pop("memory"), c.gpu.memory_bytes) for dev in d["devices"])
     is_t = isinstance(m, Transformer)
     # MFU and HFU against the dense peak of the precision used (the C core
     # takes bf16's for every 16-bit and 8-bit precision)
-    peak = c.gpu.peak("fp32" if precision == "fp32" else "fp8" if precision == "fp8" else "bf16")
+    dt = "fp32" if precision == "fp32" else "fp8" if precision == "fp8" else "bf16"
+    peak = c.gpu.peak(dt)
     bf16 = c.gpu.peak("bf16")
     it, n = d["iteration_time"], d["gpus"]
+    if plan.stages is not None and c.parts:
+        # stages on several GPU types: the mean peak per GPU of the plan's GPUs
+        kinds = [c.parts[dev["part"]].gpu for dev in d["devices"]]
+        per = [g.dp * g.tp for g in plan.stages]
+        peak = sum(k.peak(dt) * w for k, w in zip(kinds, per)) / n
+        bf16 = sum(k.peak("bf16") * w for k, w in zip(kinds, per)) / n
     if is_t and it > 0 and peak > 0:
         d["mfu"] = d["model_flops"] / (it * n * peak)
         d["hfu"] = d["hw_flops"] / (it * n * peak)

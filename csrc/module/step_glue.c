@@ -88,10 +88,20 @@ static int get_steps(PyObject *o, const char *what, hpgo_gpu_t *g, int which)
 /* cluster: (name, gpu_name, (fp32, tf32, bf16, fp8), vector_flops, hbm_bytes,
  *           hbm_bandwidth, matrix_steps, vector_steps, memory_steps,
  *           ((size, bandwidth, coll_bandwidth, latency, efficiency), ...),
- *           fp8_steps, attention_steps, multiprocessors)   (the steps may be empty) */
-static int to_cluster(PyObject *t, hpgo_cluster_t *c)
+ *           fp8_steps, attention_steps, multiprocessors,
+ *           (host_memory, host_bandwidth, host_memory_bandwidth, alloc_frag, jitter,
+ *            nccl_latency),
+ *           parts, join, speeds)   (the steps may be empty)
+ * with parts () or a tuple of 2.. cluster tuples (their own parts and speeds
+ * empty), join None or (size, bandwidth, coll_bandwidth, latency, efficiency),
+ * speeds a tuple of (gpu, speed) pairs.  one_cluster reads the first 14
+ * items and counts the rest (a part's own parts or speeds reach
+ * hpgo_cluster_check as counts with no array, which it refuses). */
+#define CLUSTER_ITEMS 17
+
+static int one_cluster(PyObject *t, hpgo_cluster_t *c)
 {
-    const Py_ssize_t N = 14;
+    const Py_ssize_t N = CLUSTER_ITEMS;
     memset(c, 0, sizeof *c);
     if (get_str(t, 0, N, "cluster", c->name, sizeof c->name) < 0 ||
         get_str(t, 1, N, "cluster", c->gpu.name, sizeof c->gpu.name) < 0)
@@ -137,6 +147,70 @@ static int to_cluster(PyObject *t, hpgo_cluster_t *c)
             get_f(x, 4, 5, "level efficiency", &v->efficiency) < 0)
             return -1;
     }
+    PyObject *parts = PyTuple_GET_ITEM(t, 14), *sp = PyTuple_GET_ITEM(t, 16);
+    if (!PyTuple_Check(parts) || !PyTuple_Check(sp)) {
+        PyErr_SetString(PyExc_TypeError, "cluster parts and speeds must be tuples");
+        return -1;
+    }
+    if (PyTuple_GET_SIZE(parts) > HPGO_CLUSTER_MAX_PARTS ||
+        PyTuple_GET_SIZE(sp) > HPGO_CLUSTER_MAX_SLOW) {
+        PyErr_Format(PyExc_ValueError, "a cluster has at most %d parts and %d slowed GPUs",
+                     HPGO_CLUSTER_MAX_PARTS, HPGO_CLUSTER_MAX_SLOW);
+        return -1;
+    }
+    c->n_parts = (int32_t)PyTuple_GET_SIZE(parts);
+    c->n_slow = (int32_t)PyTuple_GET_SIZE(sp);
+    return 0;
+}
+
+/* The cluster tuple `t` into *c; its parts and slow GPUs go to one PyMem
+ * block, *store, which the caller frees (PyMem_Free) on every path, also
+ * when this fails. */
+static int to_cluster(PyObject *t, hpgo_cluster_t *c, void **store)
+{
+    *store = NULL;
+    if (one_cluster(t, c) < 0)
+        return -1;
+    int32_t np = c->n_parts, ns = c->n_slow;
+    c->n_parts = c->n_slow = 0;
+    if (np == 0 && ns == 0)
+        return 0;
+    /* hpgo_cluster_t's alignment covers hpgo_gpu_speed_t's (both hold doubles) */
+    char *buf = PyMem_Malloc(sizeof(hpgo_cluster_t) * (size_t)np +
+                             sizeof(hpgo_gpu_speed_t) * (size_t)ns + 1);
+    if (!buf) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *store = buf;
+    hpgo_cluster_t *parts = (hpgo_cluster_t *)buf;
+    hpgo_gpu_speed_t *slow = (hpgo_gpu_speed_t *)(buf + sizeof(hpgo_cluster_t) * (size_t)np);
+    PyObject *pt = PyTuple_GET_ITEM(t, 14), *sp = PyTuple_GET_ITEM(t, 16);
+    for (int32_t k = 0; k < np; k++)
+        if (one_cluster(PyTuple_GET_ITEM(pt, k), &parts[k]) < 0)
+            return -1;
+    for (int32_t i = 0; i < ns; i++)
+        if (get_i64(PyTuple_GET_ITEM(sp, i), 0, 2, "speeds GPU", &slow[i].gpu) < 0 ||
+            get_f(PyTuple_GET_ITEM(sp, i), 1, 2, "speeds factor", &slow[i].speed) < 0)
+            return -1;
+    if (np) {
+        PyObject *j = PyTuple_GET_ITEM(t, 15);
+        hpgo_level_t *v = &c->join;
+        if (j == Py_None) {
+            PyErr_SetString(PyExc_ValueError, "a cluster with parts needs a join level");
+            return -1;
+        }
+        if (get_i32(j, 0, 5, "join size", &v->size) < 0 ||
+            get_f(j, 1, 5, "join bandwidth", &v->bandwidth) < 0 ||
+            get_f(j, 2, 5, "join collective_bandwidth", &v->coll_bandwidth) < 0 ||
+            get_f(j, 3, 5, "join latency", &v->latency) < 0 ||
+            get_f(j, 4, 5, "join efficiency", &v->efficiency) < 0)
+            return -1;
+        c->parts = parts;
+    }
+    c->n_parts = np;
+    c->n_slow = ns;
+    c->slow = ns ? slow : NULL;
     return 0;
 }
 
@@ -174,13 +248,14 @@ static PyObject *from_cluster(const hpgo_cluster_t *c)
     }
     const hpgo_gpu_t *g = &c->gpu;
     const hpgo_system_t *y = &c->sys;
-    return Py_BuildValue("(ss(dddd)dddNNNNNNi(dddddi))", c->name, g->name, g->peak[0], g->peak[1],
+    /* a preset: no parts, no join, no slowed GPUs */
+    return Py_BuildValue("(ss(dddd)dddNNNNNNi(dddddi)()O())", c->name, g->name, g->peak[0], g->peak[1],
                          g->peak[2], g->peak[3], g->vector_flops, g->hbm_bytes, g->hbm_bandwidth,
                          steps_tuple(g, HPGO_EFF_MATRIX), steps_tuple(g, HPGO_EFF_VECTOR),
                          steps_tuple(g, HPGO_EFF_MEMORY), lv, steps_tuple(g, HPGO_EFF_FP8),
                          steps_tuple(g, HPGO_EFF_ATTENTION), (int)g->sms, y->host_memory,
                          y->host_bandwidth, y->host_mem_bandwidth, y->alloc_frag, y->jitter,
-                         (int)y->nccl_latency);
+                         (int)y->nccl_latency, Py_None);
 }
 
 /* model: ("transformer", precision, hidden, ffn, heads, kv_heads, head_dim,
@@ -292,14 +367,104 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
  *        recompute, sequence_parallel, zero, overlap_grad_reduce, split, etp,
  *        ep_outer, overlap_moe_comm, moe_dispatcher, fp8_params, overlap_share,
  *        reshard_after_forward, shard_size, offload_optimizer, offload_activations,
- *        kernels, tp_overlap, cp_comm, recompute_layers, recompute_method)
- *        with split None or a tuple of pp * vstages + 1 ints.  `split`
- *        receives its storage (PyMem). */
-static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
+ *        kernels, tp_overlap, cp_comm, recompute_layers, recompute_method, groups)
+ *        with split None or a tuple of pp * vstages + 1 ints, groups None or a
+ *        tuple of pp (part, tp, dp, first_gpu, shares, gpus) with first_gpu -1
+ *        for "after the previous stages", shares None or a tuple of dp floats,
+ *        gpus None or a tuple of dp x tp cluster GPU indices.
+ *        `split` and `gmem` receive their storage (PyMem). */
+static int to_groups(PyObject *gs, hpgo_parplan_t *p, void **gmem)
 {
-    const Py_ssize_t N = 29;
+    if (!PyTuple_Check(gs) || PyTuple_GET_SIZE(gs) < 1 ||
+        PyTuple_GET_SIZE(gs) > HPGO_PLAN_MAX_PP) {
+        PyErr_Format(PyExc_ValueError, "stages must be None or a tuple of 1 to %d groups",
+                     HPGO_PLAN_MAX_PP);
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(gs), nshares = 0, ngpus = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *g = PyTuple_GET_ITEM(gs, k), *sh, *gp;
+        if (!PyTuple_Check(g) || PyTuple_GET_SIZE(g) != 6) {
+            PyErr_Format(PyExc_TypeError, "stage group %zd must be a tuple of 6 items", k);
+            return -1;
+        }
+        gp = PyTuple_GET_ITEM(g, 5);
+        if (gp != Py_None) {
+            if (!PyTuple_Check(gp) || PyTuple_GET_SIZE(gp) > (1 << 24)) {
+                PyErr_Format(PyExc_TypeError, "stage group %zd: gpus must be a tuple", k);
+                return -1;
+            }
+            ngpus += PyTuple_GET_SIZE(gp);
+        }
+        sh = PyTuple_GET_ITEM(g, 4);
+        if (sh != Py_None) {
+            if (!PyTuple_Check(sh) || PyTuple_GET_SIZE(sh) > (1 << 24)) {
+                PyErr_Format(PyExc_TypeError, "stage group %zd: shares must be a tuple", k);
+                return -1;
+            }
+            nshares += PyTuple_GET_SIZE(sh);
+        }
+    }
+    size_t bytes = (size_t)n * sizeof(hpgo_stage_group_t) + (size_t)nshares * sizeof(double) +
+                   (size_t)ngpus * sizeof(int64_t);
+    char *mem = PyMem_Malloc(bytes ? bytes : 1);
+    if (!mem) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *gmem = mem;
+    hpgo_stage_group_t *groups = (hpgo_stage_group_t *)mem;
+    double *shares = (double *)(mem + (size_t)n * sizeof(hpgo_stage_group_t));
+    int64_t *gpus = (int64_t *)(shares + nshares);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *g = PyTuple_GET_ITEM(gs, k), *sh = PyTuple_GET_ITEM(g, 4);
+        PyObject *gp = PyTuple_GET_ITEM(g, 5);
+        hpgo_stage_group_t *x = &groups[k];
+        if (get_i32(g, 0, 6, "stage group part", &x->part) < 0 ||
+            get_i32(g, 1, 6, "stage group tp", &x->tp) < 0 ||
+            get_i32(g, 2, 6, "stage group dp", &x->dp) < 0 ||
+            get_i64(g, 3, 6, "stage group first_gpu", &x->first_gpu) < 0)
+            return -1;
+        x->shares = NULL;
+        x->gpus = NULL;
+        if (gp != Py_None) {
+            Py_ssize_t ng = PyTuple_GET_SIZE(gp);
+            if (ng != (Py_ssize_t)x->dp * x->tp) {
+                PyErr_Format(PyExc_ValueError, "stage %zd: %zd gpus for dp x tp = %lld", k, ng,
+                             (long long)x->dp * x->tp);
+                return -1;
+            }
+            for (Py_ssize_t i = 0; i < ng; i++)
+                if (glue_i64(PyTuple_GET_ITEM(gp, i), "gpu index", &gpus[i]) < 0)
+                    return -1;
+            x->gpus = gpus;
+            gpus += ng;
+        }
+        if (sh != Py_None) {
+            Py_ssize_t ns = PyTuple_GET_SIZE(sh);
+            if (ns != x->dp) {
+                PyErr_Format(PyExc_ValueError, "stage %zd: %zd shares for dp=%d", k, ns,
+                             (int)x->dp);
+                return -1;
+            }
+            for (Py_ssize_t i = 0; i < ns; i++)
+                if (glue_f64(PyTuple_GET_ITEM(sh, i), "share", &shares[i]) < 0)
+                    return -1;
+            x->shares = shares;
+            shares += ns;
+        }
+    }
+    p->n_groups = (int32_t)n;
+    p->groups = groups;
+    return 0;
+}
+
+static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split, void **gmem)
+{
+    const Py_ssize_t N = 30;
     memset(p, 0, sizeof *p);
     *split = NULL;
+    *gmem = NULL;
     int32_t *ints[6] = {&p->tp, &p->pp, &p->dp, &p->cp, &p->ep, &p->vstages};
     static const char *const names[6] = {"tp", "pp", "dp", "cp", "ep", "virtual_stages"};
     for (int i = 0; i < 6; i++)
@@ -326,6 +491,9 @@ static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split)
         get_i32(t, 26, N, "cp_comm", &p->cp_comm) < 0 ||
         get_i32(t, 27, N, "recompute_layers", &p->recompute_layers) < 0 ||
         get_i32(t, 28, N, "recompute_method", &p->recompute_method) < 0)
+        return -1;
+    PyObject *gs = PyTuple_GET_ITEM(t, 29);
+    if (gs != Py_None && to_groups(gs, p, gmem) < 0)
         return -1;
     PyObject *s = PyTuple_GET_ITEM(t, 13);
     if (s == Py_None)
@@ -397,18 +565,30 @@ static PyObject *cluster_check(PyObject *module, PyObject *arg)
 {
     hpgo_cluster_t c;
     hpgo_err_t err;
-    if (to_cluster(arg, &c) < 0)
-        return NULL;
-    int rc = hpgo_cluster_check(&c, &err);
-    if (rc != HPGO_OK)
-        return glue_raise(module, rc, &err);
-    Py_RETURN_NONE;
+    void *store;
+    PyObject *res = NULL;
+    if (to_cluster(arg, &c, &store) == 0) {
+        int rc = hpgo_cluster_check(&c, &err);
+        res = rc != HPGO_OK ? glue_raise(module, rc, &err) : Py_NewRef(Py_None);
+    }
+    PyMem_Free(store);
+    return res;
 }
 
 PyDoc_STRVAR(collective_doc,
              "_step_collective_time(cluster, op, size, stride, bytes, algorithm) -> seconds");
 
+static PyObject *collective_time_c(PyObject *module, PyObject *args, void **store);
+
 static PyObject *collective_time(PyObject *module, PyObject *args)
+{
+    void *store = NULL;
+    PyObject *res = collective_time_c(module, args, &store);
+    PyMem_Free(store);
+    return res;
+}
+
+static PyObject *collective_time_c(PyObject *module, PyObject *args, void **store)
 {
     PyObject *ct, *size_o, *stride_o, *bytes_o;
     int op, algo;
@@ -419,7 +599,7 @@ static PyObject *collective_time(PyObject *module, PyObject *args)
     hpgo_err_t err;
     int64_t size, stride;
     double bytes;
-    if (to_cluster(ct, &c) < 0 || glue_i64(size_o, "group size", &size) < 0 ||
+    if (to_cluster(ct, &c, store) < 0 || glue_i64(size_o, "group size", &size) < 0 ||
         glue_i64(stride_o, "stride", &stride) < 0 || glue_f64(bytes_o, "bytes", &bytes) < 0)
         return NULL;
     if (op < 0 || op >= HPGO_COLL__COUNT || algo < HPGO_ALGO_AUTO || algo > HPGO_ALGO_HIERARCHICAL) {
@@ -441,7 +621,17 @@ static PyObject *collective_time(PyObject *module, PyObject *args)
 
 PyDoc_STRVAR(p2p_doc, "_step_p2p_time(cluster, level, bytes) -> seconds");
 
+static PyObject *p2p_time_c(PyObject *module, PyObject *args, void **store);
+
 static PyObject *p2p_time(PyObject *module, PyObject *args)
+{
+    void *store = NULL;
+    PyObject *res = p2p_time_c(module, args, &store);
+    PyMem_Free(store);
+    return res;
+}
+
+static PyObject *p2p_time_c(PyObject *module, PyObject *args, void **store)
 {
     PyObject *ct, *bytes_o;
     int level;
@@ -450,7 +640,7 @@ static PyObject *p2p_time(PyObject *module, PyObject *args)
     hpgo_cluster_t c;
     hpgo_err_t err;
     double bytes;
-    if (to_cluster(ct, &c) < 0 || glue_f64(bytes_o, "bytes", &bytes) < 0)
+    if (to_cluster(ct, &c, store) < 0 || glue_f64(bytes_o, "bytes", &bytes) < 0)
         return NULL;
     int rc = hpgo_cluster_check(&c, &err);
     if (rc != HPGO_OK)
@@ -466,7 +656,17 @@ static PyObject *p2p_time(PyObject *module, PyObject *args)
 PyDoc_STRVAR(kernel_time_doc,
              "_step_kernel_time(cluster, dtype, op, flops, bytes) -> seconds of one kernel");
 
+static PyObject *kernel_time_c(PyObject *module, PyObject *args, void **store);
+
 static PyObject *kernel_time(PyObject *module, PyObject *args)
+{
+    void *store = NULL;
+    PyObject *res = kernel_time_c(module, args, &store);
+    PyMem_Free(store);
+    return res;
+}
+
+static PyObject *kernel_time_c(PyObject *module, PyObject *args, void **store)
 {
     PyObject *ct, *flops_o, *bytes_o;
     int dtype, op;
@@ -475,7 +675,7 @@ static PyObject *kernel_time(PyObject *module, PyObject *args)
     hpgo_cluster_t c;
     hpgo_err_t err;
     double flops, bytes;
-    if (to_cluster(ct, &c) < 0 || glue_f64(flops_o, "flops", &flops) < 0 ||
+    if (to_cluster(ct, &c, store) < 0 || glue_f64(flops_o, "flops", &flops) < 0 ||
         glue_f64(bytes_o, "bytes", &bytes) < 0)
         return NULL;
     int rc = hpgo_cluster_check(&c, &err);
@@ -555,11 +755,11 @@ static PyObject *result_dict(PyObject *module, hpgo_step_result_t *r)
         goto fail;
     for (int32_t i = 0; i < r->p; i++) {
         const hpgo_step_device_t *x = &r->devices[i];
-        PyObject *o = Py_BuildValue("{sdsdsdsdsdsisdsN}", "busy", x->busy, "bubble", x->bubble,
+        PyObject *o = Py_BuildValue("{sdsdsdsdsdsisdsNsisd}", "busy", x->busy, "bubble", x->bubble,
                                     "compute_end", x->compute_end, "sync_end", x->sync_end,
                                     "optimizer", x->optimizer, "peak_in_flight",
                                     (int)x->peak_in_flight, "params", x->params, "memory",
-                                    mem_dict(&x->mem));
+                                    mem_dict(&x->mem), "part", (int)x->part, "speed", x->speed);
         if (!o)
             goto fail;
         PyList_SET_ITEM(devs, i, o);
@@ -630,9 +830,11 @@ static PyObject *step_simulate(PyObject *module, PyObject *args)
     hpgo_parplan_t p;
     double *arrays = NULL;
     int32_t *split = NULL;
+    void *cstore = NULL, *gmem = NULL;
     hpgo_step_opts_t opts = {record, -1, NULL};
     PyObject *res = NULL;
-    if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c) < 0 || to_plan(pt, &p, &split) < 0)
+    if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c, &cstore) < 0 ||
+        to_plan(pt, &p, &split, &gmem) < 0)
         goto done;
     if (ov_o != Py_None && glue_f64(ov_o, "overhead_bytes", &opts.overhead_bytes) < 0)
         goto done;
@@ -656,6 +858,8 @@ static PyObject *step_simulate(PyObject *module, PyObject *args)
 done:
     PyMem_Free(arrays);
     PyMem_Free(split);
+    PyMem_Free(cstore);
+    PyMem_Free(gmem);
     return res;
 }
 
@@ -729,10 +933,11 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     hpgo_cluster_t c;
     hpgo_autoplan_opts_t o;
     double *arrays = NULL;
+    void *cstore = NULL;
     PyObject *res = NULL;
     memset(&o, 0, sizeof o);
     const Py_ssize_t N = 33;
-    if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c) < 0)
+    if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c, &cstore) < 0)
         goto done;
     if (get_i64(ot, 0, N, "global_batch", &o.global_batch) < 0 ||
         get_i64(ot, 1, N, "gpus", &o.gpus) < 0 || get_i32(ot, 2, N, "objective", &o.objective) < 0 ||
@@ -796,6 +1001,7 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     hpgo_autoplan_result_free(r);
 done:
     PyMem_Free(arrays);
+    PyMem_Free(cstore);
     return res;
 }
 
@@ -844,6 +1050,7 @@ int glue_step_init(PyObject *module)
         {"ALGO_HIERARCHICAL", HPGO_ALGO_HIERARCHICAL},
         {"OBJECTIVE_TIME", HPGO_OBJ_TIME},
         {"OBJECTIVE_COST", HPGO_OBJ_COST},
+        {"CLUSTER_MAX_PARTS", HPGO_CLUSTER_MAX_PARTS},
     };
     for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++)
         if (PyModule_AddIntConstant(module, consts[i].name, consts[i].value) < 0)

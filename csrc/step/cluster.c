@@ -294,10 +294,93 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
 
 static int bad_num(double x) { return !isfinite(x) || x < 0; }
 
+static int check_one(const hpgo_cluster_t *c, hpgo_err_t *err);
+
+/* A level joining the parts: the checks of a cluster level but its size. */
+static int check_join(const hpgo_level_t *v, hpgo_err_t *err)
+{
+    if (!(v->bandwidth >= HPGO_CLUSTER_MIN_RATE) || !isfinite(v->bandwidth) ||
+        !(v->coll_bandwidth >= HPGO_CLUSTER_MIN_RATE) || !isfinite(v->coll_bandwidth))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "join: bandwidths must be finite and >= %g bytes/s, got %g and %g",
+                            HPGO_CLUSTER_MIN_RATE, v->bandwidth, v->coll_bandwidth);
+    if (bad_num(v->latency))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "join: latency must be finite and >= 0");
+    if (!(v->efficiency > 0 && v->efficiency <= 1))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "join: efficiency must be in (0, 1]");
+    return HPGO_OK;
+}
+
 int hpgo_cluster_check(const hpgo_cluster_t *c, hpgo_err_t *err)
 {
     if (!c)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "cluster: NULL");
+    int rc = check_one(c, err);
+    if (rc != HPGO_OK)
+        return rc;
+    if (c->n_parts != 0) {
+        if (c->n_parts < 2 || c->n_parts > HPGO_CLUSTER_MAX_PARTS || !c->parts)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "parts: a cluster of several GPU types has 2 to %d parts, got %d",
+                                HPGO_CLUSTER_MAX_PARTS, (int)c->n_parts);
+        int64_t total = 0;
+        for (int32_t k = 0; k < c->n_parts; k++) {
+            const hpgo_cluster_t *q = &c->parts[k];
+            if (q->n_parts != 0)
+                return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                    "parts[%d]: a part cannot have parts of its own", (int)k);
+            if (q->n_slow != 0)
+                return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                    "parts[%d]: slowed GPUs belong to the whole cluster "
+                                    "(its speeds), not to a part", (int)k);
+            hpgo_err_t sub;
+            rc = check_one(q, &sub);
+            if (rc != HPGO_OK)
+                return hpgo_err_set(err, rc, 0, "parts[%d] (%.48s): %s", (int)k, q->name,
+                                    sub.msg);
+            total += hpgo_cluster_gpus(q);
+            if (total > HPGO_CLUSTER_MAX_GPUS)
+                return hpgo_err_set(err, HPGO_E_LIMIT, 0, "a cluster has at most %lld GPUs",
+                                    (long long)HPGO_CLUSTER_MAX_GPUS);
+        }
+        /* gpu / levels / sys repeat part 0's: the readers of a one-type
+         * cluster see part 0 */
+        const hpgo_cluster_t *p0 = &c->parts[0];
+        if (strcmp(c->gpu.name, p0->gpu.name) != 0 || c->gpu.hbm_bytes != p0->gpu.hbm_bytes ||
+            c->gpu.peak[HPGO_DT_BF16] != p0->gpu.peak[HPGO_DT_BF16] ||
+            c->n_levels != p0->n_levels || c->levels[0].size != p0->levels[0].size)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "a cluster with parts repeats parts[0]'s gpu and levels");
+        rc = check_join(&c->join, err);
+        if (rc != HPGO_OK)
+            return rc;
+    }
+    if (c->n_slow < 0 || c->n_slow > HPGO_CLUSTER_MAX_SLOW || (c->n_slow > 0 && !c->slow))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "speeds: 0 to %d slowed GPUs, got %d",
+                            HPGO_CLUSTER_MAX_SLOW, (int)c->n_slow);
+    int64_t n = hpgo_cluster_gpus(c);
+    for (int32_t i = 0; i < c->n_slow; i++) {
+        const hpgo_gpu_speed_t *s = &c->slow[i];
+        if (s->gpu < 0 || s->gpu >= n)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "speeds[%d]: GPU %lld is not in the cluster's %lld GPUs", (int)i,
+                                (long long)s->gpu, (long long)n);
+        if (i > 0 && !(s->gpu > c->slow[i - 1].gpu))
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "speeds[%d]: GPUs must be listed once each, in increasing order",
+                                (int)i);
+        if (!(s->speed >= HPGO_CLUSTER_MIN_SPEED && s->speed <= 1.0 / HPGO_CLUSTER_MIN_SPEED))
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "speeds[%d]: GPU %lld's speed factor must be a finite number in "
+                                "[%g, %g], got %g",
+                                (int)i, (long long)s->gpu, HPGO_CLUSTER_MIN_SPEED,
+                                1.0 / HPGO_CLUSTER_MIN_SPEED, s->speed);
+    }
+    return HPGO_OK;
+}
+
+static int check_one(const hpgo_cluster_t *c, hpgo_err_t *err)
+{
     const hpgo_gpu_t *g = &c->gpu;
     static const char *const dt[] = {"fp32", "tf32", "bf16", "fp8"};
     for (int i = 0; i < HPGO_DT__COUNT; i++)

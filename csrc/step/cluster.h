@@ -114,6 +114,9 @@ typedef struct hpgo_gpu_speed {
 
 #define HPGO_CLUSTER_MAX_PARTS 16
 #define HPGO_CLUSTER_MAX_SLOW 65536
+/* Least speed factor of a GPU (and 1 / it the largest): a GPU a million
+ * times slower than its type has failed; its times would overflow. */
+#define HPGO_CLUSTER_MIN_SPEED 1e-6
 
 typedef struct hpgo_cluster {
     char name[HPGO_NAME_LEN];
@@ -147,7 +150,10 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
 const char *hpgo_cluster_preset_name(int i);
 
 /* HPGO_E_INVALID naming the first bad field (non-finite or negative
- * numbers, empty levels, unsorted efficiency steps, too many GPUs). */
+ * numbers, empty levels, unsorted efficiency steps, too many GPUs; with
+ * parts: each part valid with no parts or slow GPUs of its own, the join
+ * level valid; slow GPUs sorted, unique, in range, with speeds in
+ * [HPGO_CLUSTER_MIN_SPEED, 1 / HPGO_CLUSTER_MIN_SPEED]). */
 int hpgo_cluster_check(const hpgo_cluster_t *c, hpgo_err_t *err);
 
 /* Total GPUs (over all parts); GPUs in one unit of level l (level 0: GPUs

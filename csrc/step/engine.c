@@ -118,9 +118,35 @@ void hpgo_step_result_free(hpgo_step_result_t *r)
     free(r);
 }
 
+/* What one pipeline device stands for: the GPU type (cluster part) its
+ * stage runs on, the stage's plan (its group's tp and dp, n_groups 0), the
+ * cluster index of its first GPU, the speed of its slowest GPU, and, for
+ * an uneven plan, its replicas' share boundaries (dp + 1 fractions of a
+ * micro-batch) and the bytes each replica's GPUs send on per micro-batch.
+ * An even plan's devices all see the plan and the cluster themselves. */
+typedef struct devview {
+    const hpgo_cluster_t *c;
+    hpgo_parplan_t p;
+    int64_t first, local; /* cluster index and index inside its part */
+    double speed;
+    int replicas;         /* gradients to synchronise over replicas */
+    const double *bound;  /* uneven: dp + 1 share boundaries */
+    const double *send;   /* uneven: dp bytes per GPU to the next stage */
+    const int64_t *gpus;  /* uneven: NULL, or its dp x tp GPUs replica by replica */
+} devview_t;
+
+/* Cluster index of the first GPU of replica i of a device's stage. */
+static int64_t rep_first(const devview_t *v, int64_t i)
+{
+    return v->gpus ? v->gpus[i * v->p.tp] : v->first + i * v->p.tp;
+}
+
 typedef struct eng {
     const hpgo_cluster_t *c;
     const hpgo_parplan_t *p;
+    devview_t *views;     /* P */
+    int uneven;
+    double *xfer;         /* uneven: seconds of the transfer over each stage boundary */
     const hpgo_stage_cost_t *sc;
     int schedule;
     int32_t P, V, K;
@@ -164,8 +190,13 @@ static double transfer(eng_t *e, int32_t from, int32_t to_stage, double end, dou
     int lane = (to == (from + 1) % e->P || e->P == 2) ? 0 : 1;
     double *lf = &e->link_free[2 * from + lane];
     double start = end > *lf ? end : *lf;
-    int32_t lvl = hpgo_cost_level_between(e->c, rank_of(e, from), rank_of(e, to));
-    double dur = hpgo_cost_p2p(e->c, lvl, bytes) + regather;
+    double dur;
+    if (e->uneven) {
+        dur = e->xfer[to < from ? to : from] + regather;
+    } else {
+        int32_t lvl = hpgo_cost_level_between(e->c, rank_of(e, from), rank_of(e, to));
+        dur = hpgo_cost_p2p(e->c, lvl, bytes) + regather;
+    }
     *lf = start + dur;
     if ((*rc = add_event(e, start, dur, from, HPGO_EV_SEND, 1 + lane, to_stage, mb, to)) != HPGO_OK)
         return -1;
@@ -180,38 +211,365 @@ typedef struct devstate {
     double *final_start, *final_dur; /* per chunk: the op that completed its gradients */
 } devstate_t;
 
-static double dp_coll(const eng_t *e, int op, double bytes)
+/* A collective over `size` GPUs at `stride` of a device's stage.  An even
+ * plan's groups are priced by cost.h as laid out from a unit boundary.
+ * An uneven plan's group starts where its stage was placed: when its
+ * position makes it cross a level the aligned layout would not (DAPPLE's
+ * 14 replicas of 16 GPUs, a group straddling two nodes), or cost.h cannot
+ * lay it out evenly, it is priced as one ring at the bandwidth of the
+ * highest level it crosses (cost.h's ring, spec/training-model.md 4.1). */
+static double coll(const devview_t *v, int uneven, int op, int64_t size, int64_t stride,
+                   double bytes)
+{
+    if (size <= 1 || !(bytes > 0))
+        return 0;
+    const hpgo_cluster_t *c = v->c;
+    if (!uneven)
+        return hpgo_cost_collective(c, op, size, stride, bytes, HPGO_ALGO_AUTO);
+    int64_t fan[HPGO_CLUSTER_MAX_LEVELS], last = v->local + (size - 1) * stride;
+    int32_t top = hpgo_cost_level_between(c, v->local, last);
+    if (v->gpus) { /* a placed list: the highest level between its GPUs */
+        int64_t lo = v->gpus[0], hi = v->gpus[0], n = (int64_t)v->p.dp * v->p.tp;
+        for (int64_t i = 1; i < n; i++) {
+            lo = v->gpus[i] < lo ? v->gpus[i] : lo;
+            hi = v->gpus[i] > hi ? v->gpus[i] : hi;
+        }
+        top = hpgo_cost_level_between(c, lo - (v->first - v->local), hi - (v->first - v->local));
+    }
+    if (!v->gpus && hpgo_group_fanout(c, size, stride, fan, NULL) == HPGO_OK &&
+        top == hpgo_cost_level_between(c, 0, (size - 1) * stride))
+        return hpgo_cost_collective(c, op, size, stride, bytes, HPGO_ALGO_AUTO);
+    const hpgo_level_t *l = &c->levels[top];
+    double n = (double)size, bus = op == HPGO_COLL_ALLREDUCE ? 2 * (n - 1) / n : (n - 1) / n;
+    double nsteps = op == HPGO_COLL_ALLREDUCE ? 2 * (n - 1) : n - 1;
+    return bus * bytes / (l->coll_bandwidth * l->efficiency) + nsteps * l->latency;
+}
+
+static double dp_coll(const eng_t *e, const devview_t *v, int op, double bytes)
 {
     /* gradients are averaged over every replica of the sequence: dp x cp;
      * with hybrid sharding (shard_size f) the ZeRO collectives run inside
      * groups of f replicas and the reduced shards are all-reduced across the
      * groups (FSDP2 HSDP: reduce-scatter, then an all-reduce of the shard on
-     * its own stream, _fsdp_collectives.py foreach_reduce) */
-    const hpgo_parplan_t *p = e->p;
+     * its own stream, _fsdp_collectives.py foreach_reduce).  An uneven
+     * plan's replicas all-reduce the whole gradient, whatever their shares
+     * of the samples (each holds every parameter of its stage). */
+    const hpgo_parplan_t *p = &v->p;
     int64_t n = (int64_t)p->dp * p->cp, f = hpgo_parplan_shard(p);
     if (op == HPGO_COLL_ALLREDUCE || f >= n)
-        return hpgo_cost_collective(e->c, op, n, p->tp, bytes, HPGO_ALGO_AUTO);
-    double t = hpgo_cost_collective(e->c, op, f, p->tp, bytes, HPGO_ALGO_AUTO);
+        return coll(v, e->uneven, op, n, p->tp, bytes);
+    double t = coll(v, e->uneven, op, f, p->tp, bytes);
     if (op == HPGO_COLL_REDUCE_SCATTER)
-        t += hpgo_cost_collective(e->c, HPGO_COLL_ALLREDUCE, n / f, (int64_t)p->tp * f,
-                                  bytes / (double)f, HPGO_ALGO_AUTO);
+        t += coll(v, e->uneven, HPGO_COLL_ALLREDUCE, n / f, (int64_t)p->tp * f,
+                  bytes / (double)f);
     return t;
 }
 
 /* A gradient (or parameter) collective over a stage's parameters: the
  * dense ones over dp x cp, the routed experts' over their expert
  * data-parallel group (one after the other on the sync stream). */
-static double grad_coll(const eng_t *e, int op, double params, double expert_params,
-                        double bytes_per)
+static double grad_coll(const eng_t *e, const devview_t *v, int op, double params,
+                        double expert_params, double bytes_per)
 {
-    double t = dp_coll(e, op, (params - expert_params) * bytes_per);
+    double t = dp_coll(e, v, op, (params - expert_params) * bytes_per);
     if (expert_params > 0) {
         int64_t gs, gst;
-        hpgo_parplan_edp_group(e->p, &gs, &gst);
+        hpgo_parplan_edp_group(&v->p, &gs, &gst);
         if (gs > 1)
-            t += hpgo_cost_collective(e->c, op, gs, gst, expert_params * bytes_per, HPGO_ALGO_AUTO);
+            t += coll(v, e->uneven, op, gs, gst, expert_params * bytes_per);
     }
     return t;
+}
+
+/* The slowest speed factor of cluster GPUs [lo, hi) (1 when none is listed). */
+static double min_speed(const hpgo_cluster_t *c, int64_t lo, int64_t hi)
+{
+    double s = 1;
+    if (!c->slow || c->n_slow < 1)
+        return s;
+    int32_t a = 0, b = c->n_slow;
+    while (a < b) { /* first listed GPU >= lo */
+        int32_t mid = a + (b - a) / 2;
+        if (c->slow[mid].gpu < lo)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    for (int32_t i = a; i < c->n_slow && c->slow[i].gpu < hi; i++)
+        if (c->slow[i].speed < s)
+            s = c->slow[i].speed;
+    return s;
+}
+
+/* Seconds of a point-to-point transfer of `bytes` between cluster GPUs a
+ * and b: over the level they share inside a part, over the parts' join
+ * between parts. */
+static double p2p_gpus(const hpgo_cluster_t *c, int64_t a, int64_t b, double bytes)
+{
+    int64_t la, lb;
+    int32_t pa = hpgo_cluster_part_of(c, a, &la), pb = hpgo_cluster_part_of(c, b, &lb);
+    if (pa != pb) {
+        const hpgo_level_t *j = &c->join;
+        return j->latency + bytes / (j->bandwidth * j->efficiency);
+    }
+    const hpgo_cluster_t *part = hpgo_cluster_part(c, pa);
+    return hpgo_cost_p2p(part, hpgo_cost_level_between(part, la, lb), bytes);
+}
+
+/* The transfer over the boundary between uneven stages a (sending) and b
+ * = a + 1 of one micro-batch's activations (the gradients back move the
+ * same bytes): sender replica i holds samples [bound_a[i], bound_a[i+1])
+ * of the micro-batch, receiver j needs [bound_b[j], bound_b[j+1]); the
+ * overlap of the two moves between them, split over the tp GPUs of the
+ * group with fewer (each GPU of a tensor-parallel group holds 1/tp of it,
+ * sequence parallelism or Megatron's scatter-gather of the send).  Each
+ * GPU sends and receives one transfer at a time (cluster.h's bandwidths
+ * are per GPU and direction): the boundary takes the longest sum over one
+ * sender or one receiver.  Equal groups with equal shares move replica i
+ * to replica i, as an even plan does. */
+static double reshard_time(const hpgo_cluster_t *c, const devview_t *a, const devview_t *b)
+{
+    int32_t na = a->p.dp, nb = b->p.dp, i = 0, j = 0;
+    int64_t ta = a->p.tp, tb = b->p.tp, tmin = ta < tb ? ta : tb;
+    double worst = 0, out_i = 0, in_j = 0;
+    while (i < na && j < nb) {
+        double lo = a->bound[i] > b->bound[j] ? a->bound[i] : b->bound[j];
+        double hi = a->bound[i + 1] < b->bound[j + 1] ? a->bound[i + 1] : b->bound[j + 1];
+        if (hi > lo) {
+            double share = a->bound[i + 1] - a->bound[i];
+            /* a->send[i] is what one of replica i's GPUs sends for all its samples */
+            double bytes = a->send[i] * ((hi - lo) / share) * ((double)ta / (double)tmin);
+            double t = p2p_gpus(c, rep_first(a, i), rep_first(b, j), bytes);
+            out_i += t;
+            in_j += t;
+            if (out_i > worst)
+                worst = out_i;
+            if (in_j > worst)
+                worst = in_j;
+        }
+        /* advance whichever interval ends first (both when they end together) */
+        int adv_i = a->bound[i + 1] <= b->bound[j + 1], adv_j = b->bound[j + 1] <= a->bound[i + 1];
+        if (adv_i)
+            i++, out_i = 0;
+        if (adv_j)
+            j++, in_j = 0;
+    }
+    return worst;
+}
+
+
+static int cmp_i64(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* First GPU of each part in the cluster's numbering. */
+static int64_t part_start(const hpgo_cluster_t *c, int32_t part)
+{
+    int64_t first = 0;
+    for (int32_t k = 0; k < part; k++)
+        first += hpgo_cluster_gpus(hpgo_cluster_part(c, k));
+    return first;
+}
+
+/* An even plan's devices: the plan and the cluster themselves, stage d
+ * from GPU rank_of(d), slowed by its slowest GPU.  On a cluster of several
+ * GPU types the plan must lie in part 0 (its GPU and levels are the
+ * cluster's own). */
+static int even_views(eng_t *e, hpgo_err_t *err)
+{
+    const hpgo_cluster_t *c = e->c;
+    const hpgo_parplan_t *p = e->p;
+    int64_t per = (int64_t)p->tp * p->cp * p->dp, p0 = hpgo_cluster_gpus(hpgo_cluster_part(c, 0));
+    if (c->n_parts >= 2 && c->parts && per * e->P > p0)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "the plan needs %lld GPUs of one type, the cluster's first part has "
+                            "%lld: give each pipeline stage its own group (stages) on a cluster "
+                            "of several GPU types",
+                            (long long)(per * e->P), (long long)p0);
+    int replicas = p->dp * p->cp > 1 || hpgo_parplan_edp(p) > 1;
+    for (int32_t d = 0; d < e->P; d++) {
+        devview_t *v = &e->views[d];
+        v->c = c;
+        v->p = *p;
+        v->first = v->local = rank_of(e, d);
+        v->speed = min_speed(c, v->first, v->first + per);
+        v->replicas = replicas;
+    }
+    return HPGO_OK;
+}
+
+/* An uneven plan's devices and stage costs: stage k on its group's part,
+ * placed, each replica's share of a micro-batch priced on that part's GPU
+ * at the group's tp (work.h hpgo_work_stage_cost_range) and slowed by its
+ * slowest GPU; the stage's passes take its slowest replica's time, its
+ * memory is the replica with the most samples (every replica of a group
+ * is on one GPU type).  `buf` receives 2 x (sum of dp + K) doubles. */
+static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, double **buf,
+                        hpgo_err_t *err)
+{
+    const hpgo_cluster_t *c = e->c;
+    const hpgo_parplan_t *p = e->p;
+    int32_t K = e->K, n_parts = c->n_parts >= 2 && c->parts ? c->n_parts : 1;
+    int64_t L = hpgo_work_layers(w), total = 0;
+    int32_t ev[HPGO_PLAN_MAX_STAGES + 1];
+    const int32_t *split = p->split;
+    if (p->n_split) {
+        if (p->n_split != K + 1 || !split)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "the layer split needs pp + 1 = %d boundaries", K + 1);
+        if (split[0] != 0 || split[K] != L)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "the layer split must start at 0 and end at %lld layers",
+                                (long long)L);
+    } else {
+        if (L < K)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0, "%d stages but only %lld layers", K,
+                                (long long)L);
+        hpgo_work_even_split(L, K, ev);
+        split = ev;
+    }
+    for (int32_t k = 0; k < K; k++) {
+        if (split[k + 1] <= split[k])
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "the layer split must increase: stage %d is empty or reversed",
+                                (int)k);
+        total += p->groups[k].dp;
+    }
+    int64_t gpus = hpgo_cluster_gpus(c);
+    if (total > gpus)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "the stage groups hold %lld replicas, the cluster %lld GPUs",
+                            (long long)total, (long long)gpus);
+    int64_t n_used = 0;
+    for (int32_t k = 0; k < K; k++)
+        n_used += (int64_t)p->groups[k].dp * p->groups[k].tp;
+    if (n_used > gpus)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "the stage groups hold %lld GPUs, the cluster %lld",
+                            (long long)n_used, (long long)gpus);
+    /* share boundaries and sends (2 dp + 1 a stage), the K - 1 boundaries'
+     * transfer times, and every group's GPUs (to find one used twice) */
+    double *b = malloc(2 * (size_t)(total + K) * sizeof *b + (size_t)n_used * sizeof(int64_t));
+    if (!b)
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory for the stage groups");
+    *buf = b;
+    int64_t *used = (int64_t *)(b + 2 * (size_t)(total + K)), u_n = 0;
+    int64_t next[HPGO_CLUSTER_MAX_PARTS] = {0};
+    int64_t m = e->m, M = p->micro_batch;
+    for (int32_t k = 0; k < K; k++) {
+        const hpgo_stage_group_t *g = &p->groups[k];
+        devview_t *v = &e->views[k];
+        const hpgo_cluster_t *part = hpgo_cluster_part(c, g->part);
+        if (!part)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "stage %d: part %d, but the cluster has %d part%s", (int)k,
+                                (int)g->part, (int)n_parts, n_parts > 1 ? "s" : "");
+        int64_t start = part_start(c, g->part), have = hpgo_cluster_gpus(part);
+        int64_t n = (int64_t)g->dp * g->tp;
+        int64_t first = g->gpus ? g->gpus[0] : g->first_gpu;
+        if (first >= 0) {
+            int64_t loc;
+            int32_t on = hpgo_cluster_part_of(c, first, &loc);
+            if (on != g->part)
+                return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                    "stage %d: GPU %lld is %s, not on its part %d", (int)k,
+                                    (long long)first,
+                                    on < 0 ? "not a GPU of the cluster" : "on another part",
+                                    (int)g->part);
+            v->local = loc;
+        } else {
+            v->local = next[g->part];
+        }
+        v->first = start + v->local;
+        v->gpus = g->gpus;
+        if (!g->gpus && v->local + n > have)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "stage %d needs dp x tp = %lld GPUs of part %d from its GPU "
+                                "%lld; the part has %lld",
+                                (int)k, (long long)n, (int)g->part, (long long)v->local,
+                                (long long)have);
+        if (g->tp > hpgo_cluster_unit(part, 0) || hpgo_cluster_unit(part, 0) % g->tp != 0 ||
+            v->local % g->tp != 0)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "stage %d: tp=%d must divide the %lld GPUs of a node and its "
+                                "groups start at a multiple of tp (GPU %lld of its part)",
+                                (int)k, (int)g->tp, (long long)hpgo_cluster_unit(part, 0),
+                                (long long)v->local);
+        for (int64_t x = 0; x < n; x++) { /* every GPU of the group on its part, tp aligned */
+            int64_t gx = g->gpus ? g->gpus[x] : v->first + x;
+            if (gx < start || gx >= start + have ||
+                (g->gpus && x % g->tp && gx != g->gpus[x - x % g->tp] + x % g->tp) ||
+                (g->gpus && x % g->tp == 0 && (gx - start) % g->tp != 0))
+                return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                    "stage %d: GPU %lld is not on part %d (GPUs %lld..%lld) or "
+                                    "breaks a replica's tp=%d consecutive, aligned GPUs",
+                                    (int)k, (long long)gx, (int)g->part, (long long)start,
+                                    (long long)(start + have - 1), (int)g->tp);
+            used[u_n++] = gx;
+        }
+        if (v->local + n > next[g->part])
+            next[g->part] = v->local + n;
+        v->c = part;
+        v->p = *p;
+        v->p.tp = g->tp, v->p.dp = g->dp, v->p.n_groups = 0, v->p.groups = NULL;
+        v->p.n_split = 0, v->p.split = NULL;
+        v->p.micro_batch = 1, v->p.global_batch = m * g->dp; /* m micro-batches */
+        v->replicas = g->dp > 1;
+        double *bound = b, *send = b + g->dp + 1;
+        b += 2 * (size_t)g->dp + 1;
+        bound[0] = 0;
+        for (int32_t i = 0; i < g->dp; i++)
+            bound[i + 1] = g->shares ? bound[i] + g->shares[i] : (double)(i + 1) / g->dp;
+        bound[g->dp] = 1;
+        v->bound = bound, v->send = send;
+        /* replicas, the slowest first; equal samples are priced once */
+        hpgo_stage_cost_t one, big;
+        double last = -1, most = -1, f = 0, bw = 0, ww = 0, slow = 1, hw = 0, mf = 0;
+        int have_one = 0;
+        for (int32_t i = 0; i < g->dp; i++) {
+            double samples = g->shares ? (double)M * g->shares[i] : (double)M / g->dp;
+            if (samples != last || !have_one) {
+                hpgo_err_t inner;
+                int rc = hpgo_work_stage_cost_range(w, part, &v->p, split[k], split[k + 1],
+                                                    samples, &one, &inner);
+                if (rc != HPGO_OK)
+                    return hpgo_err_set(err, rc, 0, "stage %d, replica %d: %s", (int)k, (int)i,
+                                        inner.msg);
+                last = samples, have_one = 1;
+            }
+            double sp = min_speed(c, rep_first(v, i), rep_first(v, i) + g->tp);
+            if (sp < slow)
+                slow = sp;
+            if (one.f / sp > f)
+                f = one.f / sp;
+            if (one.b / sp > bw)
+                bw = one.b / sp;
+            if (one.w / sp > ww)
+                ww = one.w / sp;
+            send[i] = one.send_bytes;
+            hw += one.hw_flops, mf += one.model_flops;
+            if (samples > most)
+                most = samples, big = one;
+        }
+        /* the stage as its device: the slowest replica's passes, the
+         * largest replica's memory, the mean replica's FLOPs (r->hw_flops
+         * multiplies by dp x tp) */
+        big.f = f, big.b = bw, big.w = ww;
+        big.hw_flops = hw / g->dp, big.model_flops = mf / g->dp;
+        sc[k] = big;
+        v->speed = slow;
+    }
+    qsort(used, (size_t)u_n, sizeof *used, cmp_i64);
+    for (int64_t x = 1; x < u_n; x++)
+        if (used[x] == used[x - 1])
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "GPU %lld is in two stage groups", (long long)used[x]);
+    e->xfer = b;
+    for (int32_t k = 0; k + 1 < K; k++)
+        e->xfer[k] = reshard_time(c, &e->views[k], &e->views[k + 1]);
+    return HPGO_OK;
 }
 
 int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
@@ -236,6 +594,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     double *fs_all = NULL;
     double *fb = NULL;
     int32_t *order = NULL;
+    double *gbuf = NULL;
     if (!r)
         return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory for a step result");
     r->stages = calloc((size_t)K, sizeof *r->stages);
@@ -244,11 +603,31 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
         rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory for a step result");
         goto fail;
     }
-    if ((rc = hpgo_work_stage_costs(w, c, p, r->stages, err)) != HPGO_OK)
-        goto fail;
-    const hpgo_stage_cost_t *sc = r->stages;
-    e.c = c, e.p = p, e.sc = sc, e.schedule = p->schedule, e.P = P, e.V = V, e.K = K, e.m = m;
+    e.c = c, e.p = p, e.schedule = p->schedule, e.P = P, e.V = V, e.K = K, e.m = m;
     e.err = err;
+    e.uneven = p->n_groups > 0;
+    if (!(e.views = calloc((size_t)P, sizeof *e.views))) {
+        rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory for a step result");
+        goto fail;
+    }
+    if (e.uneven) {
+        if ((rc = hpgo_work_check(w, err)) != HPGO_OK || (rc = hpgo_cluster_check(c, err)) != HPGO_OK ||
+            (rc = uneven_views(&e, w, r->stages, &gbuf, err)) != HPGO_OK)
+            goto fail;
+    } else {
+        if ((rc = hpgo_work_stage_costs(w, c, p, r->stages, err)) != HPGO_OK ||
+            (rc = even_views(&e, err)) != HPGO_OK)
+            goto fail;
+        for (int32_t k = 0; k < K; k++) { /* a stage runs at its slowest GPU's speed */
+            double sp = e.views[dev_of(&e, k)].speed;
+            if (sp != 1) {
+                hpgo_stage_cost_t *o = &r->stages[k];
+                o->f /= sp, o->b /= sp, o->w /= sp, o->recompute /= sp;
+            }
+        }
+    }
+    const hpgo_stage_cost_t *sc = r->stages;
+    e.sc = sc;
     size_t km = (size_t)K * (size_t)m;
     e.fend = malloc(km * sizeof(double));
     e.bend = malloc(km * sizeof(double));
@@ -302,13 +681,12 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     hpgo_cancel_t *cancel = opts ? opts->cancel : NULL;
     /* gradients to synchronise: dense ones over dp x cp, expert ones over
      * the expert data-parallel group (which can exceed 1 with dp x cp = 1) */
-    int replicas = p->dp * p->cp > 1 || hpgo_parplan_edp(p) > 1;
     /* ZeRO-2/3 reduce-scatter each micro-batch's gradients (DeepSpeed; FSDP2
      * without pipelining: torchtitan leaves gradient sync on), except FSDP
      * under pipeline parallelism, which accumulates them unsharded and
      * reduce-scatters once after the stage's last backward
      * (torch/distributed/pipelining/stage.py; Llama 3 section 3.3.2) */
-    int per_mb_rs = p->zero >= 2 && replicas && !(p->zero >= 3 && P > 1 && m > 1);
+#define PER_MB_RS(v) (p->zero >= 2 && (v)->replicas && !(p->zero >= 3 && P > 1 && m > 1))
     /* activations offloaded to the host go down after each forward and come
      * back before the backward on the GPU's host link, beside the compute
      * (Megatron's fine-grained activation offloading, spec 6) */
@@ -335,6 +713,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
         }
         for (int32_t d = 0; d < P; d++) {
             devstate_t *s = &ds[d];
+            const devview_t *v = &e.views[d];
+            int per_mb_rs = PER_MB_RS(v);
             while (s->idx < n_ops[d]) {
                 hpgo_op_t op = ops[d][s->idx];
                 int32_t k = hpgo_sched_stage(p->schedule, P, V, d, op.chunk);
@@ -355,14 +735,15 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                                                     : st->b + st->w;
                 /* ZeRO-3 gathers the weights before the forward, and again before
                  * the backward when they were resharded after the forward */
-                if (p->zero >= 3 && replicas &&
+                if (p->zero >= 3 && v->replicas &&
                     (op.kind == HPGO_OP_F || (op.kind != HPGO_OP_W && p->reshard_after_forward))) {
                     /* gathered layer by layer, each prefetched behind the one
                      * before (FSDP2's implicit forward and explicit backward
                      * prefetch); the first layer's gather has nothing before it
                      * to hide behind (MegaScale section 3.2: the first
                      * all-gather is the exposed part) */
-                    double ag = grad_coll(&e, HPGO_COLL_ALLGATHER, st->params, st->expert_params, 2);
+                    double ag = grad_coll(&e, v, HPGO_COLL_ALLGATHER, st->params,
+                                          st->expert_params, 2);
                     if (ag > dur)
                         dur = ag;
                     dur += ag / (st->n_layers > 0 ? st->n_layers : 1);
@@ -370,8 +751,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                      * gathered buffer out into the parameters
                      * (_fsdp_collectives.py foreach_all_gather{,_copy_out}): (2 + 4)
                      * bytes per gathered parameter of HBM traffic (spec 3.1) */
-                    dur += hpgo_gpu_op_time(&c->gpu, HPGO_DT_BF16, HPGO_OP_VECTOR, 0,
-                                            6 * st->params);
+                    dur += hpgo_gpu_op_time(&v->c->gpu, HPGO_DT_BF16, HPGO_OP_VECTOR, 0,
+                                            6 * st->params) / v->speed;
                 }
                 if (p->offload_activations > 0 && op.kind != HPGO_OP_W) {
                     double mv = p->offload_activations * st->act / host_bw;
@@ -434,7 +815,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                         if (per_mb_rs && p->overlap_grad_reduce) {
                             /* sharded gradients: each micro-batch's are reduce-scattered
                              * as soon as they exist (DeepSpeed ZeRO-2/3) */
-                            double t_rs = grad_coll(&e, HPGO_COLL_REDUCE_SCATTER, st->params,
+                            double t_rs = grad_coll(&e, v, HPGO_COLL_REDUCE_SCATTER, st->params,
                                                     st->expert_params, gbytes);
                             double s0 = s->dp_free > end ? s->dp_free : end;
                             s->dp_free = s0 + t_rs;
@@ -465,6 +846,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     r->fits = 1;
     for (int32_t d = 0; d < P; d++) {
         devstate_t *s = &ds[d];
+        const devview_t *v = &e.views[d];
+        int per_mb_rs = PER_MB_RS(v);
         hpgo_step_device_t *o = &r->devices[d];
         hpgo_device_load_t load;
         hpgo_step_device_load(p, sc, d, &load);
@@ -477,7 +860,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                 double t_all = 0;
                 for (int32_t ch = 0; ch < V; ch++) {
                     int32_t k = hpgo_sched_stage(p->schedule, P, V, d, ch);
-                    t_all += (double)m * grad_coll(&e, HPGO_COLL_REDUCE_SCATTER, sc[k].params,
+                    t_all += (double)m * grad_coll(&e, v, HPGO_COLL_REDUCE_SCATTER, sc[k].params,
                                                    sc[k].expert_params, gbytes);
                 }
                 if ((rc = add_event(&e, s->t, t_all, d, HPGO_EV_REDUCE_SCATTER, 3, -1, -1, -1)) !=
@@ -487,8 +870,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
             }
             if (s->dp_free > sync)
                 sync = s->dp_free;
-        } else if (replicas) {
-            int coll = p->zero >= 1 ? HPGO_COLL_REDUCE_SCATTER : HPGO_COLL_ALLREDUCE;
+        } else if (v->replicas) {
+            int op_sync = p->zero >= 1 ? HPGO_COLL_REDUCE_SCATTER : HPGO_COLL_ALLREDUCE;
             /* chunks in the order their gradients complete */
             for (int32_t ch = 0; ch < V; ch++)
                 order[ch] = ch;
@@ -505,7 +888,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                 int32_t k = hpgo_sched_stage(p->schedule, P, V, d, ch);
                 const hpgo_stage_cost_t *st = &sc[k];
                 int32_t nb = st->n_layers > 0 ? st->n_layers : 1;
-                double tb = grad_coll(&e, coll, st->params / nb, st->expert_params / nb, gbytes);
+                double tb = grad_coll(&e, v, op_sync, st->params / nb, st->expert_params / nb,
+                                      gbytes);
                 if (layer1 == 0)
                     layer1 = st->params / nb;
                 for (int32_t bi = 0; bi < nb; bi++) {
@@ -524,21 +908,22 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
         }
         if (tied_sync && (d == dev_of(&e, 0) || d == dev_of(&e, K - 1))) {
             const hpgo_stage_cost_t *st = &sc[d == dev_of(&e, 0) ? 0 : K - 1];
-            int32_t lvl = hpgo_cost_level_between(c, rank_of(&e, dev_of(&e, 0)),
-                                                  rank_of(&e, dev_of(&e, K - 1)));
             /* all-reduce of two: each side sends its half and receives the other */
-            double t_emb = hpgo_cost_p2p(c, lvl, st->emb_params * gbytes);
+            double t_emb = p2p_gpus(c, e.views[dev_of(&e, 0)].first,
+                                    e.views[dev_of(&e, K - 1)].first, st->emb_params * gbytes);
             if ((rc = add_event(&e, sync, t_emb, d, HPGO_EV_ALLREDUCE, 3, -1, -1, -1)) != HPGO_OK)
                 goto fail;
             sync += t_emb;
         }
-        double shard = hpgo_step_shard_params(p, params, load.expert_params);
-        double t_opt = hpgo_step_optimizer_seconds(c, p, shard);
+        double shard = hpgo_step_shard_params(&v->p, params, load.expert_params);
+        double t_opt = hpgo_step_optimizer_seconds(v->c, &v->p, shard);
+        if (!p->offload_optimizer)
+            t_opt /= v->speed; /* the step's kernels run at the GPU's speed */
         double t_ag = 0;
-        if (p->zero >= 1 && p->zero <= 2 && replicas) {
+        if (p->zero >= 1 && p->zero <= 2 && v->replicas) {
             double ex1 = layer1 > 0 && params > 0 ? layer1 * load.expert_params / params : 0;
-            t_ag = overlap ? grad_coll(&e, HPGO_COLL_ALLGATHER, layer1, ex1, 2)
-                           : grad_coll(&e, HPGO_COLL_ALLGATHER, params, load.expert_params, 2);
+            t_ag = overlap ? grad_coll(&e, v, HPGO_COLL_ALLGATHER, layer1, ex1, 2)
+                           : grad_coll(&e, v, HPGO_COLL_ALLGATHER, params, load.expert_params, 2);
         }
         if ((rc = add_event(&e, sync, t_opt + t_ag, d, HPGO_EV_OPTIMIZER, 0, -1, -1, -1)) != HPGO_OK)
             goto fail;
@@ -548,7 +933,9 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
         o->optimizer = t_opt + t_ag;
         o->peak_in_flight = (int32_t)s->peak_count;
         o->params = params;
-        hpgo_memory_breakdown2(c, p, w->precision, params, load.expert_params, maxlayer,
+        o->part = e.uneven ? p->groups[d].part : 0;
+        o->speed = v->speed;
+        hpgo_memory_breakdown2(v->c, &v->p, w->precision, params, load.expert_params, maxlayer,
                                s->peak + transient, load.max_act + transient,
                                overhead + load.state_bytes, &o->mem);
         if (!o->mem.fits)
@@ -560,21 +947,35 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
             compute = s->t;
     }
     /* the step ends when the slowest of its GPUs does (spec 5.3) */
-    iter *= hpgo_step_straggler_factor(c, (int64_t)p->tp * p->cp * P * p->dp);
+    int64_t n_gpus = 0;
+    double hw = 0, peak = 0;
+    int dt = w->precision == HPGO_PREC_FP32 ? HPGO_DT_FP32 : HPGO_DT_BF16;
+    if (!e.uneven) {
+        for (int32_t k = 0; k < K; k++)
+            hw += sc[k].hw_flops;
+        n_gpus = (int64_t)p->tp * p->cp * P * p->dp;
+        hw = hw * (double)m * p->tp * p->cp * p->dp;
+        peak = c->gpu.peak[dt] * (double)n_gpus;
+    } else {
+        /* an uneven plan's stages run on their groups' GPUs, of their parts' types */
+        for (int32_t k = 0; k < K; k++) {
+            const devview_t *v = &e.views[k];
+            double per = (double)v->p.tp * v->p.dp;
+            hw += sc[k].hw_flops * per * (double)m;
+            n_gpus += (int64_t)per;
+            peak += v->c->gpu.peak[dt] * per;
+        }
+    }
+    iter *= hpgo_step_straggler_factor(c, n_gpus);
     for (int32_t d = 0; d < P; d++)
         r->devices[d].bubble = iter > 0 ? 1 - r->devices[d].busy / iter : 0;
     r->iteration_time = iter;
     r->compute_time = compute;
-    r->gpus = (int64_t)p->tp * p->cp * P * p->dp;
+    r->gpus = n_gpus;
     r->microbatches = m;
     r->p = P, r->v = V, r->n_stages = K;
-    double hw = 0;
-    for (int32_t k = 0; k < K; k++)
-        hw += sc[k].hw_flops;
-    r->hw_flops = hw * (double)m * p->tp * p->cp * p->dp;
+    r->hw_flops = hw;
     r->model_flops = hpgo_work_model_flops(w, p->global_batch);
-    int dt = w->precision == HPGO_PREC_FP32 ? HPGO_DT_FP32 : HPGO_DT_BF16;
-    double peak = c->gpu.peak[dt] * (double)r->gpus;
     if (iter > 0) {
         r->mfu = r->model_flops / (iter * peak);
         r->hfu = r->hw_flops / (iter * peak);
@@ -607,6 +1008,8 @@ fail:
     free(e.bend);
     free(e.act_arr);
     free(e.grad_arr);
+    free(e.views);
+    free(gbuf);
     hpgo_sim_result_free(e.tl);
     hpgo_step_result_free(r);
     return rc;

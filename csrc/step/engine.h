@@ -4,7 +4,8 @@
  *
  * Semantics: the p devices of one pipeline (one GPU of each stage's tp
  * group stands for the group; all dp replicas are alike) run their op
- * lists in order; an op starts when its device is free and its input is
+ * lists in order, each at the speed of its stage's slowest GPU
+ * (hpgo_cluster_gpu_speed); an op starts when its device is free and its input is
  * there.  Stage-to-stage transfers go over the directed link between the
  * two devices' GPUs (FIFO; priced by cost.h at the level the GPUs share).
  * Gradient synchronisation over dp runs per layer bucket on its own
@@ -16,6 +17,19 @@
  * per local parameter (fp32 master, moments and gradient, bf16 copy) at
  * the GPU's memory bandwidth.  The iteration ends when the last device has
  * synchronised and stepped (a flush, as Megatron's and DAPPLE's schedules).
+ *
+ * Uneven plans (parplan.h n_groups > 0): device k is stage k's group on
+ * its part's GPU type at the group's tp, standing for its slowest
+ * replica: each replica runs its share of a micro-batch's samples on its
+ * slowest GPU, the stage's passes take the longest of them, its memory is
+ * that of the replica with the most samples.  A stage boundary moves each
+ * sample's activations from the replica that holds it to the one that
+ * needs it (resharding between groups of different dp, tp or shares,
+ * priced at the level the two GPUs share, the parts' join across parts);
+ * each stage synchronises its gradients over its own replicas (the whole
+ * gradient, whatever the shares) and steps its optimizer on its GPU.
+ * With every group at the plan's dp and tp, even shares, and placed as
+ * the even plan's ranks, the result is the even plan's.
  *
  * Units: seconds, bytes, FLOP.  The result is owned by the caller (free
  * with hpgo_step_result_free), immutable, readable from any thread.  No
@@ -47,6 +61,8 @@ typedef struct hpgo_step_device {
     int32_t peak_in_flight; /* most chunk micro-batches whose activations are alive */
     double params;        /* parameters held (tp-sharded, before ZeRO) */
     hpgo_mem_t mem;       /* at the activation peak */
+    int32_t part;         /* the cluster part (GPU type) its stage runs on */
+    double speed;         /* its slowest GPU's speed factor (1: its type's) */
 } hpgo_step_device_t;
 
 typedef struct hpgo_step_result {

@@ -1,9 +1,76 @@
 /* parplan.c - checks of the neutral parallel plan (see parplan.h). */
 #include "parplan.h"
 
+#include <math.h>
+
+#include "cluster.h"
+
 int64_t hpgo_parplan_microbatches(const hpgo_parplan_t *p)
 {
     return p->global_batch / (p->micro_batch * p->dp);
+}
+
+/* Checks of an uneven plan's stage groups that need no cluster (the part
+ * index, the placement and the shares' samples are checked by the engine,
+ * which knows the cluster and the model). */
+static int check_groups(const hpgo_parplan_t *p, hpgo_err_t *err)
+{
+    if (p->n_groups == 0)
+        return p->groups ? hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                         "groups given with n_groups 0")
+                         : HPGO_OK;
+    if (p->n_groups != p->pp || !p->groups)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "an uneven plan needs one stage group per pipeline stage: %d groups "
+                            "for pp=%d",
+                            (int)p->n_groups, (int)p->pp);
+    if (p->tp != 1 || p->dp != 1 || p->cp != 1 || p->ep != 1 || p->etp != 0 ||
+        p->vstages != 1)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "an uneven plan gives tp and dp per stage group: the plan's tp, dp, "
+                            "cp, ep and vstages must be 1 (etp 0)");
+    if (p->schedule == HPGO_PS_INTERLEAVED || p->schedule == HPGO_PS_ZBV)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "an uneven plan runs one model stage per group: gpipe, 1f1b or zb-h1");
+    for (int32_t k = 0; k < p->n_groups; k++) {
+        const hpgo_stage_group_t *g = &p->groups[k];
+        if (g->part < 0 || g->part >= HPGO_CLUSTER_MAX_PARTS)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "stage %d: part must be in 0..%d, got %d", (int)k,
+                                HPGO_CLUSTER_MAX_PARTS - 1, (int)g->part);
+        if (g->tp < 1 || g->tp > 1024 || g->dp < 1 || g->dp > (1 << 24))
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "stage %d: tp must be in 1..1024 and dp in 1..2^24, got tp=%d "
+                                "dp=%d",
+                                (int)k, (int)g->tp, (int)g->dp);
+        if (g->first_gpu < -1)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "stage %d: first_gpu must be a GPU index or -1 (after the "
+                                "previous stages), got %lld",
+                                (int)k, (long long)g->first_gpu);
+        if (g->shares) {
+            double sum = 0;
+            for (int32_t i = 0; i < g->dp; i++) {
+                double s = g->shares[i];
+                if (!(s > 0 && s <= 1))
+                    return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                        "stage %d: share %d must be in (0, 1], got %g", (int)k,
+                                        (int)i, s);
+                sum += s;
+            }
+            /* shares are fractions written in decimal: their sum is 1 up to
+             * the rounding of dp additions */
+            if (fabs(sum - 1) > 1e-9 * g->dp)
+                return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                    "stage %d: the shares of its %d replicas sum to %.12g, not 1",
+                                    (int)k, (int)g->dp, sum);
+        }
+        if (p->shard_size > 0 && g->dp % p->shard_size != 0)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "stage %d: shard_size %d must divide its dp=%d", (int)k,
+                                (int)p->shard_size, (int)g->dp);
+    }
+    return HPGO_OK;
 }
 
 int64_t hpgo_parplan_shard(const hpgo_parplan_t *p)
@@ -36,6 +103,7 @@ void hpgo_parplan_edp_group(const hpgo_parplan_t *p, int64_t *size, int64_t *str
 
 int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
 {
+    int rc;
     if (!p)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "plan: NULL");
     if (p->tp < 1 || p->tp > 1024 || p->dp < 1 || p->dp > (1 << 24) || p->cp < 1 ||
@@ -113,13 +181,17 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "offload_activations must be in [0, 1], got %g",
                             p->offload_activations);
     if (p->shard_size < 0 ||
-        (p->shard_size > 0 && ((int64_t)p->dp * p->cp) % p->shard_size != 0))
+        (p->shard_size > 0 && p->n_groups == 0 &&
+         ((int64_t)p->dp * p->cp) % p->shard_size != 0))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "shard_size %d must be 0 (all replicas) or divide dp x cp = %lld",
                             (int)p->shard_size, (long long)p->dp * p->cp);
-    if (p->shard_size > 0 && p->shard_size < (int64_t)p->dp * p->cp && p->zero < 1)
+    if (p->shard_size > 0 && (p->n_groups > 0 || p->shard_size < (int64_t)p->dp * p->cp) &&
+        p->zero < 1)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "shard_size (hybrid sharding) needs zero >= 1");
+    if ((rc = check_groups(p, err)) != HPGO_OK)
+        return rc;
     if (p->micro_batch < 1 || p->global_batch < 1 || p->global_batch > ((int64_t)1 << 40))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "micro_batch and global_batch must be >= 1 (global_batch <= 2^40)");

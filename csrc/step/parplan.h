@@ -42,6 +42,10 @@ typedef struct hpgo_stage_group {
     int32_t tp, dp;
     int64_t first_gpu;
     const double *shares;
+    /* NULL, or the dp x tp cluster GPU indices of the group, replica by
+     * replica (HPGO's placements: a stage's GPUs need not be consecutive);
+     * each replica's tp GPUs consecutive; first_gpu is then ignored */
+    const int64_t *gpus;
 } hpgo_stage_group_t;
 
 typedef struct hpgo_parplan {

@@ -1695,8 +1695,19 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
 
 /* ---- chain (profile) ---------------------------------------------------- */
 
+static int chain_costs_at(const hpgo_work_t *w, const hpgo_parplan_t *p, double samples,
+                          const int32_t *split, hpgo_stage_cost_t *out, hpgo_err_t *err);
+
 static int chain_costs(const hpgo_work_t *w, const hpgo_parplan_t *p, const int32_t *split,
                        hpgo_stage_cost_t *out, hpgo_err_t *err)
+{
+    return chain_costs_at(w, p, (double)p->micro_batch, split, out, err);
+}
+
+/* The chain's stages for micro-batches of `samples` samples (a fraction
+ * for a replica's share of one: the times scale linearly). */
+static int chain_costs_at(const hpgo_work_t *w, const hpgo_parplan_t *p, double samples,
+                          const int32_t *split, hpgo_stage_cost_t *out, hpgo_err_t *err)
 {
     const hpgo_chain_t *c = &w->chain;
     if (p->tp != 1 || p->sequence_parallel)
@@ -1707,7 +1718,7 @@ static int chain_costs(const hpgo_work_t *w, const hpgo_parplan_t *p, const int3
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "selective recomputation needs a transformer model (a profile has "
                             "no attention core to recompute); use 'none' or 'full'");
-    double r = (double)p->micro_batch / c->batch;
+    double r = samples / c->batch;
     int K = p->pp * p->vstages;
     for (int kk = 0; kk < K; kk++) {
         hpgo_stage_cost_t *o = &out[kk];
@@ -1943,4 +1954,63 @@ double hpgo_work_model_flops(const hpgo_work_t *w, int64_t global_batch)
     if (x->mtp > 0)
         per_tok += (double)x->mtp * (kf[layer_kind(x, x->layers - 1)] + 3 * 2 * 2 * s.h * s.h + head);
     return per_tok * s.s * (double)global_batch;
+}
+
+int hpgo_work_stage_cost_range(const hpgo_work_t *w, const hpgo_cluster_t *c,
+                               const hpgo_parplan_t *p, int32_t first, int32_t end,
+                               double samples, hpgo_stage_cost_t *out, hpgo_err_t *err)
+{
+    int rc = hpgo_work_check(w, err);
+    if (rc == HPGO_OK)
+        rc = hpgo_cluster_check(c, err);
+    if (rc != HPGO_OK)
+        return rc;
+    int64_t L = hpgo_work_layers(w);
+    if (first < 0 || end <= first || end > L)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "layers [%d, %d) are not a stage of a %lld-layer model", (int)first,
+                            (int)end, (long long)L);
+    if (!(samples > 0) || !isfinite(samples) || samples > (double)((int64_t)1 << 40))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "a stage's micro-batch must be > 0 samples, got %g", samples);
+    int64_t whole = (int64_t)llround(samples);
+    if (w->kind == HPGO_WORK_TRANSFORMER && fabs(samples - (double)whole) > 1e-9 * samples)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "%g samples: a transformer replica takes whole sequences (give "
+                            "shares x micro_batch in whole samples)",
+                            samples);
+    /* the stage between the layers before it and those after it: the
+     * embedding is priced on a stage starting at layer 0, the head on one
+     * ending at the last layer, a send on any other */
+    int32_t split[4], n = 0, mid;
+    split[n++] = 0;
+    if (first > 0)
+        split[n++] = first;
+    mid = n - 1;
+    split[n++] = end;
+    if (end < L)
+        split[n++] = (int32_t)L;
+    hpgo_parplan_t q = *p;
+    q.pp = n - 1, q.vstages = 1, q.dp = 1, q.cp = 1, q.ep = 1, q.etp = 0, q.shard_size = 0;
+    if (q.schedule == HPGO_PS_INTERLEAVED || q.schedule == HPGO_PS_ZBV)
+        q.schedule = HPGO_PS_1F1B;
+    q.micro_batch = whole > 0 ? whole : 1;
+    q.global_batch = q.micro_batch;
+    q.n_split = n, q.split = split;
+    q.n_groups = 0, q.groups = NULL;
+    if ((rc = hpgo_parplan_check(&q, err)) != HPGO_OK)
+        return rc;
+    if (q.tp > hpgo_cluster_unit(c, 0) || hpgo_cluster_unit(c, 0) % q.tp != 0)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "tp=%d must divide the %lld GPUs of a node (tensor parallelism "
+                            "stays inside a node)",
+                            (int)q.tp, (long long)hpgo_cluster_unit(c, 0));
+    hpgo_stage_cost_t sc[3];
+    if (w->kind == HPGO_WORK_TRANSFORMER)
+        rc = xformer_costs(w, c, &q, split, sc, NULL, err);
+    else
+        rc = chain_costs_at(w, &q, samples, split, sc, err);
+    if (rc == HPGO_OK)
+        *out = sc[mid];
+    return rc;
 }

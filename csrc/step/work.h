@@ -139,6 +139,18 @@ int64_t hpgo_work_layers(const hpgo_work_t *w);
 int hpgo_work_stage_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
                           hpgo_stage_cost_t *out, hpgo_err_t *err);
 
+/* One model stage of layers [first, end) of the model, priced as inside a
+ * pipeline (the embedding when first is 0; the head, and no send, when
+ * end is the model's last layer) for one micro-batch of `samples` samples
+ * on one GPU of a tensor-parallel group of c: the plan's tp and per-GPU
+ * settings apply, its pp, dp, cp, split and batch sizes do not.  A chain
+ * takes any samples > 0 (its times scale linearly), a transformer whole
+ * sequences.  What the engine prices an uneven plan's stage groups with.
+ * HPGO_E_INVALID naming the conflict. */
+int hpgo_work_stage_cost_range(const hpgo_work_t *w, const hpgo_cluster_t *c,
+                               const hpgo_parplan_t *p, int32_t first, int32_t end,
+                               double samples, hpgo_stage_cost_t *out, hpgo_err_t *err);
+
 /* The default split of `layers` layers into K model stages (K + 1
  * boundaries): even, the remainder on the middle stages first. */
 void hpgo_work_even_split(int64_t layers, int32_t K, int32_t *split);
