@@ -43,6 +43,8 @@ __all__ = [
     "slice_table",
     "read_layer_profile",
     "chain_from_model",
+    "chain_from_profile",
+    "to_parallel_plan",
 ]
 
 METHODS = {"topk": 0, "dp": 1}
@@ -155,6 +157,58 @@ def chain_from_model(model, *, forward_fraction: float = FORWARD_FRACTION,
         tuple(float(l.parameter_size) for l in layers),
         tuple(str(l.desc) for l in layers),
     )
+
+
+def chain_from_profile(model, cluster, *, micro_batch: int = 1, level: int = 0) -> LayerChain:
+    """A chain priced as the step engine prices a pipeline of ``model`` (an
+    :func:`hpgo.profile_model`) on ``cluster``: each layer's forward and
+    backward seconds for a ``micro_batch`` of samples, its output sent
+    between neighbouring stages as :meth:`hpgo.Cluster.p2p_time` prices it at
+    ``level`` (0: GPUs of one node), its parameters in bytes (4 per
+    parameter, fp32 as the profiles)."""
+    from .workmodel import ProfiledModel
+    if not isinstance(model, ProfiledModel):
+        raise TypeError(f"model must be an hpgo.profile_model(...), not {type(model).__name__}")
+    mb = _int("micro_batch", micro_batch, 1)
+    k = mb / float(model.batch)
+    lv = _int("level", level, 0)
+    if lv >= len(cluster.levels):
+        raise ValueError(f"level must be below the cluster's {len(cluster.levels)} levels")
+    return LayerChain(
+        tuple(x * k for x in model.forward),
+        tuple(x * k for x in model.backward),
+        tuple(cluster.p2p_time(o * k, lv) for o in model.outputs),
+        tuple(4.0 * p for p in model.params),
+        tuple(str(d) for d in model.descs),
+    )
+
+
+def to_parallel_plan(result, global_batch: int, *, dp: int = 1, micro_batch: int = 1,
+                     schedule: str = "1f1b", model: Optional[str] = None,
+                     which: str = "chosen"):
+    """The :class:`hpgo.ParallelPlan` of a re-plan's split (see
+    :meth:`hpgo.ParallelPlan.from_replan`)."""
+    from .parallel import ParallelPlan, StageGroup
+    if isinstance(result, ReplanResult):
+        splits = {"chosen": result.chosen, "proposal": result.stages, "current": result.current,
+                  "searched": result.searched}
+        if which not in splits:
+            raise ValueError(f"which must be one of {sorted(splits)}, got {which!r}")
+        counts = splits[which]
+    else:
+        counts = result
+    try:
+        counts = [int(c) for c in counts]
+    except (TypeError, ValueError):
+        raise ValueError("not a re-planning result: expected layers per stage") from None
+    if not counts or min(counts) < 1:
+        raise ValueError("every stage of the split needs at least one layer")
+    groups, start = [], 0
+    for n in counts:
+        groups.append(StageGroup((start, start + n), dp=dp))
+        start += n
+    return ParallelPlan(global_batch=global_batch, micro_batch=micro_batch, schedule=schedule,
+                        model=model, stages=tuple(groups))
 
 
 def pipeline_score(forward: Sequence[float], backward: Sequence[float],

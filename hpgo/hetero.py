@@ -431,6 +431,53 @@ class HapPlan:
         """Every layer batch-sharded (plain data parallelism with shares)."""
         return all(s in DDP_STRATEGIES for s in self.strategies)
 
+    def to_parallel_plan(self, layers, global_batch: int, *, micro_batch: Optional[int] = None,
+                         gpu: Union[str, int, None] = None):
+        """The plan in the step model's vocabulary, where it has a neutral
+        form: a data-parallel program (``dp`` / ``ew_gb`` / ``att_gb``, or
+        ``dp_zero`` in place of ``dp`` on every linear layer, then
+        ``zero=3``) is one :class:`hpgo.StageGroup` over the model's
+        ``layers`` (a count, or a model with ``layers``) with ``dp`` = the
+        devices and each device's share as ``shares``; ``micro_batch``
+        defaults to ``global_batch`` (HAP runs one batch per iteration).
+        Raises ValueError naming what has no neutral form: uneven tensor
+        sharding (``col``, ``row``, ``ew_gf``, ``att_heads``: ParallelPlan's
+        tp splits evenly), replicated compute (``rep``, ``ew_r``, ``att_r``),
+        ZeRO-3 on some linear layers only (``zero`` is one stage for the
+        whole plan), and a device with no share."""
+        from .parallel import ParallelPlan, StageGroup
+        used = set(self.strategies)
+        tensor = sorted(used & {"col", "row", "ew_gf", "att_heads"})
+        rep = sorted(used & {"rep", "ew_r", "att_r"})
+        if tensor or rep:
+            what = []
+            if tensor:
+                what.append(f"uneven tensor sharding ({', '.join(tensor)}): ParallelPlan's tp "
+                            "splits every layer evenly")
+            if rep:
+                what.append(f"replicated compute ({', '.join(rep)}): every device runs the "
+                            "whole layer on the whole batch")
+            raise ValueError("this HAP plan has no neutral form: " + "; ".join(what))
+        if "dp" in used and "dp_zero" in used:
+            raise ValueError("this HAP plan has no neutral form: ZeRO-3 on some linear layers "
+                             "only (dp and dp_zero): ParallelPlan's zero is one stage for the "
+                             "whole plan")
+        if any(r <= 0 for r in self.ratios):
+            raise ValueError("this HAP plan has no neutral form: a device with no share "
+                             f"(ratios {self.ratios}); leave it out of the cluster")
+        n = layers if isinstance(layers, int) else getattr(layers, "layers", None)
+        if isinstance(n, (list, tuple)):
+            n = len(n)
+        n = _args.index("layers", n, 1)
+        gb = _args.index("global_batch", global_batch, 1)
+        mb = gb if micro_batch is None else _args.index("micro_batch", micro_batch, 1)
+        total = math.fsum(self.ratios)
+        shares = tuple(r / total for r in self.ratios)
+        group = StageGroup((0, n), dp=len(shares), shares=shares if len(shares) > 1 else None,
+                           gpu=gpu)
+        return ParallelPlan(global_batch=gb, micro_batch=mb, zero=3 if "dp_zero" in used else 0,
+                            stages=(group,))
+
     def describe(self) -> str:
         """The plan, its time, its memory and fit verdict, and its assumptions."""
         counts: Dict[str, int] = {}

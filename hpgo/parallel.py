@@ -648,23 +648,19 @@ class ParallelPlan:
 
     @classmethod
     def from_replan(cls, result: Any, global_batch: int, *, dp: int = 1, micro_batch: int = 1,
-                    schedule: str = "1f1b", model: str | None = None) -> "ParallelPlan":
-        """The plan of a DynPipe re-planning result (:func:`hpgo.replan`): one
-        pipeline stage per entry of its chosen split (layers per stage), as a
-        layer split.  HAP's heterogeneous plans (uneven shares per device)
-        have no neutral form."""
-        counts = getattr(result, "chosen", result)
-        try:
-            counts = [int(c) for c in counts]
-        except (TypeError, ValueError):
-            raise ValueError("not a re-planning result: expected layers per stage") from None
-        if not counts or min(counts) < 1:
-            raise ValueError("every stage of the split needs at least one layer")
-        split = [0]
-        for c in counts:
-            split.append(split[-1] + c)
-        return cls(global_batch=global_batch, pp=len(counts), dp=dp, micro_batch=micro_batch,
-                   schedule=schedule, split=tuple(split), model=model)
+                    schedule: str = "1f1b", model: str | None = None,
+                    which: str = "chosen") -> "ParallelPlan":
+        """The pipeline of a DynPipe re-plan (:func:`hpgo.replan`, or a list
+        of layers per stage): one :class:`StageGroup` of ``dp`` replicas per
+        stage, on GPUs in stage order (DynPipe's slowdowns are per stage
+        position), its layers from the split ``which`` (``"chosen"``,
+        ``"proposal"``, ``"current"`` or ``"searched"``).  Simulate it on the
+        cluster with the slowed GPUs (``cluster.with_speed({gpu: 1 /
+        slowdown})``); where the engine agrees with DynPipe's score and where
+        not: docs/replanning-and-heterogeneous.md."""
+        from . import dynpipe
+        return dynpipe.to_parallel_plan(result, global_batch, dp=dp, micro_batch=micro_batch,
+                                        schedule=schedule, model=model, which=which)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

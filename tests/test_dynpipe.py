@@ -13,6 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hpgo
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 from conftest import shared_path
 from hpgo import dynpipe as R
 
@@ -626,3 +629,56 @@ def test_trigger_patience_and_rebaseline():
     assert [(e.index, e.kind) for e in ev2] == [(1, "slowdown"), (4, "speedup")]
     d3 = R.StragglerDetector(1, window=1, warmup_windows=0, band=(0.5, 2.0), rebaseline=False)
     assert [e.index for e in d3.feed([1, 3, 3, 3])] == [1, 2, 3]
+
+
+# ---- DynPipe's splits as ParallelPlans the step engine runs --------------------------------
+
+
+def test_replan_plans_run_in_the_step_engine_as_dynpipe_scores_them():
+    """A chain priced as the engine prices the VGG19 profile on dapple-v100
+    (micro-batch 8), re-planned for a GPU slowed 1.5x; the proposal and the
+    current split as ParallelPlans with stage groups, simulated on the
+    cluster with that GPU slowed (Cluster.with_speed).  The engine's time per
+    micro-batch in steady state (the difference of 128 and 64 micro-batches)
+    is max_s (slowdown_s (F_s + B_s) + the stage's in and out transfers):
+    the DP's non-overlapped model, since the engine's sends occupy the GPU.
+    DynPipe's score overlaps transfers and averages its 99-micro-batch
+    window, warm-up included: it lies between alpha x max_s slowdown_s
+    (F_s + B_s) and the engine's figure.  The split the score prefers is
+    never more than 2 % slower than the current one in the engine."""
+    import dataclasses
+    m = hpgo.profile_model(str(ROOT / "profiles" / "vgg19-v100" / "graph.txt"), 1)
+    c = hpgo.Cluster.preset("dapple-v100")
+    ch = R.chain_from_profile(m, c, micro_batch=8)
+    assert len(ch) == m.layers and ch.comm[9] == c.p2p_time(m.outputs[9] * 8, 0)
+    rnd = random.Random(5)
+    for trial in range(6):
+        S = rnd.choice([2, 3])
+        sd = [rnd.choice([1.0, 1.5, 2.0]) for _ in range(S)]
+        cur = list(_splits(sorted(rnd.sample(range(1, m.layers), S - 1)), m.layers))
+        r = R.replan(ch, current=cur, slowdown=sd, method="dp")
+        slow = c.with_speed({s: 1 / x for s, x in enumerate(sd) if x != 1.0})
+        got = {}
+        for which in ("current", "searched"):
+            plan = hpgo.ParallelPlan.from_replan(r, 8 * 64, micro_batch=8, which=which)
+            split = getattr(r, which)
+            assert [g.layers[1] - g.layers[0] for g in plan.stages] == list(split)
+            assert all(g.dp == 1 for g in plan.stages) and plan.pp == S
+            t64 = hpgo.simulate(m, slow, plan, timeline=False)
+            t128 = hpgo.simulate(m, slow, dataclasses.replace(plan, global_batch=8 * 128),
+                                 timeline=False)
+            per = (t128.iteration_time - t64.iteration_time) / 64
+            cuts = [0] + list(itertools.accumulate(split))
+            work = [x * (sum(ch.forward[a:b]) + sum(ch.backward[a:b]))
+                    for x, a, b in zip(sd, cuts, cuts[1:])]
+            comm = [ch.comm[q - 1] for q in cuts[1:-1]]
+            stage = [w + (comm[s - 1] if s > 0 else 0) + (comm[s] if s < S - 1 else 0)
+                     for s, w in enumerate(work)]
+            assert per == pytest.approx(max(stage), rel=1e-9)
+            K = max(j for j in range(1, 99) if j * S < 99 - S)
+            score = r.current_time if which == "current" else r.search_time
+            assert (K * S - S + 1) / (K * S) * max(work) * (1 - 1e-12) <= score
+            assert score <= max(stage) * (1 + 1e-12)
+            got[which] = (per, score)
+        (pc, sc), (pn, sn) = got["current"], got["searched"]
+        assert (pn <= pc * (1 + 0.02)) and sn <= sc

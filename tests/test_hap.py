@@ -1,9 +1,11 @@
 """HAP on a chain (hpgo.hetero): collective choice, the ratio LP, the form
 DP and the baselines, checked against ../shared/data/dynpipe-hap
 (spec dynpipe-hap.md sections 2.4, 2.5, 2.7, 2.8)."""
+import dataclasses
 import itertools
 import json
 import math
+import pathlib
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +13,8 @@ from hypothesis import strategies as st
 
 from conftest import shared_path
 from hpgo import hetero as H
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _profiles():
@@ -541,3 +545,43 @@ def test_bad_memory_and_attention_arguments():
     with pytest.raises(ValueError, match="optimizer_bytes"):
         H.plan(H.transformer_chain(1, 4, 4, 12, 12, 1), H.hap_cluster("P100", 2),
                optimizer_bytes=-1)
+
+
+def test_data_parallel_hap_plans_become_stage_groups_with_shares():
+    """DP-CP on 8 V100s of which one runs 1.5x slower (the step model's
+    dapple-v100 GPUs, their speeds as FLOP/s): the shares are speed-
+    proportional, the plan one StageGroup of 8 replicas with those shares;
+    in the step engine on the cluster with that GPU slowed every replica
+    takes as long as the others, and the slowed GPU no longer holds the step
+    back.  ZeRO-3 programs become zero=3; what has no neutral form is named."""
+    import hpgo
+    c = hpgo.Cluster.preset("dapple-v100", nodes=1)
+    f, _ = H.gpu_figures("v100")
+    speeds = [1.0, 1 / 1.5] + [1.0] * 6
+    hc = H.cluster([f * x for x in speeds], all_gather=1e10, all_reduce=1e10)
+    layers = H.transformer_chain(2, 64, 128, 256, 1024, 4)
+    dp = H.plan(layers, hc, strategies=H.DDP_STRATEGIES, ratios="proportional")
+    m = hpgo.profile_model(str(ROOT / "profiles" / "vgg19-v100" / "graph.txt"), 1)
+    p = dp.to_parallel_plan(m, 64)
+    (g,) = p.stages
+    assert g.layers == (0, m.layers) and g.dp == 8 and p.micro_batch == 64 and p.zero == 0
+    assert g.shares == pytest.approx([x / sum(speeds) for x in speeds], rel=1e-12)
+    slow = c.with_speed({1: 1 / 1.5})
+    even = p.with_(stages=(dataclasses.replace(g, shares=None),))
+    a = hpgo.simulate(m, slow, even, timeline=False)
+    b = hpgo.simulate(m, slow, p, timeline=False)
+    assert b.iteration_time < a.iteration_time
+    # the slowest replica of the even plan is the slowed one: 1.5 x an eighth
+    assert b.stages[0]["forward"] == pytest.approx(a.stages[0]["forward"] / 1.5 * 8 / sum(speeds),
+                                                   rel=1e-9)
+    z = H.plan(layers, hc, strategies=H.ZERO_STRATEGIES, ratios="proportional")
+    assert z.to_parallel_plan(10, 64).zero == 3
+    tp = H.plan(layers, hc, strategies=["col", "row", "ew_gf", "att_heads"])
+    with pytest.raises(ValueError, match=r"uneven tensor sharding \(att_heads, col, ew_gf, row\)"):
+        tp.to_parallel_plan(10, 64)
+    rep = H.plan(layers, hc, strategies=["rep", "ew_r"])
+    with pytest.raises(ValueError, match=r"replicated compute \(att_r, ew_r, rep\)"):
+        rep.to_parallel_plan(10, 64)
+    mix = dataclasses.replace(z, strategies=("dp",) + z.strategies[1:])
+    with pytest.raises(ValueError, match="ZeRO-3 on some linear layers only"):
+        mix.to_parallel_plan(10, 64)
