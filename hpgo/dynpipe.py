@@ -45,6 +45,7 @@ __all__ = [
     "chain_from_model",
     "chain_from_profile",
     "to_parallel_plan",
+    "stage_slowdowns",
 ]
 
 METHODS = {"topk": 0, "dp": 1}
@@ -183,6 +184,24 @@ def chain_from_profile(model, cluster, *, micro_batch: int = 1, level: int = 0) 
     )
 
 
+def stage_slowdowns(cluster, n_stages: int, *, dp: int = 1) -> List[float]:
+    """DynPipe's per-stage slowdowns from a cluster's per-GPU speeds
+    (:meth:`hpgo.Cluster.with_speed`): stage s on GPUs s dp .. s dp + dp - 1,
+    as :meth:`hpgo.ParallelPlan.from_replan` places them, slowed by its
+    slowest GPU (1 / the smallest speed factor; a stage waits for its
+    slowest replica)."""
+    from .cluster import Cluster
+    if not isinstance(cluster, Cluster):
+        raise TypeError(f"cluster must be an hpgo.Cluster, not {type(cluster).__name__}")
+    S = _int("n_stages", n_stages, 1)
+    d = _int("dp", dp, 1)
+    if S * d > cluster.gpus:
+        raise ValueError(f"{S} stages of {d} GPUs need {S * d} GPUs; the cluster has "
+                         f"{cluster.gpus}")
+    speed = dict(cluster.speeds)
+    return [1.0 / min(speed.get(g, 1.0) for g in range(s * d, (s + 1) * d)) for s in range(S)]
+
+
 def to_parallel_plan(result, global_batch: int, *, dp: int = 1, micro_batch: int = 1,
                      schedule: str = "1f1b", model: Optional[str] = None,
                      which: str = "chosen"):
@@ -276,7 +295,9 @@ def replan(chain_or_forward, backward=None, *, current: Sequence[int],
     ``replan(chain, current=[10, 28], slowdown=[1.89, 1.0])`` with a
     :class:`LayerChain`, or ``replan(forward, backward, current=..., comm=...)``
     with per-layer lists (seconds per micro-batch).  ``slowdown[s]``
-    multiplies the compute of whatever layers stage s (its device) runs.
+    multiplies the compute of whatever layers stage s (its device) runs; an
+    :class:`hpgo.Cluster` with slowed GPUs (``with_speed``) stands for its
+    :func:`stage_slowdowns`.
 
     ``method="topk"`` is DynPipe's ``calculate_new_placement`` (cuts after the
     ``top_k`` layers of each current stage with the largest f + b + adjacent
@@ -318,6 +339,9 @@ def replan(chain_or_forward, backward=None, *, current: Sequence[int],
         raise ValueError(f"every stage of current needs at least one layer, got {cur}")
     if sum(cur) != L:
         raise ValueError(f"current covers {sum(cur)} layers but the chain has {L}")
+    from .cluster import Cluster
+    if isinstance(slowdown, Cluster):
+        slowdown = stage_slowdowns(slowdown, S)
     sd = [1.0] * S if slowdown is None else _floats("slowdown", slowdown, S, positive=True)
     c = None if comm is None else _floats("comm", comm, None)
     if c is not None and len(c) == L - 1:

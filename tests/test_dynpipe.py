@@ -658,6 +658,8 @@ def test_replan_plans_run_in_the_step_engine_as_dynpipe_scores_them():
         cur = list(_splits(sorted(rnd.sample(range(1, m.layers), S - 1)), m.layers))
         r = R.replan(ch, current=cur, slowdown=sd, method="dp")
         slow = c.with_speed({s: 1 / x for s, x in enumerate(sd) if x != 1.0})
+        assert R.stage_slowdowns(slow, S) == pytest.approx(sd, rel=1e-15)
+        assert R.replan(ch, current=cur, slowdown=slow, method="dp") == r
         got = {}
         for which in ("current", "searched"):
             plan = hpgo.ParallelPlan.from_replan(r, 8 * 64, micro_batch=8, which=which)
@@ -682,3 +684,14 @@ def test_replan_plans_run_in_the_step_engine_as_dynpipe_scores_them():
             got[which] = (per, score)
         (pc, sc), (pn, sn) = got["current"], got["searched"]
         assert (pn <= pc * (1 + 0.02)) and sn <= sc
+
+
+def test_stage_slowdowns_read_the_clusters_speeds():
+    c = hpgo.Cluster.preset("dapple-v100").with_speed({1: 0.5, 5: 1 / 1.5})
+    assert R.stage_slowdowns(c, 4) == [1.0, 2.0, 1.0, 1.0]
+    assert R.stage_slowdowns(c, 4, dp=2) == [2.0, 1.0, 1.5, 1.0]  # a stage waits for its slowest
+    assert R.stage_slowdowns(hpgo.Cluster.preset("dapple-v100"), 3) == [1.0] * 3
+    with pytest.raises(ValueError, match="need 34 GPUs"):
+        R.stage_slowdowns(c, 17, dp=2)
+    with pytest.raises(TypeError, match="hpgo.Cluster"):
+        R.stage_slowdowns([1.0], 1)
