@@ -18,16 +18,18 @@ STUDY = [  # DAPPLE's profile, profile batch, global batch; hpgo's own profile
     ("amoebanet_36", 8, 512, "amoebanet-36-v100"),
 ]
 
-print("| profile (batch) | HPGO's plan | HPGO's estimate (s) | engine (s) | fits | "
-      "autoplan (s) | autoplan's plan |")
-print("|---|---|---|---|---|---|---|")
+print("| profile (batch) | HPGO's plan | HPGO's estimate (s) | simulate_plan (s) | engine (s) | "
+      "fits | autoplan (s) | autoplan's plan |")
+print("|---|---|---|---|---|---|---|---|")
 for name, pbs, gbs, own in STUDY:
     path = shared / name / "graph.txt"
     if not path.exists():
         path = here.parent / "profiles" / own / "graph.txt"
     row = uneven.compare_hpgo(str(path), pbs, gbs)
     plan, eng, best = row["hpgo_plan"], row["engine"], row["autoplan"]
-    stages = " + ".join(f"[{g.layers[0]}, {g.layers[1]}) x{g.dp}" for g in plan.stages)
+    stages = " + ".join(f"[{g.layers[0]}, {g.layers[1]}) x{g.dp}"
+                        + (" (GPUs " + ",".join(map(str, g.gpus)) + ")" if g.gpus else "")
+                        for g in plan.stages)
     print(f"| {name} ({gbs}) | {stages}, mb {plan.micro_batch} | {row['hpgo_estimate']:.3f} | "
-          f"{eng.iteration_time:.3f} | {'yes' if eng.fits else 'no'} | {best.iteration_time:.3f} | "
+          f"{row['simulate_plan']:.3f} | {eng.iteration_time:.3f} | {'yes' if eng.fits else 'no'} | {best.iteration_time:.3f} | "
           f"{best.plan.describe(global_batch=False)} |")

@@ -32,8 +32,8 @@ from .cluster import Cluster
 from .timeline import Timeline
 from .workmodel import ProfiledModel, Transformer, model_id, profile_model
 
-__all__ = ["ParallelPlan", "StageGroup", "StepResult", "MemoryBreakdown", "simulate", "pipeline_split",
-           "SCHEDULES", "RECOMPUTE_MODES", "PRECISIONS", "DEFAULT_HEADROOM", "headroom_fraction"]
+__all__ = ["ParallelPlan", "StageGroup", "StepResult", "MemoryBreakdown", "simulate",
+           "pipeline_split", "SCHEDULES", "RECOMPUTE_MODES", "PRECISIONS", "DEFAULT_HEADROOM", "headroom_fraction"]
 
 SCHEDULES = {"gpipe": _core.SCHEDULE_GPIPE, "1f1b": _core.SCHEDULE_1F1B,
              "interleaved-1f1b": _core.SCHEDULE_INTERLEAVED, "zb-h1": _core.SCHEDULE_ZBH1,
@@ -372,6 +372,13 @@ class ParallelPlan:
     groups of that many layers (``recompute_method="uniform"``) or only the
     first that many layers of each model stage (``"block"``), as
     Megatron's ``--recompute-num-layers`` (0: every layer).
+
+    Uneven plans (docs/uneven-plans.md): ``stages`` gives each pipeline
+    stage a :class:`StageGroup` -- its layers, replicas, tensor
+    parallelism, GPU type (cluster part), shares of the samples and
+    placement; ``pp`` and ``split`` are then derived, ``tp = dp = 1``, and
+    ``micro_batch`` counts the samples of one micro-batch over all replicas
+    of a stage.  Exports refuse them (one data-parallel size per framework).
     """
 
     global_batch: int
@@ -579,7 +586,7 @@ class ParallelPlan:
                 self.offload_activations,
                 KERNEL_SETS[self.kernels], TP_OVERLAPS[self.tp_overlap], CP_COMMS[self.cp_comm],
                 self.recompute_layers, RECOMPUTE_METHODS[self.recompute_method],
-                self._groups_tuple(cluster))
+                self._groups_tuple(cluster))  # the stage groups: always the last item
 
     def _groups_tuple(self, cluster: Any) -> tuple | None:
         """The stage groups for the C core: (part, tp, dp, first_gpu or -1,
@@ -1248,7 +1255,8 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     each GPU needs besides model states and activations (default 2 GB: CUDA
     context and communication buffers).  Raises ValueError naming the
     conflict for a plan the model or cluster cannot run, and for a plan made
-    for another model.
+    for another model.  A plan with ``stages`` runs each stage on its group's
+    GPU type, replicas and shares (docs/uneven-plans.md).
 
     ``headroom``: the fraction of each GPU's memory a plan must leave free to
     fit (default :data:`DEFAULT_HEADROOM`, 3.3 %: the caching allocator's
@@ -1299,6 +1307,13 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     dt = "fp32" if precision == "fp32" else "fp8" if precision == "fp8" else "bf16"
     peak = c.gpu.peak(dt)
     bf16 = c.gpu.peak("bf16")
+    if c.parts and plan.stages is not None:
+        # several GPU types: the peaks averaged over the GPUs the plan uses
+        used = [(c.kinds[c.part_index(g.gpu)].gpu, g.dp * g.tp) for g in plan.stages]
+        tot = sum(k for _, k in used)
+        key = "fp32" if precision == "fp32" else "fp8" if precision == "fp8" else "bf16"
+        peak = sum(g.peak(key) * k for g, k in used) / tot
+        bf16 = sum(g.peak("bf16") * k for g, k in used) / tot
     it, n = d["iteration_time"], d["gpus"]
     if plan.stages is not None and c.parts:
         # stages on several GPU types: the mean peak per GPU of the plan's GPUs

@@ -126,7 +126,9 @@ def compare_hpgo(profile: Any, profile_batch: float, global_batch: int, *,
     on ``cluster``, beside HPGO's own estimate and autoplan's best plan on
     the same profile and cluster.  Returns ``{"hpgo": (speedup, stages),
     "hpgo_plan", "hpgo_estimate" (seconds: HPGO's single-GPU time / its
-    speedup), "engine" (StepResult), "autoplan" (its best RankedPlan)}``.
+    speedup), "simulate_plan" (seconds: HPGO's plan in the older pipeline
+    simulator, priced as HPGO prices it), "engine" (StepResult), "autoplan"
+    (its best RankedPlan)}``.
     docs/uneven-plans.md explains the difference between the two estimates."""
     import hpgo
 
@@ -138,5 +140,6 @@ def compare_hpgo(profile: Any, profile_batch: float, global_batch: int, *,
     plan = hpgo.ParallelPlan.from_hpgo(res, global_batch, model=model)
     engine = hpgo.simulate(model, cluster, plan, timeline=False)
     best = hpgo.autoplan(model, cluster, global_batch, top=1)[0]
+    older = hpgo.simulate_plan(hm, res, seps=list(seps), timeline=False)
     return {"hpgo": res, "hpgo_plan": plan, "hpgo_estimate": hm.total_time / res[0],
-            "engine": engine, "autoplan": best}
+            "simulate_plan": older.iteration_time, "engine": engine, "autoplan": best}

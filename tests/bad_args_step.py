@@ -24,6 +24,11 @@ STEP_CASES = [
     ("transformer", lambda: hpgo.transformer(3), TypeError, "preset must be a str"),
     ("ParallelPlan", lambda: hpgo.ParallelPlan(global_batch=0), ValueError, "global_batch"),
     ("ParallelPlan", lambda: hpgo.ParallelPlan(global_batch=8, tp=2**40 + 1), ValueError, "tp"),
+    ("StageGroup", lambda: hpgo.StageGroup(layers=(4, 2)), ValueError, "hold no layer"),
+    ("StageGroup", lambda: hpgo.StageGroup(layers=(0, 4), dp=2, shares=(0.9, 0.9)), ValueError,
+     "sum to 1"),
+    ("ParallelPlan", lambda: hpgo.ParallelPlan(global_batch=8, tp=2, stages=[
+        hpgo.StageGroup(layers=(0, 4))]), ValueError, "with stages, tp must be 1"),
     ("ProfiledModel", lambda: hpgo.ProfiledModel("x", 1, (1.0,), (), (), (), ()), ValueError,
      "equally long"),
     ("profile_model", lambda: hpgo.profile_model("/nonexistent/graph.txt", 1), FileNotFoundError, ""),

@@ -157,7 +157,8 @@ def test_the_slowest_replica_sets_the_stage():
 
 def test_uneven_replicas_synchronise_over_their_own_group():
     m = hpgo.profile_model(PROF, 1)
-    p = hpgo.ParallelPlan(global_batch=128, micro_batch=16, stages=[G(0, 20, dp=14), G(20, 39, dp=2)])
+    p = hpgo.ParallelPlan(global_batch=128, micro_batch=16,
+                          stages=[G(0, 20, dp=14), G(20, 39, dp=2)])
     r = hpgo.simulate(m, "dapple-v100", p)
     assert r.gpus == 16 and r.fits in (True, False)
     sync = [e for e in r.events if e[4] == 3]
@@ -247,9 +248,13 @@ def test_hpgo_plans_of_dapples_study_simulate_and_autoplan_is_no_slower(name, pb
     assert row["engine"].iteration_time > 0
     assert row["hpgo_estimate"] > 0
     assert row["autoplan"].iteration_time <= row["engine"].iteration_time
-    # HPGO's GPUs are kept: every stage on the GPUs HPGO gave it
+    # HPGO's GPUs are kept: every stage on the GPUs HPGO gave it (listed, or the run of GPUs
+    # after the previous stage's)
+    nxt = 0
     for g, (_, _, _, ids) in zip(plan.stages, row["hpgo"][1]):
-        assert (g.gpus or ()) == tuple(sorted(ids)) or g.gpus is None
+        mine = g.gpus if g.gpus is not None else tuple(range(nxt, nxt + g.dp))
+        nxt = mine[-1] + 1 if g.gpus is None else nxt
+        assert mine == tuple(sorted(ids))
 
 
 # ---- GPU types and speeds ------------------------------------------------------------------
@@ -257,7 +262,8 @@ def test_hpgo_plans_of_dapples_study_simulate_and_autoplan_is_no_slower(name, pb
 def test_stages_on_two_gpu_types_are_priced_on_their_own_gpu():
     mixed = hpgo.Cluster.combine("dgx-h100", "dgx-a100-80gb", bandwidth=25e9, latency=5e-6)
     p = hpgo.ParallelPlan(global_batch=64, micro_batch=4, sequence_parallel=True,
-                          stages=[G(0, 18, dp=2, tp=2, gpu="h100"), G(18, 32, dp=2, tp=2, gpu="a100")])
+                          stages=[G(0, 18, dp=2, tp=2, gpu="h100"),
+                                  G(18, 32, dp=2, tp=2, gpu="a100")])
     r = hpgo.simulate(XF, mixed, p)
     assert [d["part"] for d in r.devices] == [0, 1]
     alone = {}
@@ -304,3 +310,17 @@ def test_an_even_plan_runs_at_its_slowest_gpu():
     assert b.stages[0] == a.stages[0]
     assert b.stages[1]["forward"] == pytest.approx(2 * a.stages[1]["forward"])
     assert [d["speed"] for d in b.devices] == [1, 0.5]
+
+
+def test_hpgo_cuts_that_are_no_layer_boundary_are_refused():
+    from hpgo import uneven
+    path = str(shared_path("profiles", "resnet50", "graph.txt"))
+    # the first states are prefixes of the chain; the last state covers every layer
+    assert uneven.layer_boundaries(path, [0, 1, 2, 239]) == [1, 2, 3, 176]
+    # state 11's cover is not a prefix of the chain's layer order
+    with pytest.raises(ValueError, match="not a prefix of the profile's layer order"):
+        uneven.layer_boundaries(path, [11])
+    with pytest.raises(ValueError, match="not a state"):
+        uneven.layer_boundaries(path, [240])
+    with pytest.raises(ValueError, match="model must be the profile HPGO planned"):
+        uneven.layer_boundaries(hpgo.transformer("llama3-8b"), [0])

@@ -11,7 +11,17 @@
  * gradient still needs, a weight-gradient (or fused backward) pass frees
  * the rest; the peak gives the activation memory and the in-flight count.
  * O(p + K m) memory, O(ops x sweeps) time with few sweeps in practice
- * (each sweep runs every op whose inputs are ready). */
+ * (each sweep runs every op whose inputs are ready).
+ *
+ * Each device sees its stage through a view (devview_t): the GPU type
+ * (cluster part) and plan (tp, dp) of its stage, its first GPU and the
+ * speed of its slowest GPU.  An even plan's views are the plan and the
+ * cluster themselves, so the even path computes exactly what it did before
+ * views; an uneven plan's (n_groups > 0) are built by uneven_views, which
+ * also prices the stages replica by replica and the resharding transfer of
+ * each stage boundary once (reshard_time: O(dp_a + dp_b) per boundary).
+ * Placement checks collect every group's GPUs and sort them (O(N log N)
+ * for N GPUs used). */
 #include "engine.h"
 
 #include <math.h>
@@ -147,6 +157,7 @@ typedef struct eng {
     devview_t *views;     /* P */
     int uneven;
     double *xfer;         /* uneven: seconds of the transfer over each stage boundary */
+    hpgo_cancel_t *cancel;
     const hpgo_stage_cost_t *sc;
     int schedule;
     int32_t P, V, K;
@@ -461,6 +472,8 @@ static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, d
     for (int32_t k = 0; k < K; k++) {
         const hpgo_stage_group_t *g = &p->groups[k];
         devview_t *v = &e->views[k];
+        if (hpgo_cancelled(e->cancel))
+            return hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the simulation was cancelled");
         const hpgo_cluster_t *part = hpgo_cluster_part(c, g->part);
         if (!part)
             return hpgo_err_set(err, HPGO_E_INVALID, 0,
@@ -606,12 +619,14 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     e.c = c, e.p = p, e.schedule = p->schedule, e.P = P, e.V = V, e.K = K, e.m = m;
     e.err = err;
     e.uneven = p->n_groups > 0;
+    e.cancel = opts ? opts->cancel : NULL;
     if (!(e.views = calloc((size_t)P, sizeof *e.views))) {
         rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory for a step result");
         goto fail;
     }
     if (e.uneven) {
-        if ((rc = hpgo_work_check(w, err)) != HPGO_OK || (rc = hpgo_cluster_check(c, err)) != HPGO_OK ||
+        if ((rc = hpgo_work_check(w, err)) != HPGO_OK ||
+            (rc = hpgo_cluster_check(c, err)) != HPGO_OK ||
             (rc = uneven_views(&e, w, r->stages, &gbuf, err)) != HPGO_OK)
             goto fail;
     } else {
@@ -691,8 +706,13 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
      * back before the backward on the GPU's host link, beside the compute
      * (Megatron's fine-grained activation offloading, spec 6) */
     double host_bw = c->sys.host_bandwidth;
-    if ((p->offload_activations > 0 || p->offload_optimizer) &&
-        !(host_bw > 0 && c->sys.host_mem_bandwidth > 0 && c->sys.host_memory > 0)) {
+    int host_ok = 1; /* every stage's GPU type has the host figures */
+    for (int32_t d = 0; d < P; d++) {
+        const hpgo_system_t *y = &e.views[d].c->sys;
+        if (!(y->host_bandwidth > 0 && y->host_mem_bandwidth > 0 && y->host_memory > 0))
+            host_ok = 0;
+    }
+    if ((p->offload_activations > 0 || p->offload_optimizer) && !host_ok) {
         rc = hpgo_err_set(err, HPGO_E_INVALID, 0,
                           "offloading needs the cluster's host_memory_bytes, host_bandwidth and "
                           "host_memory_bandwidth");
@@ -755,7 +775,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                                             6 * st->params) / v->speed;
                 }
                 if (p->offload_activations > 0 && op.kind != HPGO_OP_W) {
-                    double mv = p->offload_activations * st->act / host_bw;
+                    double mv = p->offload_activations * st->act /
+                                (e.uneven ? v->c->sys.host_bandwidth : host_bw);
                     if (mv > dur)
                         dur = mv;
                 }

@@ -1772,6 +1772,10 @@ int hpgo_work_stage_costs_cached(const hpgo_work_t *w, const hpgo_cluster_t *c,
         rc = hpgo_parplan_check(p, err);
     if (rc != HPGO_OK)
         return rc;
+    if (p->n_groups > 0)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "an uneven plan's stages are priced group by group "
+                            "(hpgo_work_stage_cost_range, as the engine does)");
     int64_t need = (int64_t)p->tp * p->pp * p->dp * p->cp;
     int64_t have = hpgo_cluster_gpus(c);
     if (need > have)

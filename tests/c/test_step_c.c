@@ -7,7 +7,10 @@
  * (all ops run, busy time = the work, in-flight bounds of each schedule,
  * the iteration no shorter than any device's work, each timeline stream's
  * events disjoint), identical results from several threads at once, and
- * cached stage costs of a mixture-of-experts model equal to uncached ones.
+ * cached stage costs of a mixture-of-experts model equal to uncached ones,
+ * and uneven plans (stage groups on a cluster of two GPU types with slowed
+ * GPUs): random ones run or are refused with *out NULL, and an even plan
+ * equals its uneven form bit for bit.
  * Built by tests/test_sanitizers.py against the core sources and run under
  * ASan + UBSan, ThreadSanitizer and valgrind.
  *
@@ -363,6 +366,113 @@ static void test_moe_cache(void)
     hpgo_work_cache_free(&cache); /* idempotent */
 }
 
+/* ---- uneven plans ------------------------------------------------------------ */
+
+/* The even plan p as stage groups (every stage at p's dp and tp, even
+ * shares, placed as the even plan's ranks). */
+static hpgo_parplan_t uneven_of(const hpgo_parplan_t *p, hpgo_stage_group_t *g)
+{
+    hpgo_parplan_t u = *p;
+    for (int32_t k = 0; k < p->pp; k++) {
+        hpgo_stage_group_t x = {0, p->tp, p->dp, -1, NULL, NULL};
+        g[k] = x;
+    }
+    u.tp = u.dp = 1;
+    u.micro_batch = p->micro_batch * p->dp;
+    u.n_groups = p->pp;
+    u.groups = g;
+    return u;
+}
+
+static void test_uneven(void)
+{
+    hpgo_cluster_t a, b, mixed;
+    hpgo_err_t e;
+    CHECK(hpgo_cluster_preset("dgx-h100", 2, &a, &e) == HPGO_OK);
+    CHECK(hpgo_cluster_preset("dgx-a100-80gb", 2, &b, &e) == HPGO_OK);
+    hpgo_work_t w;
+    memset(&w, 0, sizeof w);
+    w.kind = HPGO_WORK_TRANSFORMER;
+    w.x = gpt(2048, 16, 24);
+    /* even = uneven, bit for bit */
+    static const int32_t tps[] = {1, 2, 4, 8}, pps[] = {2, 4, 2, 1}, dps[] = {4, 2, 2, 2};
+    for (int i = 0; i < 4; i++) {
+        hpgo_parplan_t p = plan(tps[i], pps[i], dps[i], 1, 2, 64, HPGO_PS_1F1B);
+        p.zero = i % 3;
+        hpgo_stage_group_t g[8];
+        hpgo_parplan_t u = uneven_of(&p, g);
+        hpgo_step_result_t *r1 = NULL, *r2 = NULL;
+        CHECK(hpgo_step_simulate(&w, &a, &p, NULL, &r1, &e) == HPGO_OK);
+        CHECK(hpgo_step_simulate(&w, &a, &u, NULL, &r2, &e) == HPGO_OK);
+        if (r1 && r2) {
+            CHECK(r1->iteration_time == r2->iteration_time && r1->hw_flops == r2->hw_flops);
+            CHECK(memcmp(r1->stages, r2->stages, sizeof(hpgo_stage_cost_t) * (size_t)p.pp) == 0);
+        }
+        hpgo_step_result_free(r1);
+        hpgo_step_result_free(r2);
+    }
+    /* random groups on two GPU types joined at 25 GB/s, three GPUs slowed */
+    hpgo_cluster_t parts[2] = {a, b};
+    mixed = a;
+    mixed.n_parts = 2;
+    mixed.parts = parts;
+    hpgo_level_t join = {2, 25e9, 25e9, 5e-6, 1.0};
+    mixed.join = join;
+    hpgo_gpu_speed_t slow[3] = {{1, 0.5}, {17, 1 / 1.5}, {30, 0.8}};
+    mixed.n_slow = 3;
+    mixed.slow = slow;
+    uint64_t rs = 4242;
+    int n = quick ? 30 : 300, ran = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t K = 1 + (int32_t)(urand(&rs) * 4);
+        hpgo_stage_group_t g[4];
+        double shares[4][8];
+        int32_t split[5] = {0};
+        for (int32_t k = 0; k < K; k++) {
+            g[k].part = (int32_t)(urand(&rs) * 2.2); /* now and then part 2: refused */
+            g[k].tp = 1 << (int32_t)(urand(&rs) * 3);
+            g[k].dp = 1 + (int32_t)(urand(&rs) * 8);
+            g[k].first_gpu = -1;
+            g[k].gpus = NULL;
+            g[k].shares = NULL;
+            if (urand(&rs) < 0.5) {
+                double sum = 0;
+                for (int32_t r = 0; r < g[k].dp; r++)
+                    sum += shares[k][r] = 1 + (int32_t)(urand(&rs) * 3);
+                for (int32_t r = 0; r < g[k].dp; r++)
+                    shares[k][r] /= sum;
+                g[k].shares = shares[k];
+            }
+            split[k + 1] = (int32_t)(24 * (k + 1) / K);
+        }
+        int sched = urand(&rs) < 0.5 ? HPGO_PS_1F1B : HPGO_PS_GPIPE;
+        hpgo_parplan_t p = plan(1, K, 1, 1, 24, 96, sched);
+        p.n_split = K + 1;
+        p.split = split;
+        p.n_groups = K;
+        p.groups = g;
+        p.zero = (int32_t)(urand(&rs) * 3);
+        hpgo_step_result_t *r = NULL;
+        memset(&e, 0, sizeof e);
+        int rc = hpgo_step_simulate(&w, &mixed, &p, NULL, &r, &e);
+        if (rc == HPGO_OK) {
+            ran++;
+            CHECK(r != NULL && isfinite(r->iteration_time) && r->iteration_time > 0);
+            if (!r)
+                continue;
+            for (int32_t k = 0; k < K; k++) {
+                CHECK(r->devices[k].part == g[k].part);
+                CHECK(r->devices[k].speed > 0 && r->devices[k].speed <= 1);
+                CHECK(r->iteration_time >= r->devices[k].busy);
+            }
+            hpgo_step_result_free(r);
+        } else {
+            CHECK(r == NULL && err_ok(&e, rc));
+        }
+    }
+    CHECK(ran > 0);
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
@@ -371,6 +481,7 @@ int main(int argc, char **argv)
     test_contract();
     test_gpt3();
     test_moe_cache();
+    test_uneven();
     test_engine();
     if (failures) {
         fprintf(stderr, "%d of %ld checks failed\n", failures, checks);
