@@ -695,3 +695,22 @@ def test_stage_slowdowns_read_the_clusters_speeds():
         R.stage_slowdowns(c, 17, dp=2)
     with pytest.raises(TypeError, match="hpgo.Cluster"):
         R.stage_slowdowns([1.0], 1)
+
+
+@pytest.mark.parametrize("slow", [(1.5, 1.0), (2.0, 1.0), (3.0, 1.5)])
+def test_replanning_is_the_search_restricted_to_the_current_devices(slow):
+    """DynPipe's question asked of the step model's search: on a cluster of
+    just the pipeline's two GPUs with their speeds, hpgo.autoplan's best
+    pipeline of one GPU per stage has the split replan(method="dp") finds
+    on the chain the engine prices (VGG19, micro-batch 8)."""
+    m = hpgo.profile_model(str(ROOT / "profiles" / "vgg19-v100" / "graph.txt"), 1)
+    c = hpgo.Cluster.build("v100", nodes=1, gpus_per_node=2).with_speed(
+        {0: 1 / slow[0], 1: 1 / slow[1]})
+    ranked = hpgo.autoplan(m, c, 8 * 64, micro_batch=8, schedule="1f1b", top=100)
+    pipes = [p.plan for p in ranked if p.plan.stages is not None and len(p.plan.stages) == 2
+             and all(g.dp == 1 and g.tp == 1 for g in p.plan.stages)]
+    assert pipes
+    split = tuple(g.layers[1] - g.layers[0] for g in pipes[0].stages)
+    ch = R.chain_from_profile(m, c, micro_batch=8)
+    r = R.replan(ch, current=[22, 23], slowdown=c, method="dp")
+    assert r.exact and r.searched == split
