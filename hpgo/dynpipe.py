@@ -302,8 +302,13 @@ def replan(chain_or_forward, backward=None, *, current: Sequence[int],
     ``method="topk"`` is DynPipe's ``calculate_new_placement`` (cuts after the
     ``top_k`` layers of each current stage with the largest f + b + adjacent
     transfers; every choice scored by :func:`pipeline_score`);
-    ``method="dp"`` is an exact chain DP minimising the slowest stage, scored
-    the same way.  Whatever the method, when the search finds nothing that
+    ``method="dp"`` searches every split: a chain DP on a non-overlapped
+    model and a local search on the score give the incumbent of a branch and
+    bound with a proven bound, so ``exact`` says the split is a best one
+    under the score (it is unless the search ran past its budget,
+    ``HPGO_REPLAN_EXACT_BUDGET``).  dp is therefore never slower than topk,
+    and they agree exactly when a best split is among topk's candidates or
+    is the current split (docs/replanning-and-heterogeneous.md).  Whatever the method, when the search finds nothing that
     scores strictly better than ``current``, the current split is proposed
     (``kept_current``); ``include_current`` is kept for compatibility and no
     longer changes anything.
