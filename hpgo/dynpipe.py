@@ -9,12 +9,17 @@ functions over numbers, with the C core doing the work (GIL released):
 * :func:`pipeline_score`: DynPipe's 1F1B score (seconds per micro-batch) of
   per-stage times;
 * :func:`replan`: the re-partitioner (DynPipe's top-k candidate cuts, or an
-  exact chain DP) plus the cost-benefit switch rule with a migration cost;
+  exact search of every split under the same score) plus the cost-benefit
+  switch rule with a migration cost;
 * :class:`StragglerDetector`: the trigger (window, baseline, ratio band,
   patience, re-baseline after a switch) over a stream of per-stage times;
 * :func:`split_batch` / :func:`slice_table`: the uneven per-replica batch
   split of a data-parallel stage and the sender -> receiver slice table;
-* :func:`read_layer_profile` / :func:`chain_from_model`: per-layer chains.
+* :func:`read_layer_profile` / :func:`chain_from_model` /
+  :func:`chain_from_profile`: per-layer chains;
+* :func:`stage_slowdowns`: per-stage slowdowns from a cluster's per-GPU
+  speeds; :func:`to_parallel_plan` (:meth:`hpgo.ParallelPlan.from_replan`):
+  a split as a plan of stage groups the step engine runs.
 
 Times are seconds, sizes bytes, bandwidths bytes/s.
 """
