@@ -520,8 +520,9 @@ static int run_exact(ctx_t *c, const hpgo_replan_input_t *in, int32_t *best_cut,
     for (int32_t j = 1; (int64_t)j * S < (int64_t)in->microbatches - S; j++)
         K = j;
     /* the score's proven bound factor: stage 0's forward K S waits for
-     * K S - S + 1 forward and backward passes of every stage */
-    const double alpha = ((double)K * S - S + 1.0) / ((double)K * S);
+     * K S - S + 1 forward and backward passes of every stage (less 1e-12, a
+     * margin for the rounding of the sums and of the replay) */
+    const double alpha = ((double)K * S - S + 1.0) / ((double)K * S) * (1.0 - 1e-12);
     int32_t *cut = malloc(((size_t)S + 1) * sizeof *cut);
     double *mx = malloc(((size_t)S + 1) * sizeof *mx);   /* max sd*W over stages < s */
     double *inv = malloc(((size_t)S + 1) * sizeof *inv); /* sum of 1/sd over stages >= s */
