@@ -22,7 +22,7 @@ from __future__ import annotations
 import html
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from . import _args, _core
 from . import frameworks as _frameworks
@@ -48,8 +48,11 @@ def setup_line(model: Any, cluster: Cluster, *, precision: str, global_batch: in
     name = getattr(model, "name", "") or "the model"
     seq = f", seq {model.seq:,}" if isinstance(model, Transformer) else ""
     curves = "measured curves" if cluster.gpu.name.endswith("(measured)") else "preset curves"
-    out = (f"{name}{seq}, {precision} on {cluster.name} ({cluster.gpus} x {cluster.gpu.name}, "
-           f"{cluster.gpu.memory_bytes / 1e9:.0f} GB, {curves})")
+    kinds = cluster.parts or (cluster,)
+    gpus = " + ".join(f"{q.gpus} x {q.gpu.name}, {q.gpu.memory_bytes / 1e9:.0f} GB"
+                      for q in kinds)
+    slow = f", {len(cluster.speeds)} GPU(s) at another speed" if cluster.speeds else ""
+    out = f"{name}{seq}, {precision} on {cluster.name} ({gpus}, {curves}{slow})"
     if global_batch is not None:
         out += f", global batch {'at most ' if max_batch else ''}{global_batch:,}"
     if headroom is not None:
@@ -474,7 +477,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              kernels: str = "te", tp_overlap: str = "none", cp_comm: str = "p2p",
              timeout: float | None = None,
              executor: Any = None, headroom: float | None = None,
-             tokens: float | None = None, price: float | None = None,
+             tokens: float | None = None, price: "float | Mapping[str, float] | None" = None,
              max_days: float | None = None, max_batch: bool = False,
              framework: str | None = None) -> RankedPlans:
     """The ``top`` fastest plans (``objective="time"``) or the cheapest in
@@ -545,7 +548,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     m = _as_model(model, profile_batch)
     room = headroom_fraction(headroom)
     tokens = _positive_real("tokens", tokens)
-    price = _positive_real("price", price)
+    price_arg = price   # a number, or a mapping GPU type -> $ per GPU-hour
+    price = None if isinstance(price, Mapping) else _positive_real("price", price)
     max_days = _positive_real("max_days", max_days)
     if max_days is not None and tokens is None:
         raise ValueError("max_days= needs tokens= (the tokens to train on)")
@@ -603,6 +607,30 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
                          "('te' needs kernels='te', 'async' kernels='compile')")
     if (tokens is not None) and not isinstance(m, Transformer):
         raise ValueError("tokens= needs a transformer model (a profiled model has no tokens)")
+    if c.parts or c.speeds:
+        # several GPU types or slowed GPUs: the search over uneven plans
+        from .autoplan_hetero import hetero_search
+        given = {k for k, v in (("gpus", gpus), ("max_gpus", max_gpus), ("pp", pp), ("dp", dp),
+                                ("virtual_stages", virtual_stages),
+                                ("sequence_parallel", sequence_parallel), ("cp", cp),
+                                ("ep", ep), ("etp", etp), ("ep_placement", ep_placement),
+                                ("executor", executor), ("max_days", max_days),
+                                ("framework", framework)) if v is not None}
+        given |= {k for k, v in (("overlap_moe_comm", overlap_moe_comm), ("fp8_params", fp8_params),
+                                 ("max_batch", max_batch)) if v}
+        return hetero_search(m, c, global_batch, given=given, top=top, objective=objective,
+                             exhaustive=exhaustive, threads=threads,
+                             max_micro_batch=max_micro_batch, overhead_bytes=overhead_bytes,
+                             precision=precision, headroom=room, tokens=tokens, price=price_arg,
+                             tp=tp, micro_batch=micro_batch, schedule=schedule,
+                             recompute=recompute, zero=zero, kernels=kernels,
+                             tp_overlap=tp_overlap, timeout=timeout,
+                             reshard_after_forward=reshard_after_forward, shard_size=shard_size,
+                             offload_optimizer=offload_optimizer,
+                             offload_activations=offload_activations)
+    if isinstance(price_arg, Mapping):
+        from .cluster import part_prices
+        price = (part_prices(c, price_arg) or (None,))[0]
     fw = _frameworks.get(framework)
     mt = m._tuple(PRECISIONS[precision])
     cs = _headroom_cluster(c, room)   # the search judges fits against the usable memory

@@ -677,23 +677,19 @@ class ParallelPlan:
 
     @classmethod
     def from_replan(cls, result: Any, global_batch: int, *, dp: int = 1, micro_batch: int = 1,
-                    schedule: str = "1f1b", model: str | None = None) -> "ParallelPlan":
-        """The plan of a DynPipe re-planning result (:func:`hpgo.replan`): one
-        pipeline stage per entry of its chosen split (layers per stage), as a
-        layer split.  HAP's heterogeneous plans (uneven shares per device)
-        have no neutral form."""
-        counts = getattr(result, "chosen", result)
-        try:
-            counts = [int(c) for c in counts]
-        except (TypeError, ValueError):
-            raise ValueError("not a re-planning result: expected layers per stage") from None
-        if not counts or min(counts) < 1:
-            raise ValueError("every stage of the split needs at least one layer")
-        split = [0]
-        for c in counts:
-            split.append(split[-1] + c)
-        return cls(global_batch=global_batch, pp=len(counts), dp=dp, micro_batch=micro_batch,
-                   schedule=schedule, split=tuple(split), model=model)
+                    schedule: str = "1f1b", model: str | None = None,
+                    which: str = "chosen") -> "ParallelPlan":
+        """The pipeline of a DynPipe re-plan (:func:`hpgo.replan`, or a list
+        of layers per stage): one :class:`StageGroup` of ``dp`` replicas per
+        stage, on GPUs in stage order (DynPipe's slowdowns are per stage
+        position), its layers from the split ``which`` (``"chosen"``,
+        ``"proposal"``, ``"current"`` or ``"searched"``).  Simulate it on the
+        cluster with the slowed GPUs (``cluster.with_speed({gpu: 1 /
+        slowdown})``); where the engine agrees with DynPipe's score and where
+        not: docs/replanning-and-heterogeneous.md."""
+        from . import dynpipe
+        return dynpipe.to_parallel_plan(result, global_batch, dp=dp, micro_batch=micro_batch,
+                                        schedule=schedule, model=model, which=which)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -1337,6 +1333,13 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     dt = "fp32" if precision == "fp32" else "fp8" if precision == "fp8" else "bf16"
     peak = c.gpu.peak(dt)
     bf16 = c.gpu.peak("bf16")
+    if c.parts and plan.stages is not None:
+        # several GPU types: the peaks averaged over the GPUs the plan uses
+        used = [(c.kinds[c.part_index(g.gpu)].gpu, g.dp * g.tp) for g in plan.stages]
+        tot = sum(k for _, k in used)
+        key = "fp32" if precision == "fp32" else "fp8" if precision == "fp8" else "bf16"
+        peak = sum(g.peak(key) * k for g, k in used) / tot
+        bf16 = sum(g.peak("bf16") * k for g, k in used) / tot
     it, n = d["iteration_time"], d["gpus"]
     if plan.stages is not None and c.parts:
         # stages on several GPU types: the mean peak per GPU of the plan's GPUs

@@ -16,6 +16,7 @@
 
 #include "autoplan.h"
 #include "cost.h"
+#include "hetplan.h"
 #include "engine.h"
 
 /* ---- converters ---------------------------------------------------------- */
@@ -1009,7 +1010,173 @@ done:
     return res;
 }
 
+/* ---- heterogeneous search (hetplan.h) -------------------------------------- */
+
+typedef struct hetplan_work {
+    const hpgo_work_t *w;
+    const hpgo_cluster_t *c;
+    const hpgo_hetplan_opts_t *o;
+    hpgo_hetplan_result_t *out;
+    hpgo_err_t err;
+    int rc;
+} hetplan_work_t;
+
+static void hetplan_work(void *ctx)
+{
+    hetplan_work_t *x = ctx;
+    x->rc = hpgo_hetplan(x->w, x->c, x->o, &x->out, &x->err);
+}
+
+static PyObject *hetplan_entry(const hpgo_hetplan_entry_t *e)
+{
+    const hpgo_parplan_t *p = &e->plan;
+    PyObject *groups = PyTuple_New(p->pp), *split = PyTuple_New(p->pp + 1);
+    if (!groups || !split)
+        goto fail;
+    for (int32_t k = 0; k < p->pp; k++) {
+        const hpgo_stage_group_t *g = &p->groups[k];
+        PyObject *sh;
+        if (g->shares) {
+            sh = PyTuple_New(g->dp);
+            for (int32_t i = 0; sh && i < g->dp; i++) {
+                PyObject *v = PyFloat_FromDouble(g->shares[i]);
+                if (!v) {
+                    Py_CLEAR(sh);
+                    break;
+                }
+                PyTuple_SET_ITEM(sh, i, v);
+            }
+        } else {
+            sh = Py_NewRef(Py_None);
+        }
+        PyObject *x = sh ? Py_BuildValue("(iiiN)", (int)g->part, (int)g->tp, (int)g->dp, sh)
+                         : NULL;
+        if (!x)
+            goto fail;
+        PyTuple_SET_ITEM(groups, k, x);
+    }
+    for (int32_t k = 0; k <= p->pp; k++) {
+        PyObject *v = PyLong_FromLong(p->split[k]);
+        if (!v)
+            goto fail;
+        PyTuple_SET_ITEM(split, k, v);
+    }
+    return Py_BuildValue("(NNLiiiiddi)", groups, split, (long long)p->micro_batch,
+                         (int)p->schedule, (int)p->recompute, (int)p->sequence_parallel,
+                         (int)p->zero, e->iteration_time, e->score, (int)e->balanced);
+fail:
+    Py_XDECREF(groups);
+    Py_XDECREF(split);
+    return NULL;
+}
+
+PyDoc_STRVAR(hetplan_doc,
+             "_hetplan(model, cluster, opts, base_plan, timeout) -> dict\n\n"
+             "The heterogeneous search (hetplan.h).  opts: (global_batch, objective, top,\n"
+             "exhaustive, threads, max_micro_batch, overhead_bytes or None, prices (one per\n"
+             "part) or None, tp, micro_batch, schedule, recompute, zero), -1 for a free\n"
+             "choice; base_plan: a plan tuple whose other fields every plan copies.  Plans:\n"
+             "(groups ((part, tp, dp, shares or None), ...), split, micro_batch, schedule,\n"
+             "recompute, sequence_parallel, zero, iteration_time, score, balanced).  The\n"
+             "GIL is released while the search runs.");
+
+static PyObject *hetplan(PyObject *module, PyObject *args)
+{
+    PyObject *mt, *ct, *ot, *bt, *to;
+    if (!PyArg_ParseTuple(args, "OOOOO:_hetplan", &mt, &ct, &ot, &bt, &to))
+        return NULL;
+    double timeout;
+    if (glue_timeout(to, &timeout) < 0)
+        return NULL;
+    hpgo_work_t w;
+    hpgo_cluster_t c;
+    hpgo_parplan_t base;
+    hpgo_hetplan_opts_t o;
+    double *arrays = NULL, *prices = NULL;
+    int32_t *split = NULL;
+    void *cstore = NULL, *gmem = NULL;
+    PyObject *res = NULL;
+    memset(&o, 0, sizeof o);
+    const Py_ssize_t N = 13;
+    if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c, &cstore) < 0 ||
+        to_plan(bt, &base, &split, &gmem) < 0)
+        goto done;
+    if (get_i64(ot, 0, N, "global_batch", &o.global_batch) < 0 ||
+        get_i32(ot, 1, N, "objective", &o.objective) < 0 ||
+        get_i32(ot, 2, N, "top", &o.top) < 0 || get_i32(ot, 3, N, "exhaustive", &o.exhaustive) < 0 ||
+        get_i32(ot, 4, N, "threads", &o.threads) < 0 ||
+        get_i32(ot, 5, N, "max_micro_batch", &o.max_micro_batch) < 0 ||
+        get_i32(ot, 8, N, "tp", &o.tp) < 0 || get_i32(ot, 9, N, "micro_batch", &o.micro_batch) < 0 ||
+        get_i32(ot, 10, N, "schedule", &o.schedule) < 0 ||
+        get_i32(ot, 11, N, "recompute", &o.recompute) < 0 ||
+        get_i32(ot, 12, N, "zero", &o.zero) < 0)
+        goto done;
+    o.overhead_bytes = -1;
+    if (PyTuple_GET_ITEM(ot, 6) != Py_None &&
+        glue_f64(PyTuple_GET_ITEM(ot, 6), "overhead_bytes", &o.overhead_bytes) < 0)
+        goto done;
+    PyObject *pr = PyTuple_GET_ITEM(ot, 7);
+    if (pr != Py_None) {
+        Py_ssize_t np = c.n_parts >= 2 ? c.n_parts : 1;
+        if (!PyTuple_Check(pr) || PyTuple_GET_SIZE(pr) != np) {
+            PyErr_Format(PyExc_ValueError, "prices must be a tuple of %zd numbers (one a part)",
+                         np);
+            goto done;
+        }
+        prices = PyMem_Malloc(sizeof(double) * (size_t)np);
+        if (!prices) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t k = 0; k < np; k++)
+            if (glue_f64(PyTuple_GET_ITEM(pr, k), "price", &prices[k]) < 0)
+                goto done;
+        o.prices = prices;
+    }
+    o.base = &base;
+    hpgo_cancel_t cancel;
+    hpgo_cancel_init(&cancel);
+    o.cancel = &cancel;
+    hetplan_work_t hw = {&w, &c, &o, NULL, {0}, HPGO_OK};
+    int stopped = glue_call(hetplan_work, &hw, &cancel, timeout, 0, "autoplan");
+    hpgo_hetplan_result_t *r = hw.out;
+    if (stopped < 0 || hw.rc != HPGO_OK) {
+        hpgo_hetplan_result_free(r);
+        if (stopped == 0)
+            glue_raise(module, hw.rc, &hw.err);
+        goto done;
+    }
+    PyObject *plans = PyList_New(r->n);
+    for (int32_t i = 0; plans && i < r->n; i++) {
+        PyObject *x = hetplan_entry(&r->entries[i]);
+        if (!x) {
+            Py_CLEAR(plans);
+            break;
+        }
+        PyList_SET_ITEM(plans, i, x);
+    }
+    if (plans)
+        res = Py_BuildValue("{sNsLsLsLsLsLsLsLsLsLsLsL}", "plans", plans, "shapes",
+                            (long long)r->shapes, "pruned_shapes_memory",
+                            (long long)r->pruned_shapes_memory, "shapes_expanded",
+                            (long long)r->shapes_expanded, "candidates",
+                            (long long)r->candidates, "pruned_shapes", (long long)r->pruned_shapes,
+                            "pruned_memory", (long long)r->pruned_memory, "pruned_time",
+                            (long long)r->pruned_time, "simulated", (long long)r->simulated,
+                            "did_not_fit", (long long)r->did_not_fit, "rejected",
+                            (long long)r->rejected, "bounds_broken", (long long)r->bounds_broken);
+    hpgo_hetplan_result_free(r);
+done:
+    PyMem_Free(arrays);
+    PyMem_Free(prices);
+    PyMem_Free(split);
+    PyMem_Free(cstore);
+    PyMem_Free(gmem);
+    return res;
+}
+
 static PyMethodDef step_methods[] = {
+    {"_hetplan", hetplan, METH_VARARGS, hetplan_doc},
     {"_autoplan", autoplan, METH_VARARGS, autoplan_doc},
     {"_step_cluster_preset", cluster_preset, METH_VARARGS, cluster_preset_doc},
     {"_step_cluster_presets", cluster_presets, METH_NOARGS, cluster_presets_doc},
