@@ -29,7 +29,7 @@
 #include "pool.h"
 #include "profile.h"
 #include "replan.h"
-#include "sim.h"
+#include "pipeline_sim.h"
 #include "sim_distir.h"
 #include "sweep.h"
 #include "topo.h"
