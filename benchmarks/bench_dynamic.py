@@ -3,7 +3,7 @@
     python benchmarks/bench_dynamic.py [--repeat 5]
 
 DynPipe re-partitioning (hpgo.dynpipe): DynPipe's top-k search (k = 2) and
-the DP + local search, for 4 and 8 stages with a 3x slowdown on one stage;
+the exact method (DP + local search + branch and bound), for 4 and 8 stages with a 3x slowdown on one stage;
 HAP (hpgo.hetero) chain synthesis on 2 V100 + 6 P100 for a transformer of
 L/6 blocks (6 chain layers each).  Prints the best of --repeat runs in ms.
 """
@@ -42,7 +42,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
     print("DynPipe re-partitioning (ms, best of %d)" % a.repeat)
-    print("%8s %8s %12s %12s %10s" % ("layers", "stages", "topk k=2", "dp+local", "cands"))
+    print("%8s %8s %12s %12s %10s %6s" % ("layers", "stages", "topk k=2", "dp (exact)", "cands",
+                                        "exact"))
     for L in (38, 100, 200, 400, 800):
         ch = chain(L)
         for S in (4, 8):
@@ -53,7 +54,8 @@ def main():
             t_topk = best_ms(lambda: R.replan(ch, current=cur, slowdown=sd), a.repeat)
             r = R.replan(ch, current=cur, slowdown=sd)
             t_dp = best_ms(lambda: R.replan(ch, current=cur, slowdown=sd, method="dp"), a.repeat)
-            print("%8d %8d %12.2f %12.2f %10d" % (L, S, t_topk, t_dp, r.candidates))
+            d = R.replan(ch, current=cur, slowdown=sd, method="dp")
+            print("%8d %8d %12.2f %12.2f %10d %6s" % (L, S, t_topk, t_dp, r.candidates, d.exact))
     try:
         from hpgo import hetero as H
     except ImportError:
@@ -68,6 +70,15 @@ def main():
             t = best_ms(lambda: H.plan(layers, cl), a.repeat)
             p = H.plan(layers, cl)
             print("%8d %8d %12.2f %8d" % (blocks, len(layers), t, p.rounds))
+    print()
+    print("HAP with the memory fit search (2.4 B-parameter blocks, d 4096, batch 32 x 512, "
+          "2 V100 + 6 P100, 16 GB; ms, best of %d)" % a.repeat)
+    cl = H.hap_cluster("V100", 2, "P100", 6)
+    for blocks in (12, 48):
+        layers = H.transformer_chain(blocks, 32, 512, 4096, 16384, 32)
+        t = best_ms(lambda: H.plan(layers, cl), a.repeat)
+        p = H.plan(layers, cl)
+        print("%8d %8d %12.2f %8s" % (blocks, len(layers), t, "fits" if p.fits else "no fit"))
 
 
 if __name__ == "__main__":

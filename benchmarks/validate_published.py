@@ -25,14 +25,14 @@ RUNS = ROOT.parent / "shared" / "reference" / "published_runs.csv"
 def runs_table(checks, title):
     """One line per measured run; the summary the targets are stated in."""
     print(title)
-    print(f"{'run':18s} {'GPUs':>5s} {'prec':4s} {'TP PP DP CP VP MBS GBS ZeRO':28s} {'rc':9s} "
+    print(f"{'run':18s} {'GPUs':>5s} {'prec':4s} {'TP PP DP CP VP MBS GBS ZeRO':28s} {'rc':12s} "
           f"{'published':>10s} {'simulated':>10s} {'error':>7s} {'GiB':>6s} {'measured':>8s}")
     for c in checks:
         r = c.run
         cfg = f"{r.tp} {r.pp} {r.dp} {r.cp} {r.vp} {r.mbs} {r.gbs} {r.zero}"
         meas = (f"{r.measured_mem_gib:5.1f} {c.memory_error * 100:+4.0f}%"
                 if c.memory_error is not None else "")
-        print(f"{r.source_id:18s} {r.gpus:5d} {r.precision:4s} {cfg:28s} {c.recompute:9s} "
+        print(f"{r.source_id:18s} {r.gpus:5d} {r.precision:4s} {cfg:28s} {c.recompute:12s} "
               f"{c.published:10,.1f} {c.simulated:10,.1f} {c.error * 100:+6.1f}% "
               f"{c.memory_gib:5.1f}{' ' if c.fits else '*'} {meas}")
     errs = [abs(c.error) for c in checks]

@@ -183,7 +183,9 @@ def slice_table(send: Sequence[int], recv: Sequence[int], /) -> list[list[int]]:
 def hap_gather_cost(ratios: Sequence[float], bytes: float, bw_padded: float, bw_grouped: float,
                     /) -> tuple[float, float]: ...
 def hap_plan(layers: Any, flops: Sequence[float], bandwidths: Any, dtype_bytes: int, allowed: Any,
-             ratio_mode: Any, ratios: Any, max_rounds: int, /) -> dict[str, Any]: ...
+             ratio_mode: Any, ratios: Any, max_rounds: int, optimizer_bytes: float = ...,
+             memory: Sequence[float] | None = ..., report_only: bool = ...,
+             /) -> dict[str, Any]: ...
 def hap_shard_round(length: int, ratios: Sequence[float], /) -> list[int]: ...
 
 # ---- training-step model (csrc/module/step_glue.c); tuple layouts there
@@ -195,6 +197,7 @@ SCHEDULE_ZBV: int
 RECOMPUTE_NONE: int
 RECOMPUTE_SELECTIVE: int
 RECOMPUTE_FULL: int
+RECOMPUTE_OP: int
 PRECISION_BF16: int
 PRECISION_FP16: int
 PRECISION_FP8: int

@@ -363,6 +363,12 @@ def _stack(name: str, v: Any, allowed: dict) -> int:
 
 
 _KS_NAMES = {v: k for k, v in KERNEL_SETS.items()}
+# what the search offers: torchtitan's op-level checkpointing (selective-op)
+# and its earlier kernel sets (compile-blocks, compile-fa2) are simulated, not
+# searched
+_SEARCH_RECOMPUTE = {k: v for k, v in RECOMPUTE_MODES.items() if k != "selective-op"}
+_SEARCH_KERNELS = {k: v for k, v in KERNEL_SETS.items()
+                   if k not in ("compile-blocks", "compile-fa2")}
 _TPO_NAMES = {v: k for k, v in TP_OVERLAPS.items()}
 _CP_NAMES = {v: k for k, v in CP_COMMS.items()}
 
@@ -500,7 +506,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     (a share, or ``None`` to search 0, 0.5 and 1); offloading needs the
     cluster's ``host_bandwidth`` and ``host_memory_bandwidth``.
     ``kernels``, ``tp_overlap`` and ``cp_comm`` name the training stack every
-    plan is priced on (not searched; :class:`ParallelPlan`): ``tp_overlap``
+    plan is priced on (not searched; :class:`ParallelPlan`; ``"te"``,
+    ``"compile"`` or ``"eager"``: torchtitan's earlier kernel sets and its
+    op-level checkpointing are simulated, not searched): ``tp_overlap``
     applies to the plans with sequence parallelism.
     ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
     search with KeyboardInterrupt.  Raises ValueError for impossible arguments; a search with no
@@ -585,14 +593,14 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             int(exhaustive), threads, max_micro_batch, max_virtual_stages, overhead_bytes,
             _fixed("tp", tp), _fixed("pp", pp), _fixed("dp", dp),
             _fixed("virtual_stages", virtual_stages), _fixed("micro_batch", micro_batch),
-            _fixed("schedule", schedule, SCHEDULES), _fixed("recompute", recompute, RECOMPUTE_MODES),
+            _fixed("schedule", schedule, SCHEDULES), _fixed("recompute", recompute, _SEARCH_RECOMPUTE),
             _fixed("sequence_parallel", sequence_parallel), _fixed("zero", zero), _fixed("cp", cp),
             _fixed("ep", ep), _fixed("etp", etp),
             _fixed("ep_placement", ep_placement, {"inner": 0, "outer": 1}),
             int(share > 0), _dispatcher(moe_dispatcher), int(_bool("fp8_params", fp8_params)),
             share, *_memory_opts(c, reshard_after_forward, shard_size, offload_optimizer,
                                  offload_activations),
-            _stack("kernels", kernels, KERNEL_SETS),
+            _stack("kernels", kernels, _SEARCH_KERNELS),
             _stack("tp_overlap", tp_overlap, TP_OVERLAPS), _stack("cp_comm", cp_comm, CP_COMMS))
     if tp_overlap == "te" and kernels != "te" or tp_overlap == "async" and kernels != "compile":
         raise ValueError(f"tp_overlap={tp_overlap!r} does not run on kernels={kernels!r} "

@@ -233,8 +233,10 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
     stack.add_argument("--tp-overlap", choices=("none", "te", "async"), default="none",
                        help="tensor-parallel overlap: Megatron's --tp-comm-overlap (te), "
                             "PyTorch's async TP (async, with --kernels compile)")
-    stack.add_argument("--cp-comm", choices=("p2p", "all_gather", "a2a"), default="p2p",
-                       help="context-parallel K/V exchange: ring, all-gather, Ulysses all-to-all")
+    stack.add_argument("--cp-comm", choices=("p2p", "all_gather", "a2a", "torch_sdpa"),
+                       default="p2p",
+                       help="context-parallel K/V exchange: ring, all-gather, Ulysses all-to-all, "
+                            "PyTorch's SDPA context parallelism")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="seconds the search may take")
     p.add_argument("--framework", choices=("megatron", "torchtitan", "deepspeed"),
                    help="rank only plans this framework runs (docs/exports.md)")

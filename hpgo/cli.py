@@ -463,8 +463,9 @@ def add_simulate_subcommand(sub: Any) -> argparse.ArgumentParser:
                    help="virtual stages per device (interleaved-1f1b, zb-v; default 1)")
     t.add_argument("--micro-batch", type=int, metavar="N", help="micro-batch size (default 1)")
     t.add_argument("--global-batch", type=int, metavar="N", help="sequences per iteration")
-    t.add_argument("--recompute", choices=("none", "selective", "full"),
-                   help="activation recomputation (default none)")
+    t.add_argument("--recompute", choices=("none", "selective", "full", "selective-op"),
+                   help="activation recomputation (default none; selective-op: torchtitan's "
+                        "op-level checkpointing)")
     t.add_argument("--zero", type=int, metavar="STAGE", help="ZeRO stage 0-3 (default 0)")
     t.add_argument("--sequence-parallel", action="store_true",
                    help="sequence parallelism (with tp > 1)")

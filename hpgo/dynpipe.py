@@ -9,12 +9,17 @@ functions over numbers, with the C core doing the work (GIL released):
 * :func:`pipeline_score`: DynPipe's 1F1B score (seconds per micro-batch) of
   per-stage times;
 * :func:`replan`: the re-partitioner (DynPipe's top-k candidate cuts, or an
-  exact chain DP) plus the cost-benefit switch rule with a migration cost;
+  exact search of every split under the same score) plus the cost-benefit
+  switch rule with a migration cost;
 * :class:`StragglerDetector`: the trigger (window, baseline, ratio band,
   patience, re-baseline after a switch) over a stream of per-stage times;
 * :func:`split_batch` / :func:`slice_table`: the uneven per-replica batch
   split of a data-parallel stage and the sender -> receiver slice table;
-* :func:`read_layer_profile` / :func:`chain_from_model`: per-layer chains.
+* :func:`read_layer_profile` / :func:`chain_from_model` /
+  :func:`chain_from_profile`: per-layer chains;
+* :func:`stage_slowdowns`: per-stage slowdowns from a cluster's per-GPU
+  speeds; :func:`to_parallel_plan` (:meth:`hpgo.ParallelPlan.from_replan`):
+  a split as a plan of stage groups the step engine runs.
 
 Times are seconds, sizes bytes, bandwidths bytes/s.
 """
@@ -43,6 +48,9 @@ __all__ = [
     "slice_table",
     "read_layer_profile",
     "chain_from_model",
+    "chain_from_profile",
+    "to_parallel_plan",
+    "stage_slowdowns",
 ]
 
 METHODS = {"topk": 0, "dp": 1}
@@ -157,6 +165,76 @@ def chain_from_model(model, *, forward_fraction: float = FORWARD_FRACTION,
     )
 
 
+def chain_from_profile(model, cluster, *, micro_batch: int = 1, level: int = 0) -> LayerChain:
+    """A chain priced as the step engine prices a pipeline of ``model`` (an
+    :func:`hpgo.profile_model`) on ``cluster``: each layer's forward and
+    backward seconds for a ``micro_batch`` of samples, its output sent
+    between neighbouring stages as :meth:`hpgo.Cluster.p2p_time` prices it at
+    ``level`` (0: GPUs of one node), its parameters in bytes (4 per
+    parameter, fp32 as the profiles)."""
+    from .workmodel import ProfiledModel
+    if not isinstance(model, ProfiledModel):
+        raise TypeError(f"model must be an hpgo.profile_model(...), not {type(model).__name__}")
+    mb = _int("micro_batch", micro_batch, 1)
+    k = mb / float(model.batch)
+    lv = _int("level", level, 0)
+    if lv >= len(cluster.levels):
+        raise ValueError(f"level must be below the cluster's {len(cluster.levels)} levels")
+    return LayerChain(
+        tuple(x * k for x in model.forward),
+        tuple(x * k for x in model.backward),
+        tuple(cluster.p2p_time(o * k, lv) for o in model.outputs),
+        tuple(4.0 * p for p in model.params),
+        tuple(str(d) for d in model.descs),
+    )
+
+
+def stage_slowdowns(cluster, n_stages: int, *, dp: int = 1) -> List[float]:
+    """DynPipe's per-stage slowdowns from a cluster's per-GPU speeds
+    (:meth:`hpgo.Cluster.with_speed`): stage s on GPUs s dp .. s dp + dp - 1,
+    as :meth:`hpgo.ParallelPlan.from_replan` places them, slowed by its
+    slowest GPU (1 / the smallest speed factor; a stage waits for its
+    slowest replica)."""
+    from .cluster import Cluster
+    if not isinstance(cluster, Cluster):
+        raise TypeError(f"cluster must be an hpgo.Cluster, not {type(cluster).__name__}")
+    S = _int("n_stages", n_stages, 1)
+    d = _int("dp", dp, 1)
+    if S * d > cluster.gpus:
+        raise ValueError(f"{S} stages of {d} GPUs need {S * d} GPUs; the cluster has "
+                         f"{cluster.gpus}")
+    speed = dict(cluster.speeds)
+    return [1.0 / min(speed.get(g, 1.0) for g in range(s * d, (s + 1) * d)) for s in range(S)]
+
+
+def to_parallel_plan(result, global_batch: int, *, dp: int = 1, micro_batch: int = 1,
+                     schedule: str = "1f1b", model: Optional[str] = None,
+                     which: str = "chosen"):
+    """The :class:`hpgo.ParallelPlan` of a re-plan's split (see
+    :meth:`hpgo.ParallelPlan.from_replan`)."""
+    from .parallel import ParallelPlan, StageGroup
+    if isinstance(result, ReplanResult):
+        splits = {"chosen": result.chosen, "proposal": result.stages, "current": result.current,
+                  "searched": result.searched}
+        if which not in splits:
+            raise ValueError(f"which must be one of {sorted(splits)}, got {which!r}")
+        counts = splits[which]
+    else:
+        counts = result
+    try:
+        counts = [int(c) for c in counts]
+    except (TypeError, ValueError):
+        raise ValueError("not a re-planning result: expected layers per stage") from None
+    if not counts or min(counts) < 1:
+        raise ValueError("every stage of the split needs at least one layer")
+    groups, start = [], 0
+    for n in counts:
+        groups.append(StageGroup((start, start + n), dp=dp))
+        start += n
+    return ParallelPlan(global_batch=global_batch, micro_batch=micro_batch, schedule=schedule,
+                        model=model, stages=tuple(groups))
+
+
 def pipeline_score(forward: Sequence[float], backward: Sequence[float],
                    comm: Optional[Sequence[float]] = None, *, microbatches: int = 99) -> float:
     """Seconds per micro-batch of PipeDream's asynchronous 1F1B for per-stage
@@ -193,6 +271,7 @@ class ReplanResult:
     kept_current: bool = False
     searched: Tuple[int, ...] = ()  # the search's own best split (DynPipe's choice for topk)
     search_time: float = math.nan   # its score
+    exact: bool = False             # dp: ``searched`` is a best split of all under the score
 
     @property
     def chosen(self) -> Tuple[int, ...]:
@@ -221,13 +300,20 @@ def replan(chain_or_forward, backward=None, *, current: Sequence[int],
     ``replan(chain, current=[10, 28], slowdown=[1.89, 1.0])`` with a
     :class:`LayerChain`, or ``replan(forward, backward, current=..., comm=...)``
     with per-layer lists (seconds per micro-batch).  ``slowdown[s]``
-    multiplies the compute of whatever layers stage s (its device) runs.
+    multiplies the compute of whatever layers stage s (its device) runs; an
+    :class:`hpgo.Cluster` with slowed GPUs (``with_speed``) stands for its
+    :func:`stage_slowdowns`.
 
     ``method="topk"`` is DynPipe's ``calculate_new_placement`` (cuts after the
     ``top_k`` layers of each current stage with the largest f + b + adjacent
     transfers; every choice scored by :func:`pipeline_score`);
-    ``method="dp"`` is an exact chain DP minimising the slowest stage, scored
-    the same way.  Whatever the method, when the search finds nothing that
+    ``method="dp"`` searches every split: a chain DP on a non-overlapped
+    model and a local search on the score give the incumbent of a branch and
+    bound with a proven bound, so ``exact`` says the split is a best one
+    under the score (it is unless the search ran past its budget,
+    ``HPGO_REPLAN_EXACT_BUDGET``).  dp is therefore never slower than topk,
+    and they agree exactly when a best split is among topk's candidates or
+    is the current split (docs/replanning-and-heterogeneous.md).  Whatever the method, when the search finds nothing that
     scores strictly better than ``current``, the current split is proposed
     (``kept_current``); ``include_current`` is kept for compatibility and no
     longer changes anything.
@@ -263,6 +349,9 @@ def replan(chain_or_forward, backward=None, *, current: Sequence[int],
         raise ValueError(f"every stage of current needs at least one layer, got {cur}")
     if sum(cur) != L:
         raise ValueError(f"current covers {sum(cur)} layers but the chain has {L}")
+    from .cluster import Cluster
+    if isinstance(slowdown, Cluster):
+        slowdown = stage_slowdowns(slowdown, S)
     sd = [1.0] * S if slowdown is None else _floats("slowdown", slowdown, S, positive=True)
     c = None if comm is None else _floats("comm", comm, None)
     if c is not None and len(c) == L - 1:
@@ -288,7 +377,7 @@ def replan(chain_or_forward, backward=None, *, current: Sequence[int],
         predicted_time=r["new_time"], moved_bytes=r["moved_bytes"],
         drain_time=r["drain_time"], migration_cost=r["migration_cost"], gain=r["gain"],
         switch=r["switch"], candidates=r["candidates"], kept_current=r["kept_current"],
-        searched=tuple(r["search_counts"]), search_time=r["search_time"])
+        searched=tuple(r["search_counts"]), search_time=r["search_time"], exact=r["exact"])
 
 
 @dataclass(frozen=True)

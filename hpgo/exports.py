@@ -318,6 +318,8 @@ def torchtitan_config(plan: Any, model: Any, *, precision: str = "bf16",
         lines.append("from torchtitan.components.quantization import Float8LinearConverter")
     if plan.recompute == "full":
         lines.append("from torchtitan.distributed.activation_checkpoint import FullAC")
+    elif plan.recompute == "selective-op":
+        lines.append("from torchtitan.distributed.activation_checkpoint import SelectiveAC")
     lines += ["", "", f"def {name}():", f"    config = {base}()"]
     conv = ("[Float8LinearConverter.Config(filter_fqns=['lm_head'], "
             "model_compile_enabled=True)]" if precision == "fp8" else "None")
@@ -360,10 +362,13 @@ def torchtitan_config(plan: Any, model: Any, *, precision: str = "bf16",
     # expert-parallel dispatcher that syncs on the host, its default
     # all-to-all (trainer.py, _validate_cuda_graphs)
     lines.append("    config.training.disable_cuda_graphs = True  # as simulated")
-    lines.append("    config.activation_checkpoint = " +
-                 ("FullAC.Config()" if plan.recompute == "full" else "None"))
+    ac = {"full": "FullAC.Config()", "selective-op": "SelectiveAC.Config()"}
+    lines.append("    config.activation_checkpoint = " + ac.get(plan.recompute, "None"))
+    # compile-blocks: the blocks compiled, the loss eager (torchtitan's 2024 runs);
+    # torchtitan 0.3 runs SDPA on cuDNN first, so compile-fa2 exports as compile
+    comps = '["model"]' if plan.kernels == "compile-blocks" else '["model", "loss"]'
     lines += ["    config.compile.enable = True",
-              '    config.compile.components = ["model", "loss"]',
+              f"    config.compile.components = {comps}",
               "    config.compile.enable_async_tensor_parallel = False",
               "    return config", ""]
     return "\n".join(lines)

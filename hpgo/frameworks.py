@@ -117,6 +117,11 @@ MEGATRON = Framework(
              "num_query_groups != 0 raises",
              lambda p, m, pr: m is not None and not m.mla and
              m.kv_heads % p.tp != 0 and p.tp % m.kv_heads != 0),
+        Rule("context parallelism is Transformer Engine's (p2p, all_gather, a2a), not "
+             "PyTorch's SDPA one",
+             "Megatron-LM megatron/training/arguments.py --cp-comm-type: p2p, a2a, allgather "
+             "or a2a+p2p",
+             lambda p, m, pr: p.cp > 1 and p.cp_comm == "torch_sdpa"),
         Rule("context parallelism splits each sequence into 2 x cp equal chunks",
              f"{_MLM}: assert args.seq_length % (args.context_parallel_size * 2) == 0",
              lambda p, m, pr: p.cp > 1 and m is not None and m.seq % (2 * p.cp) != 0),
@@ -160,10 +165,11 @@ TORCHTITAN = Framework(
     # data_parallel_replicate_degree (DDP, zero 0) or
     # data_parallel_shard_degree (FSDP2, zero 3); no optimizer-only sharding
     zero=(0, 3),
-    # FullAC; torchtitan's SelectiveAC saves chosen ops (every other matmul),
-    # not the attention-core recomputation hpgo's "selective" prices
+    # FullAC, and SelectiveAC: chosen ops' outputs saved (every other
+    # matmul, the attention), hpgo's "selective-op"; not the attention-core
+    # recomputation hpgo's "selective" prices
     # (torchtitan/distributed/activation_checkpoint.py)
-    recompute=("none", "full"),
+    recompute=("none", "selective-op", "full"),
     precisions=("bf16", "fp8", "fp32"),
     rules=(
         Rule("torchtitan runs one device mesh for every stage (one data-parallel and one "
@@ -376,9 +382,11 @@ def search_spaces(framework: Any, fixed: Mapping[str, Any]) -> list[dict[str, An
     schedules = [fixed["schedule"]] if fixed.get("schedule") is not None else \
         [s for s in fw.schedules if s != "gpipe"]  # the search runs gpipe only when fixed
     zeros = [fixed["zero"]] if fixed.get("zero") is not None else list(fw.zero)
-    # recomputation modes: split only where the framework lacks one of hpgo's three
+    # recomputation modes: split only where the framework lacks one of the
+    # three the search offers (selective-op is simulated, not searched)
+    searched = ("none", "selective", "full")
     recomputes = [fixed.get("recompute")] if fixed.get("recompute") is not None or \
-        len(fw.recompute) == 3 else list(fw.recompute)
+        set(searched) <= set(fw.recompute) else [r for r in fw.recompute if r in searched]
     for s in schedules:
         for z in zeros:
             for rc in recomputes:

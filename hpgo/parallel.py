@@ -39,7 +39,7 @@ SCHEDULES = {"gpipe": _core.SCHEDULE_GPIPE, "1f1b": _core.SCHEDULE_1F1B,
              "interleaved-1f1b": _core.SCHEDULE_INTERLEAVED, "zb-h1": _core.SCHEDULE_ZBH1,
              "zb-v": _core.SCHEDULE_ZBV}
 RECOMPUTE_MODES = {"none": _core.RECOMPUTE_NONE, "selective": _core.RECOMPUTE_SELECTIVE,
-                   "full": _core.RECOMPUTE_FULL}
+                   "full": _core.RECOMPUTE_FULL, "selective-op": _core.RECOMPUTE_OP}
 PRECISIONS = {"bf16": _core.PRECISION_BF16, "fp16": _core.PRECISION_FP16,
               "fp8": _core.PRECISION_FP8, "fp32": _core.PRECISION_FP32}
 #: MoE token dispatchers (csrc/step/parplan.h HPGO_DISPATCH_)
@@ -47,9 +47,11 @@ DISPATCHERS = {"alltoall": 0, "deepep": 1}
 DISPATCHERS_BY_CODE = {v: k for k, v in DISPATCHERS.items()}
 #: kernel sets (csrc/step/parplan.h HPGO_KS_), tensor-parallel overlap (HPGO_TPO_),
 #: context-parallel exchange (HPGO_CP_), partial recomputation (HPGO_RCM_)
-KERNEL_SETS = {"te": 0, "compile": 1, "eager": 2}
+KERNEL_SETS = {"te": 0, "compile": 1, "eager": 2, "compile-blocks": 3, "compile-fa2": 4}
 TP_OVERLAPS = {"none": 0, "te": 1, "async": 2}
-CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2}
+CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2, "torch_sdpa": 3}
+ATTENTIONS = {"auto": 0, "flash2": 1}
+OPTIMIZER_IMPLS = {"megatron": 0, "deepspeed_bf16": 1}
 RECOMPUTE_METHODS = {"uniform": 0, "block": 1}
 # Share of what ideal phase-by-phase pairing hides that Megatron's 1F1B
 # all-to-all overlap realises, measured (csrc/step/parplan.h; docs/moe.md)
@@ -359,19 +361,33 @@ class ParallelPlan:
 
     The training stack (docs/training-model.md, "Stacks"): ``kernels`` is
     the kernel set a layer launches -- ``"te"`` (Megatron-Core with
-    Transformer Engine's fused kernels), ``"compile"`` (``torch.compile``)
-    or ``"eager"`` (eager PyTorch); ``tp_overlap`` hides tensor-parallel
+    Transformer Engine's fused kernels), ``"compile"`` (``torch.compile``),
+    ``"compile-blocks"`` (``torch.compile`` of each transformer block, the
+    output layer and the loss eager, attention on PyTorch's FlashAttention-2:
+    torchtitan until March 2025), ``"compile-fa2"`` (blocks and loss
+    compiled, FlashAttention-2: torchtitan until October 2025) or
+    ``"eager"`` (eager PyTorch); ``tp_overlap`` hides tensor-parallel
     communication behind the GEMMs beyond what every stack overlaps --
     ``"te"`` (Megatron's ``--tp-comm-overlap``, Transformer Engine's
     userbuffers; needs ``kernels="te"``) or ``"async"`` (PyTorch's async
-    TP; needs ``kernels="compile"``), both with ``sequence_parallel``;
+    TP; needs one of the ``torch.compile`` kernel sets), both with ``sequence_parallel``;
     ``cp_comm`` is how context parallelism exchanges K and V --
     ``"p2p"`` (a ring overlapped block by block, Megatron-Core's default),
-    ``"all_gather"`` (Llama 3, torchtitan's default) or ``"a2a"``
-    (Ulysses); ``recompute_layers`` (with ``recompute="full"``) recomputes
+    ``"all_gather"`` (Llama 3; one exposed gather), ``"a2a"`` (Ulysses) or
+    ``"torch_sdpa"`` (PyTorch's context parallelism around SDPA, its
+    all-gather rotation); ``recompute="selective-op"`` is torchtitan's
+    op-level selective checkpointing (every other matmul's and the
+    attention's outputs saved, the rest of a block recomputed; dense blocks
+    with fused attention); ``recompute_layers`` (with ``recompute="full"``) recomputes
     groups of that many layers (``recompute_method="uniform"``) or only the
     first that many layers of each model stage (``"block"``), as
-    Megatron's ``--recompute-num-layers`` (0: every layer).
+    Megatron's ``--recompute-num-layers`` (0: every layer).  ``attention``
+    is the fused attention kernel: ``"auto"`` (cuDNN on Hopper,
+    FlashAttention-2 on the A100) or ``"flash2"`` (FlashAttention-2,
+    PyTorch's SDPA on Hopper before 2.9); ``optimizer_impl`` the
+    mixed-precision optimizer's gradient path: ``"megatron"`` or
+    ``"deepspeed_bf16"`` (DeepSpeed's BF16_Optimizer: an fp32 add of every
+    micro-batch's gradients, ZeRO 1 all-reducing them).
 
     Uneven plans (docs/uneven-plans.md): ``stages`` gives each pipeline
     stage a :class:`StageGroup` -- its layers, replicas, tensor
@@ -411,6 +427,8 @@ class ParallelPlan:
     recompute_layers: int = 0
     recompute_method: str = "uniform"
     stages: tuple[StageGroup, ...] | None = None
+    attention: str = "auto"
+    optimizer_impl: str = "megatron"
 
     def __post_init__(self) -> None:
         if self.stages is not None:
@@ -451,7 +469,8 @@ class ParallelPlan:
             raise ValueError(f"offload_activations must be in [0, 1], got {oa}")
         object.__setattr__(self, "offload_activations", float(oa))
         for f, allowed in (("kernels", KERNEL_SETS), ("tp_overlap", TP_OVERLAPS),
-                           ("cp_comm", CP_COMMS), ("recompute_method", RECOMPUTE_METHODS)):
+                           ("cp_comm", CP_COMMS), ("recompute_method", RECOMPUTE_METHODS),
+                           ("attention", ATTENTIONS), ("optimizer_impl", OPTIMIZER_IMPLS)):
             if getattr(self, f) not in allowed:
                 raise ValueError(f"{f} must be one of {', '.join(allowed)}; "
                                  f"got {getattr(self, f)!r}")
@@ -465,8 +484,10 @@ class ParallelPlan:
         if self.tp_overlap == "te" and self.kernels != "te":
             raise ValueError("tp_overlap='te' (Transformer Engine's userbuffers) needs "
                              "kernels='te'")
-        if self.tp_overlap == "async" and self.kernels != "compile":
-            raise ValueError("tp_overlap='async' (an Inductor pass) needs kernels='compile'")
+        if self.tp_overlap == "async" and self.kernels not in ("compile", "compile-blocks",
+                                                               "compile-fa2"):
+            raise ValueError("tp_overlap='async' (an Inductor pass) needs kernels='compile', "
+                             "'compile-blocks' or 'compile-fa2'")
         overlap_share(self.overlap_moe_comm)
         if not isinstance(self.overlap_moe_comm, bool):
             object.__setattr__(self, "overlap_moe_comm", float(self.overlap_moe_comm))
@@ -586,6 +607,7 @@ class ParallelPlan:
                 self.offload_activations,
                 KERNEL_SETS[self.kernels], TP_OVERLAPS[self.tp_overlap], CP_COMMS[self.cp_comm],
                 self.recompute_layers, RECOMPUTE_METHODS[self.recompute_method],
+                ATTENTIONS[self.attention], OPTIMIZER_IMPLS[self.optimizer_impl],
                 self._groups_tuple(cluster))  # the stage groups: always the last item
 
     def _groups_tuple(self, cluster: Any) -> tuple | None:
@@ -655,23 +677,19 @@ class ParallelPlan:
 
     @classmethod
     def from_replan(cls, result: Any, global_batch: int, *, dp: int = 1, micro_batch: int = 1,
-                    schedule: str = "1f1b", model: str | None = None) -> "ParallelPlan":
-        """The plan of a DynPipe re-planning result (:func:`hpgo.replan`): one
-        pipeline stage per entry of its chosen split (layers per stage), as a
-        layer split.  HAP's heterogeneous plans (uneven shares per device)
-        have no neutral form."""
-        counts = getattr(result, "chosen", result)
-        try:
-            counts = [int(c) for c in counts]
-        except (TypeError, ValueError):
-            raise ValueError("not a re-planning result: expected layers per stage") from None
-        if not counts or min(counts) < 1:
-            raise ValueError("every stage of the split needs at least one layer")
-        split = [0]
-        for c in counts:
-            split.append(split[-1] + c)
-        return cls(global_batch=global_batch, pp=len(counts), dp=dp, micro_batch=micro_batch,
-                   schedule=schedule, split=tuple(split), model=model)
+                    schedule: str = "1f1b", model: str | None = None,
+                    which: str = "chosen") -> "ParallelPlan":
+        """The pipeline of a DynPipe re-plan (:func:`hpgo.replan`, or a list
+        of layers per stage): one :class:`StageGroup` of ``dp`` replicas per
+        stage, on GPUs in stage order (DynPipe's slowdowns are per stage
+        position), its layers from the split ``which`` (``"chosen"``,
+        ``"proposal"``, ``"current"`` or ``"searched"``).  Simulate it on the
+        cluster with the slowed GPUs (``cluster.with_speed({gpu: 1 /
+        slowdown})``); where the engine agrees with DynPipe's score and where
+        not: docs/replanning-and-heterogeneous.md."""
+        from . import dynpipe
+        return dynpipe.to_parallel_plan(result, global_batch, dp=dp, micro_batch=micro_batch,
+                                        schedule=schedule, model=model, which=which)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -817,6 +835,10 @@ class ParallelPlan:
             parts.append(f"tp-overlap={self.tp_overlap}")
         if self.cp_comm != "p2p":
             parts.append(f"cp-comm={self.cp_comm}")
+        if self.attention != "auto":
+            parts.append(f"attention={self.attention}")
+        if self.optimizer_impl != "megatron":
+            parts.append(f"optimizer={self.optimizer_impl}")
         return " ".join(parts)
 
     def __repr__(self) -> str:

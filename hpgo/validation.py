@@ -317,7 +317,8 @@ class MeasuredRun:
     vp: int
     mbs: int
     gbs: int
-    recompute: str           # none | selective | full | auto (the least that fits)
+    recompute: str           # none | selective | full | auto (the least that fits);
+    #                          selective-op where the notes name torchtitan's op-level SAC
     sequence_parallel: bool
     zero: int                # hpgo's ZeRO stage of the closest technique (3: FSDP)
     tflops_per_gpu: float | None
@@ -331,9 +332,14 @@ class MeasuredRun:
     split: tuple[int, ...] | None
     measured_mem_gib: float | None
     notes: str = ""
-    # the training stack the notes publish (ParallelPlan's kernels, tp_overlap)
+    # the training stack the notes publish (ParallelPlan's kernels, tp_overlap,
+    # cp_comm, attention, overlap_grad_reduce)
     kernels: str = "te"
     tp_overlap: str = "none"
+    cp_comm: str = "p2p"
+    attention: str = "auto"
+    overlap_grad_reduce: bool = True
+    optimizer_impl: str = "megatron"
 
     def transformer(self) -> Any:
         """The model: ``arch`` is a family (``gpt``: LayerNorm, biases, GeLU,
@@ -401,7 +407,10 @@ class MeasuredRun:
                             schedule="interleaved-1f1b" if self.vp > 1 else "1f1b",
                             recompute=rc, sequence_parallel=self.sequence_parallel,
                             zero=self.zero, split=self.split, kernels=self.kernels,
-                            tp_overlap=self.tp_overlap,
+                            tp_overlap=self.tp_overlap, cp_comm=self.cp_comm,
+                            attention=self.attention,
+                            overlap_grad_reduce=self.overlap_grad_reduce,
+                            optimizer_impl=self.optimizer_impl,
                             # FSDP under pipelining keeps the gathered weights to the
                             # backward: torchtitan's default reshard policy is
                             # "not pp_enabled" (torchtitan/distributed/fsdp.py)
@@ -529,12 +538,42 @@ def load_runs(path: Any) -> list[MeasuredRun]:
     return [_with_stack(r, out) for r in out]
 
 
+# torchtitan's benchmarks by the code version they ran (the CSV's TT rows):
+# commit 9dec370 (benchmarks/llama3_h100_202412_torchtitan.md) wraps each
+# TransformerBlock in torch.compile and leaves the final norm, the output
+# layer and the loss eager (train.py: "compiling loss function causes CUDA
+# errors, turning off for now") -> "compile-blocks"; commit 820504e (the June
+# 2025 async-TP benchmark) compiles the loss too (components/loss.py) and
+# still runs SDPA on FlashAttention-2 on Hopper (models/attention.py: flash,
+# efficient, math; cuDNN only on B200) -> "compile-fa2".
+_COMPILE_BLOCKS_SOURCES = ("TT-",)
+_COMPILE_FA2_NOTES = "June 2025"
+
+
 def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     """The run with the training stack its notes publish (following "as
-    <run>" references): torch.compile (torchtitan) -> kernels "compile", with
+    <run>" references): torch.compile (torchtitan) -> kernels "compile"
+    ("compile-blocks" or "compile-fa2" for torchtitan's benchmarks by their
+    code version, ``_COMPILE_BLOCKS_SOURCES``), with
     AsyncTP -> tp_overlap "async"; Megatron's --tp-comm-overlap -> "te"
     (both with sequence parallelism and tp > 1); otherwise Megatron's fused
-    kernels without overlap."""
+    kernels without overlap.
+
+    torchtitan's runs (torch.compile) get PyTorch's attention of their time:
+    SDPA's flash back end, FlashAttention-2 (cuDNN attention was opt-in from
+    pytorch/pytorch#138522, October 2024, until #162073 for 2.9; the torch
+    commits of both torchtitan benchmarks, 2024-12-23 and 2025-06-14, fall
+    between), and PyTorch's context parallelism around SDPA with its
+    all-gather rotation (``cp_comm="torch_sdpa"``; torchtitan's default
+    ``context_parallel_rotate_method``).  MegaScale's
+    Megatron-LM baseline (commit 285068c8, January 2023: the distributed
+    optimizer reduce-scatters the gradients after the last micro-batch's
+    backward and all-gathers the weights after the step, ``training.py``
+    train_step) and DeepSpeed's pipeline engine (``_exec_reduce_grads`` after
+    the last micro-batch) synchronise gradients without overlap; DeepSpeed's
+    bf16 runs with ZeRO-1 (BLOOM's BF16_Optimizer) get its gradient path
+    (``optimizer_impl="deepspeed_bf16"``).  "op-level selective AC"
+    (torchtitan's SAC) turns a selective recomputation into "selective-op"."""
     import dataclasses
     import re
     by_id = {r.source_id: r for r in runs}
@@ -546,13 +585,26 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
         r = by_id.get(ref.group(1).rstrip(";,.:")) if ref else None
     text = " ".join(notes)
     kernels = "compile" if re.search(r"\bcompile\b", text) else "te"
+    if kernels == "compile" and run.source_id.startswith(_COMPILE_BLOCKS_SOURCES):
+        kernels = "compile-fa2" if _COMPILE_FA2_NOTES in text else "compile-blocks"
+    rc = run.recompute
+    if rc == "selective" and re.search(r"op-level selective", text, re.I):
+        rc = "selective-op"
     tpo = "none"
     if run.tp > 1 and run.sequence_parallel:
-        if kernels == "compile" and re.search(r"async ?tp", text, re.I):
+        if kernels != "te" and re.search(r"async ?tp", text, re.I):
             tpo = "async"
         elif kernels == "te" and "--tp-comm-overlap" in text:
             tpo = "te"
-    return dataclasses.replace(run, kernels=kernels, tp_overlap=tpo)
+    torch = kernels in ("compile", "compile-blocks", "compile-fa2")
+    deepspeed = "DeepSpeed" in text
+    no_overlap = run.source_id.startswith("MS-") or deepspeed
+    bf16_opt = deepspeed and run.precision == "bf16" and run.zero == 1
+    return dataclasses.replace(run, kernels=kernels, tp_overlap=tpo, recompute=rc,
+                               cp_comm="torch_sdpa" if torch else "p2p",
+                               attention="flash2" if torch else "auto",
+                               overlap_grad_reduce=not no_overlap,
+                               optimizer_impl="deepspeed_bf16" if bf16_opt else "megatron")
 
 
 @dataclass(frozen=True)

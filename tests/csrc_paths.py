@@ -9,7 +9,7 @@ CSRC = ROOT / "csrc"
 
 
 def src(name):
-    """The one file of csrc/ called `name` (e.g. "work.c", "sim.h")."""
+    """The one file of csrc/ called `name` (e.g. "work.c", "timeline.h")."""
     found = sorted(CSRC.rglob(name))
     assert len(found) == 1, f"{name}: {found}"
     return found[0]

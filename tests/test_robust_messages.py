@@ -40,7 +40,12 @@ def test_hap_names_the_uncovered_layer():
     with pytest.raises(hpgo.PlanningError) as e:
         H.plan(H.transformer_chain(1, 4, 4), c, strategies=["dp"])
     msg = str(e.value)
-    assert "layer 1" in msg and "ew_r/ew_gb/ew_gf" in msg and msg.endswith("allowed: dp"), msg
+    assert "layer 1 (attention)" in msg and "att_r/att_gb/att_heads" in msg, msg
+    assert msg.endswith("allowed: dp"), msg
+    with pytest.raises(hpgo.PlanningError) as e:
+        H.plan(H.transformer_chain(1, 4, 4), c, strategies=["dp", "att_gb"])
+    msg = str(e.value)
+    assert "layer 4 (element-wise)" in msg and "ew_r/ew_gb/ew_gf" in msg, msg
 
 
 def test_straggler_ratios_are_finite():

@@ -87,7 +87,7 @@ with tempfile.TemporaryDirectory() as d:
     assert child.returncode == 0, child.describe()
     r = child.result
     assert r["n"] > 200_000
-    # the C events: 40 bytes each (sim.h); a little slack for the result's other fields
+    # the C events: 40 bytes each (timeline.h); a little slack for the result's other fields
     assert r["held"] < 48, r
     assert r["iter"] < 60, r
     assert r["after_trace"] < 60, r

@@ -3,7 +3,7 @@
 Builds tests/c/test_core_c.c (planner, sweep, model, topology, pool,
 simulators, many threads), tests/c/test_step_c.c (cluster, collectives,
 work model, schedules and the training-step engine) and fuzz/fuzz_profile.c (replaying the committed
-fuzz corpus) directly against csrc/*.c and runs them:
+fuzz corpus) directly against the core's .c files (csrc/*/ but module/) and runs them:
 
 * AddressSanitizer + UndefinedBehaviorSanitizer, -fno-sanitize-recover=all,
   so any report fails the run;

@@ -52,7 +52,7 @@ def test_reference_runs_simulate_as_published():
     checks = validation.check_runs(validation.load_runs(REF))
     for c in checks:
         assert c.simulated > 0 and math.isfinite(c.error)
-        assert c.recompute in ("none", "selective", "full")
+        assert c.recompute in ("none", "selective", "full", "selective-op")
         if c.run.recompute != "auto":
             assert c.recompute == c.run.recompute
         assert (c.memory_error is None) == (c.run.measured_mem_gib is None)

@@ -36,7 +36,8 @@
 
 #include "err.h"
 #include "pool.h"
-#include "sim.h"
+#include "cancel.h"
+#include "timeline.h"
 
 enum { HPGO_DISTIR_2021 = 0, HPGO_DISTIR_2021_GRID = 1, HPGO_DISTIR_2022 = 2, HPGO_DISTIR__COUNT };
 enum { HPGO_DISTIR_MLP = 0, HPGO_DISTIR_TRANSFORMER = 1 };

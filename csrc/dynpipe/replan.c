@@ -17,7 +17,11 @@
  *   slowdown * (F + B) plus its in and out transfers); a steepest-descent
  *   local search on the replay score (one cut, one layer per move) then
  *   polishes both the DP split and the current split, and the better one
- *   wins.
+ *   is the incumbent of a branch and bound over all splits (depth-first over
+ *   the cuts, lexicographic; a bound no lower than the incumbent prunes, as
+ *   every split below it can at best tie).  The bound (replan.h) is proven
+ *   from the 1F1B order alone, so the result is a best split under the
+ *   score whenever the search ends within its budget.
  * - Whatever the method, a search result that does not score strictly
  *   better than the current cuts is replaced by them (kept_current).
  * - The trigger is a small state machine over windows (warm-up, baseline,
@@ -500,6 +504,109 @@ static int local_search(ctx_t *c, const hpgo_replan_input_t *in, int32_t *cut, d
     return HPGO_OK;
 }
 
+/* Branch and bound over every split (see replan.h).  best_cut / *best_t
+ * hold the incumbent and are replaced by strictly faster splits.  *exact:
+ * 1 when the whole tree was searched within the budget. */
+static int run_exact(ctx_t *c, const hpgo_replan_input_t *in, int32_t *best_cut, double *best_t,
+                     int64_t *n_cand, int *exact, hpgo_err_t *err)
+{
+    const int32_t L = c->L, S = c->S;
+    *exact = 0;
+    if (S == 1) {
+        *exact = 1;
+        return HPGO_OK;
+    }
+    int32_t K = 0;
+    for (int32_t j = 1; (int64_t)j * S < (int64_t)in->microbatches - S; j++)
+        K = j;
+    /* the score's proven bound factor: stage 0's forward K S waits for
+     * K S - S + 1 forward and backward passes of every stage (less 1e-12, a
+     * margin for the rounding of the sums and of the replay) */
+    const double alpha = ((double)K * S - S + 1.0) / ((double)K * S) * (1.0 - 1e-12);
+    int32_t *cut = malloc(((size_t)S + 1) * sizeof *cut);
+    double *mx = malloc(((size_t)S + 1) * sizeof *mx);   /* max sd*W over stages < s */
+    double *inv = malloc(((size_t)S + 1) * sizeof *inv); /* sum of 1/sd over stages >= s */
+    if (!cut || !mx || !inv) {
+        free(cut);
+        free(mx);
+        free(inv);
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory in the re-partitioner");
+    }
+    inv[S] = 0.0;
+    for (int32_t s = S - 1; s >= 0; s--)
+        inv[s] = inv[s + 1] + 1.0 / in->slowdown[s];
+    const double total = c->pf[L] + c->pb[L];
+    const double step = (double)S * (double)in->microbatches;
+    double spent = 0.0;
+    int rc = HPGO_OK, over = 0;
+    cut[0] = 0;
+    cut[S] = L;
+    mx[0] = 0.0;
+    /* depth-first: cut[s] for s = 1..S-1; cut[s] = cut[s-1] before the first try */
+    int32_t s = 1;
+    cut[1] = 0;
+    while (s >= 1) {
+        /* every node costs about a replay step; the cancel flag is free */
+        spent += 1.0;
+        if (spent > HPGO_REPLAN_EXACT_BUDGET) {
+            over = 1;
+            break;
+        }
+        if (((int64_t)spent & 0xffff) == 0 && hpgo_cancelled(in->cancel)) {
+            rc = hpgo_err_set(err, HPGO_E_CANCELLED, 0, "re-planning was cancelled");
+            break;
+        }
+        int32_t v = cut[s] + 1;
+        if (v > L - (S - s)) { /* stage s-1 can grow no further */
+            s--;
+            continue;
+        }
+        cut[s] = v;
+        double w = c->pf[v] - c->pf[cut[s - 1]] + c->pb[v] - c->pb[cut[s - 1]];
+        double m = in->slowdown[s - 1] * w;
+        if (mx[s - 1] > m)
+            m = mx[s - 1];
+        /* stage s-1 only grows as cut[s] grows: past the incumbent here, every
+         * later value of cut[s] is too */
+        if (alpha * m >= *best_t) {
+            s--;
+            continue;
+        }
+        double rest = (total - c->pf[v] - c->pb[v]) / inv[s];
+        if (alpha * rest >= *best_t)
+            continue;
+        if (s < S - 1) {
+            mx[s] = m;
+            cut[s + 1] = v;
+            s++;
+            continue;
+        }
+        double last = in->slowdown[S - 1] * (total - c->pf[v] - c->pb[v]);
+        if (alpha * (m > last ? m : last) >= *best_t)
+            continue;
+        if (spent + step > HPGO_REPLAN_EXACT_BUDGET) {
+            over = 1;
+            break;
+        }
+        spent += step;
+        double t;
+        rc = score_cuts(c, in, cut, &t, err);
+        if (rc != HPGO_OK)
+            break;
+        (*n_cand)++;
+        if (t < *best_t) {
+            *best_t = t;
+            memcpy(best_cut, cut, ((size_t)S + 1) * sizeof *cut);
+        }
+    }
+    if (rc == HPGO_OK && !over)
+        *exact = 1;
+    free(cut);
+    free(mx);
+    free(inv);
+    return rc;
+}
+
 int hpgo_replan_run(const hpgo_replan_input_t *in, hpgo_replan_result_t *out, hpgo_err_t *err)
 {
     int rc = validate(in, err);
@@ -547,6 +654,7 @@ int hpgo_replan_run(const hpgo_replan_input_t *in, hpgo_replan_result_t *out, hp
         goto done;
     }
     int64_t n_cand = 0;
+    out->exact = 0;
     if (in->method == HPGO_REPLAN_TOPK) {
         rc = run_topk(&c, in, best, &t_new, &n_cand, err);
     } else {
@@ -571,6 +679,8 @@ int hpgo_replan_run(const hpgo_replan_input_t *in, hpgo_replan_result_t *out, hp
                 free(alt);
             }
         }
+        if (rc == HPGO_OK)
+            rc = run_exact(&c, in, best, &t_new, &n_cand, &out->exact, err);
     }
     if (rc != HPGO_OK)
         goto done;

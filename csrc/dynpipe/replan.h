@@ -93,7 +93,15 @@ typedef struct hpgo_replan_result {
     double gain;            /* seconds saved by switching over the remaining iterations */
     int do_switch;          /* gain > migration_cost and new_time < current_time */
     int64_t candidates;     /* partitions scored */
+    int exact;              /* DP: the search's split is a best of all splits under the score
+                               (the branch and bound finished within its budget); TOPK: 0 */
 } hpgo_replan_result_t;
+
+/* Replay steps (stages x micro-batches per scored split) the DP method's
+ * branch and bound may spend proving its split best: 5e6 is about 0.1 s on
+ * the shared 2-core machine (19 ns a replay step, see above).  Past it the
+ * best split found so far stands and `exact` is 0. */
+#define HPGO_REPLAN_EXACT_BUDGET 5e6
 
 /* Propose new cuts for the slowed-down stages and decide whether to switch.
  * TOPK (DynPipe's calculate_new_placement): importance p_l = f_l + b_l +
@@ -106,7 +114,14 @@ typedef struct hpgo_replan_result {
  * in and out transfers) (ties: smaller total transfer, then earlier cuts),
  * then a steepest-descent local search on the score (moving one cut by one
  * layer) from that split and from the current one; the better result
- * (ties: the DP's) is the search's.
+ * (ties: the DP's) is the incumbent of a branch and bound over all splits
+ * (cuts in lexicographic order, a split replacing the incumbent only when
+ * strictly faster) with the proven bound score >= alpha x max_s
+ * slowdown[s] (F_s + B_s), alpha = (K S - S + 1) / (K S) (stage 0's forward
+ * K S waits for every stage's first K S - S + 1 forward and backward
+ * passes), the later stages bounded by their work over sum 1 / slowdown.
+ * Within HPGO_REPLAN_EXACT_BUDGET replay steps the result is a best split
+ * under the score (exact = 1).
  * Either way the proposal is never scored worse than keeping the current
  * split: when the search's best (search_time) is not strictly faster than
  * current_time, the current split is proposed and kept_current is set, so

@@ -292,7 +292,7 @@ static PyObject *replan_run(PyObject *module, PyObject *args)
             }
         }
         if (lists[0] && lists[1])
-            out = Py_BuildValue("{s:N,s:d,s:d,s:d,s:d,s:d,s:d,s:O,s:L,s:d,s:O,s:N}", "counts",
+            out = Py_BuildValue("{s:N,s:d,s:d,s:d,s:d,s:d,s:d,s:O,s:L,s:d,s:O,s:N,s:O}", "counts",
                                 lists[0], "current_time", res.current_time, "new_time",
                                 res.new_time, "moved_bytes", res.moved_bytes, "drain_time",
                                 res.drain_time, "migration_cost", res.migration_cost, "gain",
@@ -300,7 +300,7 @@ static PyObject *replan_run(PyObject *module, PyObject *args)
                                 "candidates", (long long)res.candidates, "search_time",
                                 res.search_time, "kept_current",
                                 res.kept_current ? Py_True : Py_False, "search_counts",
-                                lists[1]);
+                                lists[1], "exact", res.exact ? Py_True : Py_False);
         else {
             Py_XDECREF(lists[0]);
             Py_XDECREF(lists[1]);
@@ -539,31 +539,38 @@ done:
 
 PyDoc_STRVAR(hap_plan_doc,
              "hap_plan(layers, flops, bandwidths, dtype_bytes, allowed, ratio_mode, ratios, "
-             "max_rounds) -> dict\n\n"
-             "layers: sequence of (kind, m, k, n, flops); bandwidths: (all_gather, "
-             "all_gather_group, all_reduce, reduce_scatter, reduce_scatter_group, all_to_all) "
-             "bytes/s; ratios: sequence or None.");
+             "max_rounds, optimizer_bytes=0.0, memory=None, report_only=False) -> dict\n\n"
+             "layers: sequence of (kind, m, k, n, flops[, heads, saved]); bandwidths: "
+             "(all_gather, all_gather_group, all_reduce, reduce_scatter, reduce_scatter_group, "
+             "all_to_all) bytes/s; ratios: sequence or None; memory: bytes per device or None.");
 
 static PyObject *hap_plan(PyObject *module, PyObject *args)
 {
-    PyObject *lo, *fo, *ro;
-    double bw[6], dt;
+    PyObject *lo, *fo, *ro, *mo = Py_None;
+    double bw[6], dt, ob = 0.0;
     unsigned int allowed;
-    int mode, rounds;
-    if (!PyArg_ParseTuple(args, "OO(dddddd)dIiOi", &lo, &fo, &bw[0], &bw[1], &bw[2], &bw[3],
-                          &bw[4], &bw[5], &dt, &allowed, &mode, &ro, &rounds))
+    int mode, rounds, report_only = 0;
+    if (!PyArg_ParseTuple(args, "OO(dddddd)dIiOi|dOp", &lo, &fo, &bw[0], &bw[1], &bw[2], &bw[3],
+                          &bw[4], &bw[5], &dt, &allowed, &mode, &ro, &rounds, &ob, &mo,
+                          &report_only))
         return NULL;
     hpgo_hap_layer_t *layers = NULL;
-    double *flops = NULL, *ratios = NULL, *rout = NULL;
+    double *flops = NULL, *ratios = NULL, *rout = NULL, *mem = NULL, *used = NULL;
     int32_t *strat = NULL;
     PyObject *seq = NULL, *res = NULL;
-    Py_ssize_t nl = 0, nd = 0, nr = 0;
+    Py_ssize_t nl = 0, nd = 0, nr = 0, nm = 0;
     if (!(flops = get_doubles(fo, "flops", &nd)))
         goto done;
     if (ro != Py_None && !(ratios = get_doubles(ro, "ratios", &nr)))
         goto done;
     if (ratios && nr != nd) {
         PyErr_SetString(PyExc_ValueError, "ratios need one value per device");
+        goto done;
+    }
+    if (mo != Py_None && !(mem = get_doubles(mo, "memory", &nm)))
+        goto done;
+    if (mem && nm != nd) {
+        PyErr_SetString(PyExc_ValueError, "memory needs one value per device");
         goto done;
     }
     if (nd > HPGO_HAP_MAX_DEVICES) {
@@ -580,16 +587,21 @@ static PyObject *hap_plan(PyObject *module, PyObject *args)
     layers = PyMem_Calloc((size_t)(nl > 0 ? nl : 1), sizeof *layers);
     strat = PyMem_Calloc((size_t)(nl > 0 ? nl : 1), sizeof *strat);
     rout = PyMem_Calloc((size_t)(nd > 0 ? nd : 1), sizeof *rout);
-    if (!layers || !strat || !rout) {
+    used = PyMem_Calloc((size_t)(nd > 0 ? nd : 1), sizeof *used);
+    if (!layers || !strat || !rout || !used) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < nl; i++) {
         PyObject *t = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 5) {
-            PyErr_Format(PyExc_TypeError, "layer %zd must be a 5-tuple", i);
+        if (!PyTuple_Check(t) || (PyTuple_GET_SIZE(t) != 5 && PyTuple_GET_SIZE(t) != 7)) {
+            PyErr_Format(PyExc_TypeError, "layer %zd must be a 5- or 7-tuple", i);
             goto done;
         }
+        if (PyTuple_GET_SIZE(t) == 7 &&
+            (glue_i32(PyTuple_GET_ITEM(t, 5), "heads", &layers[i].heads) < 0 ||
+             num_to_double(PyTuple_GET_ITEM(t, 6), "saved", i, &layers[i].saved) < 0))
+            goto done;
         int32_t kind;
         if (glue_i32(PyTuple_GET_ITEM(t, 0), "layer kind", &kind) < 0 ||
             num_to_double(PyTuple_GET_ITEM(t, 1), "m", i, &layers[i].m) < 0 ||
@@ -616,10 +628,14 @@ static PyObject *hap_plan(PyObject *module, PyObject *args)
     pb.ratio_mode = mode;
     pb.ratios = ratios;
     pb.max_rounds = rounds;
+    pb.optimizer_bytes = ob;
+    pb.memory = mem;
+    pb.report_only = report_only;
     hpgo_hap_result_t out;
     memset(&out, 0, sizeof out);
     out.strategy = strat;
     out.ratios = rout;
+    out.memory_used = used;
     hpgo_err_t err;
     hpgo_err_clear(&err);
     int rc;
@@ -646,18 +662,30 @@ static PyObject *hap_plan(PyObject *module, PyObject *args)
         Py_DECREF(sl);
         goto done;
     }
-    res = Py_BuildValue("{s:N,s:N,s:d,s:d,s:d,s:d,s:d,s:d,s:O,s:O,s:i}", "strategy", sl,
+    PyObject *ul = doubles_to_list(used, nd);
+    if (!ul) {
+        Py_DECREF(sl);
+        Py_DECREF(rl);
+        goto done;
+    }
+    res = Py_BuildValue("{s:N,s:N,s:d,s:d,s:d,s:d,s:d,s:d,s:O,s:O,s:i,s:N,s:i,s:i,"
+                        "s:(dddddd)}", "strategy", sl,
                         "ratios", rl, "time", out.time, "compute", out.compute, "allgather",
                         out.allgather, "reducescatter", out.reducescatter, "allreduce",
                         out.allreduce, "alltoall", out.alltoall, "grouped_allgather",
                         out.grouped_allgather ? Py_True : Py_False, "grouped_reducescatter",
                         out.grouped_reducescatter ? Py_True : Py_False, "rounds",
-                        (int)out.rounds);
+                        (int)out.rounds, "memory_used", ul, "fits", out.fits, "worst_device",
+                        (int)out.worst_device, "worst", out.worst.parameters,
+                        out.worst.gradients, out.worst.optimizer, out.worst.activations,
+                        out.worst.transient, out.worst.total);
 done:
     Py_XDECREF(seq);
     PyMem_Free(layers);
     PyMem_Free(flops);
     PyMem_Free(ratios);
+    PyMem_Free(mem);
+    PyMem_Free(used);
     PyMem_Free(rout);
     PyMem_Free(strat);
     return res;

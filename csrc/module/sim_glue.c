@@ -14,7 +14,7 @@
 #include <math.h>
 
 #include "pool.h"
-#include "sim.h"
+#include "pipeline_sim.h"
 #include "sim_distir.h"
 
 typedef struct {

@@ -368,7 +368,8 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
  *        recompute, sequence_parallel, zero, overlap_grad_reduce, split, etp,
  *        ep_outer, overlap_moe_comm, moe_dispatcher, fp8_params, overlap_share,
  *        reshard_after_forward, shard_size, offload_optimizer, offload_activations,
- *        kernels, tp_overlap, cp_comm, recompute_layers, recompute_method, groups)
+ *        kernels, tp_overlap, cp_comm, recompute_layers, recompute_method, attention,
+ *        optimizer_impl, groups)
  *        (the stage groups stay the last item when fields are added before them)
  *        with split None or a tuple of pp * vstages + 1 ints, groups None or a
  *        tuple of pp (part, tp, dp, first_gpu, shares, gpus) with first_gpu -1
@@ -463,7 +464,7 @@ static int to_groups(PyObject *gs, hpgo_parplan_t *p, void **gmem)
 
 static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split, void **gmem)
 {
-    const Py_ssize_t N = 30;
+    const Py_ssize_t N = 32;
     memset(p, 0, sizeof *p);
     *split = NULL;
     *gmem = NULL;
@@ -492,7 +493,9 @@ static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split, void **gmem)
         get_i32(t, 25, N, "tp_overlap", &p->tp_overlap) < 0 ||
         get_i32(t, 26, N, "cp_comm", &p->cp_comm) < 0 ||
         get_i32(t, 27, N, "recompute_layers", &p->recompute_layers) < 0 ||
-        get_i32(t, 28, N, "recompute_method", &p->recompute_method) < 0)
+        get_i32(t, 28, N, "recompute_method", &p->recompute_method) < 0 ||
+        get_i32(t, 29, N, "attention", &p->attention) < 0 ||
+        get_i32(t, 30, N, "optimizer_impl", &p->optimizer_impl) < 0)
         return -1;
     PyObject *gs = PyTuple_GET_ITEM(t, N - 1); /* the stage groups: always the last item */
     if (gs != Py_None && to_groups(gs, p, gmem) < 0)
@@ -1205,6 +1208,7 @@ int glue_step_init(PyObject *module)
         {"RECOMPUTE_NONE", HPGO_RC_NONE},
         {"RECOMPUTE_SELECTIVE", HPGO_RC_SELECTIVE},
         {"RECOMPUTE_FULL", HPGO_RC_FULL},
+        {"RECOMPUTE_OP", HPGO_RC_OP},
         {"PRECISION_BF16", HPGO_PREC_BF16},
         {"PRECISION_FP16", HPGO_PREC_FP16},
         {"PRECISION_FP8", HPGO_PREC_FP8},

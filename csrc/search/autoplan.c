@@ -729,7 +729,7 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "objective must be time or cost");
     if (o->schedule >= HPGO_PS__COUNT || o->recompute > HPGO_RC_FULL || o->zero > 3 ||
         o->sequence_parallel > 1 || o->kernels > HPGO_KS_EAGER || o->tp_overlap > HPGO_TPO_ASYNC ||
-        o->cp_comm > HPGO_CP_A2A)
+        o->cp_comm > HPGO_CP_TORCH_SDPA)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "a fixed choice is out of range");
     if (o->no_reshard < -1 || o->no_reshard > 2 || o->offload_optimizer < -1 ||
         o->offload_optimizer > 1 || o->shard_size < 0 || !(o->offload_activations <= 1) ||

@@ -1119,10 +1119,9 @@ static void build(const search_t *S, cand_t *cd)
             if (even < 0)
                 bad = 1;
             hpgo_stage_group_t *gr = &groups[j];
-            memset(gr, 0, sizeof *gr); /* fields added later stay zero: today's meaning */
+            memset(gr, 0, sizeof *gr); /* fields added later (gpus, ...) read as unset */
             gr->part = g->part, gr->tp = g->tp, gr->dp = g->dp, gr->first_gpu = -1;
             gr->shares = NULL;
-            gr->gpus = NULL;
             if (even == 0) {
                 for (int32_t i = 0; i < g->dp; i++)
                     shares[off + i] = n[off + i] / (double)sh->M;

@@ -762,12 +762,14 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                     if (ag > dur)
                         dur = ag;
                     dur += ag / (st->n_layers > 0 ? st->n_layers : 1);
-                    /* FSDP2 copies the shards into the all-gather buffer and the
-                     * gathered buffer out into the parameters
-                     * (_fsdp_collectives.py foreach_all_gather{,_copy_out}): (2 + 4)
-                     * bytes per gathered parameter of HBM traffic (spec 3.1) */
+                    /* FSDP2 casts and copies the shards into the all-gather buffer
+                     * on its copy-in stream, beside the compute (foreach_all_gather
+                     * in _fsdp_collectives.py: all_gather_copy_in_stream), and
+                     * copies the gathered buffer out into the parameters on the
+                     * compute stream (foreach_all_gather_copy_out,
+                     * split_with_sizes_copy): 2 + 2 bytes per gathered parameter */
                     dur += hpgo_gpu_op_time(&v->c->gpu, HPGO_DT_BF16, HPGO_OP_VECTOR, 0,
-                                            6 * st->params) / v->speed;
+                                            4 * st->params) / v->speed;
                 }
                 if (p->offload_activations > 0 && op.kind != HPGO_OP_W) {
                     double mv = p->offload_activations * st->act /
@@ -830,12 +832,25 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                         }
                         if (per_mb_rs && p->overlap_grad_reduce) {
                             /* sharded gradients: each micro-batch's are reduce-scattered
-                             * as soon as they exist (DeepSpeed ZeRO-2/3) */
-                            double t_rs = grad_coll(&e, v, HPGO_COLL_REDUCE_SCATTER, st->params,
-                                                    st->expert_params, gbytes);
-                            double s0 = s->dp_free > end ? s->dp_free : end;
-                            s->dp_free = s0 + t_rs;
-                            if ((rc = add_event(&e, s0, t_rs, d, HPGO_EV_REDUCE_SCATTER, 3, k,
+                             * as soon as they exist, layer by layer as the pass
+                             * completes them (FSDP2's post-backward hook of each
+                             * fully_shard group -- torchtitan's one per block --
+                             * DeepSpeed's reduce buckets), on the sync stream: what
+                             * the last layers' scatters leave after the pass is exposed */
+                            int32_t nb = st->n_layers > 0 ? st->n_layers : 1;
+                            double t_rs = grad_coll(&e, v, HPGO_COLL_REDUCE_SCATTER,
+                                                    st->params / nb, st->expert_params / nb,
+                                                    gbytes);
+                            double s0 = -1, fr = s->dp_free;
+                            for (int32_t bi = 0; bi < nb; bi++) {
+                                double done = start + dur * (bi + 1) / nb;
+                                double b0 = fr > done ? fr : done;
+                                if (s0 < 0)
+                                    s0 = b0;
+                                fr = b0 + t_rs;
+                            }
+                            s->dp_free = fr;
+                            if ((rc = add_event(&e, s0, fr - s0, d, HPGO_EV_REDUCE_SCATTER, 3, k,
                                                 op.mb, -1)) != HPGO_OK)
                                 goto fail;
                         }
@@ -887,7 +902,10 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
             if (s->dp_free > sync)
                 sync = s->dp_free;
         } else if (v->replicas) {
-            int op_sync = p->zero >= 1 ? HPGO_COLL_REDUCE_SCATTER : HPGO_COLL_ALLREDUCE;
+            /* DeepSpeed's pipeline engine under ZeRO-1 all-reduces the fp32
+             * gradients (_exec_reduce_grads -> _bf16_reduce_grads) */
+            int ds_ar = p->zero == 1 && p->optimizer_impl == HPGO_OPT_DEEPSPEED_BF16;
+            int op_sync = p->zero >= 1 && !ds_ar ? HPGO_COLL_REDUCE_SCATTER : HPGO_COLL_ALLREDUCE;
             /* chunks in the order their gradients complete */
             for (int32_t ch = 0; ch < V; ch++)
                 order[ch] = ch;
@@ -914,7 +932,9 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                     double st0 = free_at > ready ? free_at : ready;
                     free_at = st0 + tb;
                     if ((rc = add_event(&e, st0, tb, d,
-                                        p->zero >= 1 ? HPGO_EV_REDUCE_SCATTER : HPGO_EV_ALLREDUCE,
+                                        op_sync == HPGO_COLL_REDUCE_SCATTER
+                                            ? HPGO_EV_REDUCE_SCATTER
+                                            : HPGO_EV_ALLREDUCE,
                                         3, k, -1, -1)) != HPGO_OK)
                         goto fail;
                 }

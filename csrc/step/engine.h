@@ -43,7 +43,7 @@
 #include "cluster.h"
 #include "memory.h"
 #include "parplan.h"
-#include "sim.h"
+#include "timeline.h"
 #include "work.h"
 
 typedef struct hpgo_step_opts {

@@ -25,6 +25,15 @@
  *    reserved memory (GMLake, ASPLOS'24: 9.2 GB of 80 GB on average), so
  *    reserved = allocated / (1 - alloc_frag).  The CUDA context and NCCL's
  *    buffers (`other` as passed in) are not the allocator's.
+ * PyTorch FSDP2 as torchtitan runs it (zero 3 with the torch.compile kernel
+ * sets): fully_shard with MixedPrecisionPolicy(param_dtype bf16,
+ * reduce_dtype fp32) over fp32 parameters (torchtitan's apply_fsdp,
+ * mixed_precision_reduce default "float32") keeps the fp32 parameter as
+ * the only sharded copy (4 B), its sharded fp32 gradient (4 B) and AdamW's
+ * two fp32 moments (8 B): 16 B a parameter where a distributed optimizer
+ * holds a 16-bit weight beside an fp32 master (18 B); the 16-bit weights
+ * exist only gathered (2 B each, also in fp8: torchao's float8 linears
+ * cast the gathered weight per GEMM and keep no fp8 copy).
  * Offloaded optimizer states (ZeRO-Offload) and activations are counted in
  * `host`, not in the GPU's total; the plan fits only if a node's GPUs'
  * `host` bytes fit its CPU memory.  The verdict compares the total with the
@@ -42,6 +51,13 @@ void hpgo_memory_breakdown2(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
 {
     double wb, gb, ob;
     hpgo_work_state_bytes(precision, p->fp8_params, &wb, &gb, &ob);
+    double wgather = wb; /* bytes of a gathered (unsharded) weight */
+    int compiled = p->kernels == HPGO_KS_COMPILE || p->kernels == HPGO_KS_COMPILE_BLOCKS ||
+                   p->kernels == HPGO_KS_COMPILE_FA2;
+    if (p->zero >= 3 && compiled && precision != HPGO_PREC_FP32) {
+        wb = 4, gb = 4, ob = 8; /* FSDP2: the fp32 parameter is the master */
+        wgather = 2;
+    }
     double d = (double)hpgo_parplan_shard(p); /* ZeRO shards over its group of replicas */
     int64_t edp = hpgo_parplan_edp(p);
     double de = edp > 0 ? (double)edp : 1; /* ... and an expert's over its replicas */
@@ -66,10 +82,10 @@ void hpgo_memory_breakdown2(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
     if (p->zero >= 3 && d > 1) {
         double layer = max_layer_params;
         if (p->reshard_after_forward)
-            run += 3 * layer * wb;
+            run += 3 * layer * wgather;
         else
-            run += dense * wb + layer * wb;
-        run += layer * (wb + 2 * gb);
+            run += dense * wgather + layer * wgather;
+        run += layer * (wgather + 2 * gb);
         if (p->pp > 1 && m > 1)
             run += dense * gb;
     } else if (p->zero == 2 && d > 1) {

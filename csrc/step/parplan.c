@@ -123,13 +123,22 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
     if (p->overlap_ep && !(p->overlap_share > 0 && p->overlap_share <= 1))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "the overlap share must be in (0, 1], got %g", p->overlap_share);
-    if (p->kernels < HPGO_KS_TE || p->kernels > HPGO_KS_EAGER || p->tp_overlap < HPGO_TPO_NONE ||
-        p->tp_overlap > HPGO_TPO_ASYNC || p->cp_comm < HPGO_CP_P2P || p->cp_comm > HPGO_CP_A2A ||
+    if (p->kernels < HPGO_KS_TE || p->kernels > HPGO_KS_COMPILE_FA2 ||
+        p->tp_overlap < HPGO_TPO_NONE || p->tp_overlap > HPGO_TPO_ASYNC ||
+        p->cp_comm < HPGO_CP_P2P || p->cp_comm > HPGO_CP_TORCH_SDPA ||
         (p->recompute_method != HPGO_RCM_UNIFORM && p->recompute_method != HPGO_RCM_BLOCK))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                            "kernels (0 te, 1 compile, 2 eager), tp_overlap (0 none, 1 te, 2 "
-                            "async), cp_comm (0 p2p, 1 all_gather, 2 a2a) or recompute_method "
-                            "(0 uniform, 1 block) out of range");
+                            "kernels (0 te, 1 compile, 2 eager, 3 compile-blocks, 4 "
+                            "compile-fa2), tp_overlap (0 none, 1 te, 2 async), cp_comm (0 p2p, "
+                            "1 all_gather, 2 a2a, 3 torch_sdpa) or recompute_method (0 uniform, "
+                            "1 block) out of range");
+    if (p->attention != HPGO_ATT_AUTO && p->attention != HPGO_ATT_FLASH2)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "attention must be 0 (auto) or 1 (flash2), got %d", (int)p->attention);
+    if (p->optimizer_impl != HPGO_OPT_MEGATRON && p->optimizer_impl != HPGO_OPT_DEEPSPEED_BF16)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "optimizer_impl must be 0 (megatron) or 1 (deepspeed_bf16), got %d",
+                            (int)p->optimizer_impl);
     if (p->recompute_layers < 0 || p->recompute_layers > (1 << 20) ||
         (p->recompute_layers > 0 && p->recompute != HPGO_RC_FULL))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
@@ -139,7 +148,8 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "tp_overlap needs sequence_parallel (Megatron asserts it for "
                             "--tp-comm-overlap; async TP matches all-gather and reduce-scatter)");
-    if (p->tp_overlap == HPGO_TPO_ASYNC && p->kernels != HPGO_KS_COMPILE)
+    if (p->tp_overlap == HPGO_TPO_ASYNC && p->kernels != HPGO_KS_COMPILE &&
+        p->kernels != HPGO_KS_COMPILE_BLOCKS && p->kernels != HPGO_KS_COMPILE_FA2)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "tp_overlap 'async' is an Inductor pass: it needs kernels 'compile'");
     if (p->tp_overlap == HPGO_TPO_TE && p->kernels != HPGO_KS_TE)
@@ -169,8 +179,9 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "vstages > 1 needs the interleaved-1f1b or zb-v schedule");
     }
-    if (p->recompute < HPGO_RC_NONE || p->recompute > HPGO_RC_FULL)
-        return hpgo_err_set(err, HPGO_E_INVALID, 0, "recompute must be none, selective or full");
+    if (p->recompute < HPGO_RC_NONE || p->recompute > HPGO_RC_OP)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "recompute must be none, selective, full or selective-op");
     if (p->zero < 0 || p->zero > 3)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "zero must be 0, 1, 2 or 3");
     if ((p->reshard_after_forward != 0 && p->reshard_after_forward != 1) ||

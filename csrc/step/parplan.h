@@ -28,7 +28,10 @@ enum {
     HPGO_PS_ZBV = 4,        /* zero bubble V: two chunks per device in a V */
     HPGO_PS__COUNT
 };
-enum { HPGO_RC_NONE = 0, HPGO_RC_SELECTIVE = 1, HPGO_RC_FULL = 2 };
+/* OP: torchtitan's op-level selective activation checkpointing (mode
+ * "selective", option "op"): the outputs of every other matmul and of the
+ * attention are saved, everything else of the block is recomputed (work.c) */
+enum { HPGO_RC_NONE = 0, HPGO_RC_SELECTIVE = 1, HPGO_RC_FULL = 2, HPGO_RC_OP = 3 };
 
 /* One pipeline stage of an uneven plan (DAPPLE's stages with their own
  * replica counts, HAP's shares by speed, stages on different GPU types):
@@ -127,11 +130,37 @@ typedef struct hpgo_parplan {
      * shares, micro_batch b x d.  Borrowed like split. */
     int32_t n_groups;
     const hpgo_stage_group_t *groups;
+    /* the fused attention kernel (HPGO_ATT_*): the fastest with a published
+     * table for the GPU (cuDNN on Hopper, as Transformer Engine and recent
+     * PyTorch run it; FlashAttention-2 on Ampere), or FlashAttention-2
+     * (PyTorch's flash back end, SDPA's default choice on Hopper up to 2024
+     * and the only one its context parallelism took then) */
+    int32_t attention;
+    /* the mixed-precision optimizer's gradient path (HPGO_OPT_*): Megatron's
+     * (weight-gradient GEMMs accumulate into fp32 gradients, ZeRO-1
+     * reduce-scatters them) or DeepSpeed's BF16_Optimizer (each
+     * micro-batch's 16-bit gradients added into fp32 ones by a separate
+     * pass; its pipeline engine all-reduces them under ZeRO-1) */
+    int32_t optimizer_impl;
 } hpgo_parplan_t;
 
-enum { HPGO_KS_TE = 0, HPGO_KS_COMPILE = 1, HPGO_KS_EAGER = 2 };
+/* COMPILE_BLOCKS: torch.compile of each transformer block only, the final
+ * norm, output layer and loss eager, attention on PyTorch's FlashAttention-2
+ * (torchtitan until March 2025: the loss was not compiled, train.py at
+ * commit 9dec370); COMPILE_FA2: blocks and loss compiled, attention still on
+ * FlashAttention-2 (torchtitan until October 2025 on Hopper) */
+enum {
+    HPGO_KS_TE = 0,
+    HPGO_KS_COMPILE = 1,
+    HPGO_KS_EAGER = 2,
+    HPGO_KS_COMPILE_BLOCKS = 3,
+    HPGO_KS_COMPILE_FA2 = 4
+};
 enum { HPGO_TPO_NONE = 0, HPGO_TPO_TE = 1, HPGO_TPO_ASYNC = 2 };
-enum { HPGO_CP_P2P = 0, HPGO_CP_ALLGATHER = 1, HPGO_CP_A2A = 2 };
+/* TORCH_SDPA: PyTorch's context parallelism around SDPA (work.c torch_cp_core) */
+enum { HPGO_CP_P2P = 0, HPGO_CP_ALLGATHER = 1, HPGO_CP_A2A = 2, HPGO_CP_TORCH_SDPA = 3 };
+enum { HPGO_ATT_AUTO = 0, HPGO_ATT_FLASH2 = 1 };
+enum { HPGO_OPT_MEGATRON = 0, HPGO_OPT_DEEPSPEED_BF16 = 1 };
 /* uniform: every layer recomputed, the inputs of groups of N layers
  * stored; block: the first N layers of each model stage recomputed, the
  * others store everything (Megatron's recompute_method) */

@@ -13,8 +13,9 @@
  * parallelism an all-gather and a reduce-scatter in their place plus the
  * two all-gathers redone in the backward (Korthikanti et al. 2022 4.2.2;
  * not with full recomputation).  Recomputation adds the attention core's
- * forward (selective) or the whole layer forward with its collectives
- * (full) to B.  Stored activations follow the itemisation of spec 3.3
+ * forward (selective), every other matmul of the block with its pointwise
+ * ops (torchtitan's op-level checkpointing) or the whole layer forward with
+ * its collectives (full) to B.  Stored activations follow the itemisation of spec 3.3
  * (generalised to GQA, SwiGLU, fused attention, no dropout), which equals
  * Korthikanti's sbh(34 + 5as/h) and Table 2 for GPT layers.
  *
@@ -76,6 +77,8 @@ typedef struct kctx {
     int quant;      /* fp8: a GEMM's left operand is quantized first (forward input,
                        backward output gradient; the weight gradient reuses both) */
     int ks;         /* kernel set, HPGO_KS_* */
+    int att;        /* fused attention kernel, HPGO_ATT_* (FLASH2 also under the
+                       compile-blocks and compile-fa2 kernel sets) */
 } kctx_t;
 
 static void launch(acc_t *a, double t)
@@ -138,6 +141,11 @@ static const double A100_FA2_FB_CAUSAL[6] = {99, 133, 155, 173, 182, 189};
  * 64k / 128k tokens, the median (profiles/h100-sxm5-steps.json, hpgo
  * profile step) */
 #define H100_ATT_BWD_RATIO 0.84
+/* The same ratio for PyTorch's flash back end (FlashAttention-2) on the
+ * H100 SXM5: 0.92 for causal attention of 32 heads, d_h 128, at 16k tokens
+ * (310 / 337 TFLOP/s; 0.96 at 8k with 8 kv heads, 0.90 at 4k), hpgo's
+ * kernel profile (profiles/h100-sxm5-kernels.json, the "flash" rows) */
+#define H100_FA2_BWD_RATIO 0.92
 #define A100_BF16_PEAK 312.0
 
 /* Table value at len (linear in log2 of the length, flat outside 512 ...
@@ -164,7 +172,10 @@ static double att_at(const double *tab, double len)
 static double attn_eff(const kctx_t *k, double len, double dh, int causal, int bwd)
 {
     const hpgo_gpu_t *g = k->g;
-    if (g->n_steps[HPGO_EFF_ATTENTION] > 0 || k->attn_dtype != HPGO_DT_BF16)
+    /* a calibrated curve stands for the back end it was measured with (the
+     * default one): FlashAttention-2, when asked for, keeps its table */
+    if ((g->n_steps[HPGO_EFF_ATTENTION] > 0 && k->att != HPGO_ATT_FLASH2) ||
+        k->attn_dtype != HPGO_DT_BF16)
         return 0;
     double pk = g->peak[HPGO_DT_BF16];
     int hopper = pk >= 700e12 && pk <= 1000e12, ampere = pk >= 300e12 && pk <= 320e12;
@@ -181,7 +192,20 @@ static double attn_eff(const kctx_t *k, double len, double dh, int causal, int b
      * its backward at the measured backward / forward ratio; A100:
      * FlashAttention-2's forward + backward rate for both */
     double base, full;
-    if (hopper) {
+    if (hopper && k->att == HPGO_ATT_FLASH2) {
+        /* PyTorch's SDPA before cuDNN was preferred again picks its
+         * FlashAttention-2 kernels on Hopper: cuDNN attention was made
+         * opt-in after the 2.5 release (pytorch/pytorch#138649, #138522), and
+         * a 2.6 nightly of 2024-12-04 ran FA2 at about half cuDNN's rate on
+         * an H100 (pytorch/pytorch#142132, "expected"); torchtitan's SDPA
+         * wrapper kept flash first on Hopper (pytorch/torchtitan#1196).
+         * FlashAttention-2's forward + backward rate R, split so that the
+         * forward (1 unit) and the backward (2.5 units at ratio rho of the
+         * forward's rate) take 3.5 / R together */
+        double rho = H100_FA2_BWD_RATIO, fwd = (1 + 2.5 / rho) / 3.5;
+        base = att_at(H100_FA2_FB_CAUSAL, len) / H100_BF16_PEAK * fwd * (bwd ? rho : 1);
+        full = att_at(H100_FA2_FB_FULL, len) / att_at(H100_FA2_FB_CAUSAL, len);
+    } else if (hopper) {
         base = att_at(H100_CUDNN_F_CAUSAL, len) / H100_BF16_PEAK * (bwd ? H100_ATT_BWD_RATIO : 1);
         full = att_at(H100_FA3_F_FULL, len) / att_at(H100_FA3_F_CAUSAL, len);
     } else {
@@ -414,7 +438,11 @@ static void shape(const hpgo_xformer_t *x, const hpgo_parplan_t *p, int32_t prec
     s->sp = p->sequence_parallel && p->tp > 1;
     s->tl = s->sp ? s->T / s->t : s->T;
     s->rc = p->recompute;
-    s->ks = p->kernels;
+    /* compile-blocks and compile-fa2 compile the transformer blocks as
+     * compile does (their attention and loss: xformer_pieces) */
+    s->ks = p->kernels == HPGO_KS_COMPILE_BLOCKS || p->kernels == HPGO_KS_COMPILE_FA2
+                ? HPGO_KS_COMPILE
+                : p->kernels;
     s->rope = !x->learned_pos && !x->mla;
     s->gathered = p->tp_overlap == HPGO_TPO_ASYNC && s->sp;
     s->pb = x->parallel_block != 0;
@@ -704,6 +732,37 @@ static double dtype_of(int32_t precision)
                                          : HPGO_DT_BF16;
 }
 
+/* torchtitan's op-level selective activation checkpointing (mode
+ * "selective", selective_ac_option "op": _apply_ac_to_transformer_block of
+ * torchtitan/parallelisms/parallelize_llama.py at commit 9dec370, the
+ * benchmarks' version; torchtitan/distributed/activation_checkpoint.py
+ * since): the ops of its save list -- aten.mm except every second one of a
+ * block (a per-block counter), SDPA's flash and memory-efficient attention,
+ * the tensor-parallel reduce-scatter, the fp8 amax -- keep their outputs
+ * (CheckpointPolicy.MUST_SAVE), every other op of the block is recomputed
+ * in the backward (PREFER_RECOMPUTE).  A Llama block runs its matmuls as wq,
+ * wk, wv, wo, w1, w3, w2 (FeedForward: w2(silu(w1 x) * w3 x)), so the
+ * outputs of wq, wv, w1 and w2 are saved and wk, wo, w3 recomputed with the
+ * norms, rotary embeddings, residual adds and the SwiGLU (a GeLU MLP: fc1
+ * saved, fc2 not needed again).  torch.compile of the block: AOTAutograd's
+ * partitioner keeps what the backward reads -- the block's input (the
+ * checkpoint's), q, v, the attention output and its log-sum-exp (fp32 per
+ * head), fc1's output and, with sequence parallelism, the output
+ * projection's reduce-scatter (w2's output is the block's output, never
+ * read back).  Eager checkpointing caches every saved output: also w2's
+ * (h, before its reduce-scatter) and its reduce-scatter.  Bytes per token
+ * on the rank. */
+static double op_sac_stored(const xshape_t *s)
+{
+    double t = s->t, E = s->E, h = s->h, rep_sp = s->sp ? t : 1;
+    double b = E * h / rep_sp + E * (s->q + s->vw + s->o + s->f) / t + 4 * s->a / t;
+    if (s->sp)
+        b += E * h / t;
+    if (s->ks == HPGO_KS_EAGER)
+        b += E * h + (s->sp ? E * h / t : 0);
+    return b;
+}
+
 /* Stored bytes of one layer per micro-batch on the rank (spec 3.3
  * generalised; MoE: router probabilities in fp32, the routed token copies
  * and each expert's MLP tensors, shared experts as a dense MLP): total and
@@ -743,6 +802,10 @@ static void layer_act(const xshape_t *s, int kind, double *total, double *held_w
     if (s->rc == HPGO_RC_FULL) {
         *total = T * E * h / rep_sp;
         *held_w = *total;
+        return;
+    }
+    if (s->rc == HPGO_RC_OP) {
+        *total = *held_w = T * op_sac_stored(s);
         return;
     }
     if (s->rc == HPGO_RC_SELECTIVE && !s->flash)
@@ -862,6 +925,27 @@ static void rope(const kctx_t *k, acc_t *a, const xshape_t *s, double nq, double
         vec(k, a, nq, 6.0 / per, b * nq);
         vec(k, a, nk, 6.0 / per, b * nk);
     }
+}
+
+/* What op-level checkpointing (op_sac_stored) recomputes in a block's
+ * backward: both norms (compile fuses the residual add into the second),
+ * wk, the rotary embeddings, wo (unless its reduce-scatter's output was
+ * saved and the partitioner reads that instead), w3 and the SwiGLU. */
+static void op_sac_recompute(const kctx_t *k, acc_t *a, const xshape_t *s)
+{
+    double T = s->T, t = s->t, h = s->h;
+    norm_fwd(k, a, s, s->tl);
+    mm(k, a, T, h, s->kw / t);
+    if (s->rope)
+        rope(k, a, s, T * s->q / t, T * s->kw / t);
+    if (!(s->sp && s->ks != HPGO_KS_EAGER))
+        mm(k, a, T, s->o / t, h);
+    resid(k, a, s, s->tl, 0);
+    norm_fwd(k, a, s, s->tl);
+    if (s->swiglu)
+        mm(k, a, T, h, s->f / t);
+    act_fwd(k, a, s, T * s->f / t);
+    host_bound(a);
 }
 
 /* ---- tensor-parallel communication and its overlap (spec stack-mechanisms 1) ---- */
@@ -1052,6 +1136,78 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
 
 /* ---- context parallelism (spec stack-mechanisms 4) ---- */
 
+/* PyTorch's context parallelism around SDPA (cp_comm torch_sdpa; torch.
+ * distributed.tensor.experimental._attention: _templated_ring_attention and
+ * its backward, rotate_method "allgather", torchtitan's default at 9dec370
+ * with the SDPA back ends limited to flash and memory-efficient): the
+ * sequence in 2c chunks as the p2p ring (load balanced), c SDPA calls a pass
+ * -- step 0 the causal diagonal on the local chunks, steps 1 .. c-1 half
+ * blocks without a mask (every local query against the first half of a
+ * remote K/V, or the second half of the queries against all of it), each
+ * the work of step 0.  K and V are all-gathered once, issued at step 0 and
+ * waited at step 1 (what exceeds step 0 is exposed); each step's output
+ * and log-sum-exp are merged into an fp32 copy (convert_to_f32: a cast,
+ * three elementwise passes, a concatenation when only the second half was
+ * updated -- one fused pass under torch.compile), and K and V are
+ * concatenated for the rotater at every step; the backward gathers K/V
+ * again, accumulates dQ, dK, dV in fp32 and passes the dK/dV accumulator
+ * around the ring (one permute per step, waited a step later; the last
+ * after the loop, exposed).  K and V are exchanged as SDPA gets them:
+ * torchtitan's Llama (models/llama/model.py at 9dec370) repeats them to the
+ * query heads first. */
+static void torch_cp_core(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx_t *k,
+                          const xshape_t *s, double keys, double len, acc_t *fw, acc_t *bw,
+                          double *xf, double *xb, double *buf)
+{
+    double cp = s->c, E = s->E, t = s->t, T = s->T;
+    acc_t d = {0, 0, 0}, o = {0, 0, 0}, db = {0, 0, 0}, ob = {0, 0, 0};
+    core_fwd(k, &d, s, keys / cp, len / cp, 1);
+    core_fwd(k, &o, s, keys / cp, len / cp, 0);
+    core_bwd(k, &db, s, keys / cp, len / cp, 1);
+    core_bwd(k, &ob, s, keys / cp, len / cp, 0);
+    double N = T * s->q / t, Nkv = 2 * T * s->q / t; /* output, K + V elements on the rank */
+    double kv = E * Nkv * cp;                         /* the gathered K and V */
+    double ag = hpgo_cost_collective(c, HPGO_COLL_ALLGATHER, p->cp, p->tp, kv, HPGO_ALGO_AUTO);
+    int32_t lvl = hpgo_cost_level_between(c, 0, (int64_t)(p->cp - 1) * p->tp);
+    double dkv = hpgo_cost_p2p(c, lvl, 4 * Nkv); /* the fp32 dK/dV accumulator */
+    /* merges and accumulations, per step after the first (half the steps of
+     * a rank update half the rows, and then concatenate the whole) */
+    acc_t mf = {0, 0, 0}, mb = {0, 0, 0};
+    double Ns = 0.75 * N;
+    /* every step but the last concatenates K and V for the rotater, though
+     * the all-gather rotater sends only the first (both passes) */
+    vec(k, &mf, Nkv, 0, 2 * E * Nkv);
+    vec(k, &mb, Nkv, 0, 2 * E * Nkv);
+    if (k->ks == HPGO_KS_EAGER) {
+        vec(k, &mf, Ns, 0, 6 * Ns);        /* out.to(fp32) */
+        vec(k, &mf, Ns, 1, 12 * Ns);       /* out - block_out */
+        vec(k, &mf, Ns, 1, 8 * Ns);        /* x sigmoid(lse difference) */
+        vec(k, &mf, Ns, 1, 12 * Ns);       /* out - that */
+        vec(k, &mf, 0.5 * N, 0, 4 * N);    /* torch.cat of the halves, every other step */
+        vec(k, &mb, Ns, 1, 10 * Ns);       /* dQ += (fp32) */
+        vec(k, &mb, Nkv, 1, 10 * Nkv);     /* dK, dV += (fp32) */
+        vec(k, &mb, Nkv, 0, 8 * Nkv);      /* torch.cat of dK, dV for the permute */
+    } else {
+        vec(k, &mf, Ns, 4, 10 * Ns + 4 * N * 0.5);
+        vec(k, &mb, Ns, 1, 10 * Ns);
+        vec(k, &mb, Nkv, 1, 18 * Nkv);
+    }
+    fw->t += d.t + (cp - 1) * (o.t + mf.t);
+    fw->flops += d.flops + (cp - 1) * o.flops;
+    fw->n += d.n + (cp - 1) * (o.n + mf.n);
+    bw->t += db.t + (cp - 1) * (ob.t + mb.t);
+    bw->flops += db.flops + (cp - 1) * ob.flops;
+    bw->n += db.n + (cp - 1) * (ob.n + mb.n);
+    double step_b = ob.t + mb.t;
+    *xf += ag > d.t ? ag - d.t : 0;
+    *xb += (ag > db.t ? ag - db.t : 0) + (cp - 1) * (dkv > step_b ? dkv - step_b : 0) + dkv;
+    /* held while the layer's attention runs: the gathered K/V, and the fp32
+     * output with two temporaries (forward) or the fp32 dQ and three dK/dV
+     * buffers (accumulator, received, concatenated; backward) */
+    double fwd_buf = kv + 12 * N, bwd_buf = kv + 4 * N + 12 * Nkv;
+    *buf += fwd_buf > bwd_buf ? fwd_buf : bwd_buf;
+}
+
 /* The attention core of a layer under context parallelism, forward and
  * backward compute into fw / bw, the exposed exchange into *xf / *xb, the
  * receive buffers into *buf.
@@ -1100,6 +1256,10 @@ static void cp_core(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const hpgo
         *xf += ftot - fcomp;
         *xb += btot - bcomp;
         *buf += 4 * B; /* double-buffered K/V, and K/V with dK/dV in the backward */
+        return;
+    }
+    if (p->cp_comm == HPGO_CP_TORCH_SDPA) {
+        torch_cp_core(c, p, k, s, keys, len, fw, bw, xf, xb, buf);
         return;
     }
     acc_t f1 = {0, 0, 0}, b1 = {0, 0, 0};
@@ -1318,6 +1478,10 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
     }
     if (s->rc == HPGO_RC_FULL) {
         o->rc_t = o->fw.t + o->tp_f + o->ep_f, o->rc_fl = o->fw.flops;
+    } else if (s->rc == HPGO_RC_OP) {
+        acc_t r = {0, 0, 0};
+        op_sac_recompute(k, &r, s);
+        o->rc_t = r.t, o->rc_fl = r.flops;
     } else if (s->rc == HPGO_RC_SELECTIVE && !s->flash) {
         o->rc_t = core.t, o->rc_fl = core.flops;
     } else if (s->rc == HPGO_RC_SELECTIVE) {
@@ -1335,11 +1499,14 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
         o->rc_t = r.t, o->rc_fl = r.flops;
     }
     layer_act(s, kind, &o->act, &o->act_w);
-    if (s->rc == HPGO_RC_FULL) {
+    if (s->rc == HPGO_RC_FULL || s->rc == HPGO_RC_OP) {
+        /* a block's backward works on what it recomputed beside what it stored */
         xshape_t s2 = *s;
         double w2;
         s2.rc = HPGO_RC_NONE;
         layer_act(&s2, kind, &o->full_act, &w2);
+        if (s->rc == HPGO_RC_OP)
+            o->full_act = o->full_act > o->act ? o->full_act - o->act : 0;
     }
     o->lp = attn_params(x, s);
     if (moe) {
@@ -1374,7 +1541,11 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     shape(x, p, w->precision, &s);
     int dt = (int)dtype_of(w->precision);
     kctx_t k = {&c->gpu, dt, dt == HPGO_DT_FP8 ? HPGO_DT_BF16 : dt, s.E, dt == HPGO_DT_FP8,
-                p->kernels};
+                s.ks,
+                p->attention == HPGO_ATT_FLASH2 || p->kernels == HPGO_KS_COMPILE_BLOCKS ||
+                        p->kernels == HPGO_KS_COMPILE_FA2
+                    ? HPGO_ATT_FLASH2
+                    : p->attention};
     const kctx_t kb = k16(&k);
     if (c->gpu.peak[k.dtype] <= 0)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "the %s GPU has no %s rate",
@@ -1398,6 +1569,12 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
                             "cp_comm a2a (Ulysses) splits the heads: cp=%d must divide the %lld "
                             "heads per tp rank",
                             (int)p->cp, (long long)(x->heads / p->tp));
+    if (p->recompute == HPGO_RC_OP &&
+        (x->experts > 0 || x->mla || x->parallel_block || !x->flash))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "recompute selective-op (torchtitan's op-level checkpointing) is "
+                            "priced for dense blocks with fused attention: no experts, latent "
+                            "attention or parallel block, flash on");
     if (s.sp && fmod(s.T, s.t) != 0)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "sequence parallelism needs micro_batch x seq / cp divisible by tp");
@@ -1464,7 +1641,7 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
         vec(&k, &hf, lg, 5, 2 * lg);
         vec(&k, &hf, lg, 5, 4 * lg);
         vec(&k, &hb, lg, 1, 4 * lg);
-    } else if (p->kernels == HPGO_KS_COMPILE) {
+    } else if (p->kernels == HPGO_KS_COMPILE || p->kernels == HPGO_KS_COMPILE_FA2) {
         /* torchtitan's pred.float() + cross_entropy compiled: the cast fused
          * into one reduction pass (2 B read) keeping the log-sum-exp; the
          * partitioner recomputes the softmax in the backward from the bf16
@@ -1571,7 +1748,9 @@ static int same_pieces(const hpgo_parplan_t *a, const hpgo_parplan_t *b)
            a->kernels == b->kernels && a->tp_overlap == b->tp_overlap && a->cp_comm == b->cp_comm &&
            a->recompute_layers == b->recompute_layers &&
            a->recompute_method == b->recompute_method &&
-           a->recompute == b->recompute && (a->pp * a->vstages > 1) == (b->pp * b->vstages > 1);
+           a->recompute == b->recompute && a->attention == b->attention &&
+           a->optimizer_impl == b->optimizer_impl &&
+           (a->pp * a->vstages > 1) == (b->pp * b->vstages > 1);
 }
 
 /* The pieces of the plan: the cache's when it holds them, else priced (and
@@ -1609,6 +1788,25 @@ void hpgo_work_cache_free(hpgo_work_cache_t *cache)
     free(cache->pieces);
     cache->pieces = NULL;
     cache->valid = 0;
+}
+
+/* Peak bytes per logit on the rank of torchtitan's eager loss,
+ * cross_entropy(pred.float(), labels) on the bf16 logits (train.py at
+ * commit 9dec370; the loss was compiled only from 2025).  One rank (ATen's
+ * log_softmax / nll_loss): the forward holds the bf16 logits, their fp32
+ * copy and the fp32 log-softmax (10 B); the training loop deletes the
+ * logits before the backward, whose log-softmax backward then reads the
+ * saved log-softmax and the fp32 gradient nll_loss_backward wrote and
+ * writes a third fp32 tensor (12 B, the peak).  Under tensor parallelism
+ * the loss is vocabulary-parallel (torch/distributed/tensor/parallel/
+ * loss.py, torchtitan's default loss_parallel): its _log_softmax keeps the
+ * fp32 copy, the shifted logits and exp() (or the result) beside the bf16
+ * logits (14 B); _nll_loss_and_log_softmax_backward holds the saved
+ * log-softmax, the zeroed grad_input, exp(x) and their sum (16 B, the
+ * peak). */
+static double eager_loss_bytes(double tp)
+{
+    return tp > 1 ? 16 : 12;
 }
 
 static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
@@ -1681,13 +1879,32 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
             o->params += xp->head_p;
             o->emb_params += xp->head_p;
             /* final norm + the logits: fp32 (Megatron); the bf16 logits and
-             * their gradient (torch.compile); bf16 logits, the fp32 copy and
-             * the saved fp32 log-softmax (eager) -- spec stack-mechanisms 2.3 */
-            double per_logit = p->kernels == HPGO_KS_EAGER ? 10 : 4;
+             * their gradient (torch.compile); eager_loss_bytes (eager, and the
+             * uncompiled loss of compile-blocks) -- spec stack-mechanisms 2.3 */
+            double per_logit = p->kernels == HPGO_KS_EAGER || p->kernels == HPGO_KS_COMPILE_BLOCKS
+                                   ? eager_loss_bytes(s.t)
+                                   : 4;
             o->transient += (4 * s.T * s.h + per_logit * s.T * s.V) / s.t;
+            if (K > 1 && p->kernels != HPGO_KS_TE)
+                /* torch.distributed.pipelining keeps every micro-batch's
+                 * output of the last stage, the 16-bit logits, to merge them
+                 * when the step ends (PipelineStage.forward_one_chunk appends
+                 * them to output_chunks, cleared by the next step) */
+                o->transient += 2 * (double)hpgo_parplan_microbatches(p) * s.T * s.V / s.t;
             o->model_flops += 3 * 2 * s.h * s.V / s.t * s.T;
             o->hw_flops += xp->hf.flops + xp->hb.flops + xp->hw.flops;
             add_layers(o, &xp->mtp, (double)w->x.mtp);
+        }
+        if (p->optimizer_impl == HPGO_OPT_DEEPSPEED_BF16 && w->precision != HPGO_PREC_FP32) {
+            /* DeepSpeed's BF16_Optimizer after every micro-batch's backward
+             * (bf16_optimizer.py clear_lp_grads, update_hp_grads; the
+             * pipeline engine calls both around each backward pass): the
+             * 16-bit gradients zeroed (2 B), cast to fp32 (2 B read, 4
+             * written) and added into the fp32 ones (8 read, 4 written) */
+            acc_t g = {0, 0, 0};
+            const kctx_t k = {&c->gpu, HPGO_DT_BF16, HPGO_DT_BF16, 2, 0, p->kernels, 0};
+            vec(&k, &g, o->params, 1, 20 * o->params);
+            o->w += g.t;
         }
     }
     return HPGO_OK;
@@ -1714,7 +1931,7 @@ static int chain_costs_at(const hpgo_work_t *w, const hpgo_parplan_t *p, double 
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "a profiled layer chain has no tensor-parallel split: tp must be 1 "
                             "and sequence_parallel off");
-    if (p->recompute == HPGO_RC_SELECTIVE)
+    if (p->recompute == HPGO_RC_SELECTIVE || p->recompute == HPGO_RC_OP)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "selective recomputation needs a transformer model (a profile has "
                             "no attention core to recompute); use 'none' or 'full'");

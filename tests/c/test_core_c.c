@@ -1,8 +1,8 @@
 /* test_core_c.c - C-level tests of the planner core and its threads: the
  * model (model.h), topologies (topo.h), the HPGO planner (plan_hpgo.h
  * hpgo_orchestrate), the batch-size sweep (sweep.h), the data-parallel
- * estimates (dataparallel.h), the thread pool (pool.h) and both simulators
- * (sim.h, sim_distir.h).
+ * estimates (dataparallel.h), the thread pool (pool.h), both simulators
+ * (sim.h, sim_distir.h) and HAP's planner with its memory model (hetero.h).
  *
  * Checked: the API contract on bad arguments (error code, *out NULL,
  * message set, nothing crashes), invariants of the plans, results identical
@@ -23,12 +23,13 @@
 #include <time.h>
 
 #include "dataparallel.h"
+#include "hetero.h"
 #include "model.h"
 #include "plan_hpgo.h"
 #include "pool.h"
 #include "profile.h"
 #include "replan.h"
-#include "sim.h"
+#include "pipeline_sim.h"
 #include "sim_distir.h"
 #include "sweep.h"
 #include "topo.h"
@@ -1111,6 +1112,94 @@ static void test_replica_candidates(void)
 #undef RND
 }
 
+/* ------------------------------------------------------------ HAP */
+
+static void test_hap(void)
+{
+    const double gb = 1e9;
+    double flops[8] = {3.9e12, 3.9e12, 2.1e12, 2.1e12, 2.1e12, 2.1e12, 2.1e12, 2.1e12};
+    hpgo_hap_layer_t layers[5];
+    memset(layers, 0, sizeof layers);
+    layers[0] = (hpgo_hap_layer_t){HPGO_HAP_LINEAR, 16384, 4096, 12288, 0, 0, 0};
+    layers[1] = (hpgo_hap_layer_t){HPGO_HAP_ATTENTION, 16384, 12288, 4096,
+                                   4.0 * 32 * 512 * 512 * 4096, 32, 32.0 * 32 * 512 * 512};
+    layers[2] = (hpgo_hap_layer_t){HPGO_HAP_LINEAR, 16384, 4096, 4096, 0, 0, 0};
+    layers[3] = (hpgo_hap_layer_t){HPGO_HAP_LINEAR, 16384, 4096, 16384, 0, 0, 0};
+    layers[4] = (hpgo_hap_layer_t){HPGO_HAP_ELEMENTWISE, 16384, 16384, 16384, 8.0 * 16384 * 16384,
+                                   0, 0};
+    double mem[8], used[8], ratios[8];
+    int32_t strat[5];
+    for (int d = 0; d < 8; d++)
+        mem[d] = 16 * gb;
+    hpgo_hap_problem_t pb;
+    memset(&pb, 0, sizeof pb);
+    pb.n_layers = 5;
+    pb.layers = layers;
+    pb.cluster = (hpgo_hap_cluster_t){8, flops, 0.815 * gb, 0.55 * gb, 0.477 * gb, 0.876 * gb,
+                                      0.512 * gb, 7.5 * gb};
+    pb.dtype_bytes = 4.0;
+    pb.ratio_mode = HPGO_HAP_RATIO_OPTIMAL;
+    pb.max_rounds = 20;
+    pb.optimizer_bytes = 8.0;
+    pb.memory = mem;
+    for (int pass = 0; pass < 3; pass++) {
+        /* pass 0: fit search; 1: report only; 2: devices too small for anything */
+        pb.report_only = pass == 1;
+        for (int d = 0; d < 8; d++)
+            mem[d] = (pass == 2 ? 0.01 : 16) * gb;
+        hpgo_hap_result_t out;
+        memset(&out, 0, sizeof out);
+        out.strategy = strat;
+        out.ratios = ratios;
+        out.memory_used = used;
+        hpgo_err_t err;
+        hpgo_err_clear(&err);
+        CHECK(hpgo_hap_plan(&pb, &out, &err) == HPGO_OK);
+        double s = 0.0, worst = 0.0;
+        int fits = 1;
+        for (int d = 0; d < 8; d++) {
+            s += ratios[d];
+            CHECK(used[d] > 0.0);
+            if (used[d] / mem[d] > worst)
+                worst = used[d] / mem[d];
+            fits &= used[d] <= mem[d];
+        }
+        CHECK(fabs(s - 1.0) < 1e-12);
+        CHECK(out.fits == fits);
+        CHECK(out.worst_device >= 0 && out.worst_device < 8);
+        CHECK(used[out.worst_device] / mem[out.worst_device] == worst);
+        CHECK(out.time > 0.0 && isfinite(out.time));
+        CHECK(out.worst.total == used[out.worst_device]);
+        if (pass == 0)
+            CHECK(out.fits == 1);
+        if (pass == 2)
+            CHECK(out.fits == 0);
+    }
+    hpgo_err_t err;
+    hpgo_hap_result_t out;
+    memset(&out, 0, sizeof out);
+    out.strategy = strat;
+    out.ratios = ratios;
+    layers[1].heads = 0;
+    hpgo_err_clear(&err);
+    CHECK(hpgo_hap_plan(&pb, &out, &err) == HPGO_E_INVALID && err_ok(&err, HPGO_E_INVALID));
+    layers[1].heads = 32;
+    mem[3] = -1.0;
+    hpgo_err_clear(&err);
+    CHECK(hpgo_hap_plan(&pb, &out, &err) == HPGO_E_INVALID && err_ok(&err, HPGO_E_INVALID));
+    mem[3] = 16 * gb;
+    /* more distinct head counts than the planner keeps */
+    hpgo_hap_layer_t many[9];
+    for (int i = 0; i < 9; i++)
+        many[i] = (hpgo_hap_layer_t){HPGO_HAP_ATTENTION, 64, 3 * 64, 64, 1e6, i + 1, 0};
+    pb.layers = many;
+    pb.n_layers = 9;
+    int32_t st9[9];
+    out.strategy = st9;
+    hpgo_err_clear(&err);
+    CHECK(hpgo_hap_plan(&pb, &out, &err) == HPGO_E_LIMIT && err_ok(&err, HPGO_E_LIMIT));
+}
+
 int main(int argc, char **argv)
 {
     int first = 1;
@@ -1120,6 +1209,7 @@ int main(int argc, char **argv)
     }
     double t0 = now();
     test_contract();
+    test_hap();
     t0 = lap("contract", t0);
     test_pool();
     t0 = lap("pool", t0);
