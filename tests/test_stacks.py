@@ -68,6 +68,50 @@ def test_tp_overlap_hides_tensor_parallel_communication():
     assert free_none["tp_forward"] < 1e-4 < free_te["tp_forward"] < te["tp_forward"]
 
 
+def _links(c, **kw):
+    return dataclasses.replace(c, levels=(dataclasses.replace(c.levels[0], **kw),)
+                               + tuple(c.levels[1:]))
+
+
+def test_te_ring_exchange_holds_no_sms():
+    """Transformer Engine's ring exchange sends by copy engine with a
+    one-thread flag kernel (use_ce=True, initialize_ub's default): on free
+    links what --tp-comm-overlap leaves is the chunked GEMMs' efficiency
+    alone, the same whether the GPU's SM count (which prices GEMMs beside
+    SM-holding kernels) is known or not."""
+    m = hpgo.transformer("llama3-70b")
+    p = hpgo.ParallelPlan(tp=8, pp=8, global_batch=8, sequence_parallel=True, tp_overlap="te")
+    fast = _links(H100, bandwidth=1e18, collective_bandwidth=1e18, latency=0)
+    known = stage(m, fast, p, 1)
+    unknown = stage(m, fast.with_gpu(multiprocessors=0), p, 1)
+    assert known["tp_forward"] > 0
+    assert known["tp_forward"] == pytest.approx(unknown["tp_forward"], abs=1e-8)
+    assert known["tp_backward"] == pytest.approx(unknown["tp_backward"], abs=1e-8)
+    # a pipelined reduce-scatter's 16 SMs do slow the GEMM chunk beside it
+    slow = stage(m, H100, p, 1)
+    assert slow["tp_forward"] > stage(m, H100.with_gpu(multiprocessors=0), p, 1)["tp_forward"]
+
+
+def test_te_userbuffers_collectives_pay_one_link_latency():
+    """Userbuffers' reduce-scatter and all-gather are one kernel after one
+    flag exchange (userbuffers.cu), not NCCL's ring of t - 1 steps: a longer
+    NVLink latency (small enough for each ring-exchange send to stay under
+    its chunk GEMM) costs the overlapped layer a few latencies where the
+    exposed NCCL collectives pay 7 per collective."""
+    m = hpgo.transformer("llama3-70b")
+    p = hpgo.ParallelPlan(tp=8, pp=8, global_batch=8, sequence_parallel=True)
+    lat = H100.levels[0].latency
+    slow = _links(H100, latency=lat + 3e-6)
+
+    def grow(plan):
+        a, b = stage(m, H100, plan, 1), stage(m, slow, plan, 1)
+        return (b["tp_forward"] + b["tp_backward"] - a["tp_forward"] - a["tp_backward"]) \
+            / a["layers"]
+
+    none, te = grow(p), grow(p.with_(tp_overlap="te"))
+    assert none >= 6 * 7 * 3e-6 * 0.999  # six exposed ring collectives of 7 steps
+    assert 0 < te < 0.4 * none
+
 def test_tp_overlap_needs_its_stack():
     with pytest.raises(ValueError, match="sequence_parallel"):
         hpgo.ParallelPlan(tp=8, global_batch=8, tp_overlap="te")
