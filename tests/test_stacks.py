@@ -163,6 +163,34 @@ def test_cross_entropy_and_optimizer_by_kernel_set():
     assert opt["te"] / opt["eager"] == pytest.approx(46 / 40, rel=1e-9)
 
 
+
+def test_megatron_unfused_cross_entropy():
+    """Megatron's vocab_parallel_cross_entropy without
+    --cross-entropy-loss-fusion: 38 B a logit forward and 14 backward in
+    eager fp32 kernels where Transformer Engine's fused loss moves about 10,
+    and the bf16 logits beside their fp32 copy (6 B a logit, not 4)."""
+    m = hpgo.transformer("llama3-8b")
+    c = hpgo.Cluster.preset("dgx-h100", nodes=1)
+    p = hpgo.ParallelPlan(global_batch=2, pp=2, tp=2, sequence_parallel=True)
+    fused, unfused = stage(m, c, p, 1), stage(m, c, p.with_(cross_entropy="unfused"), 1)
+    logits = m.seq * m.vocab / 2  # on one of the two tensor-parallel ranks
+    extra = unfused["forward"] + unfused["backward_input"] \
+        - fused["forward"] - fused["backward_input"]
+    bw = c.gpu.memory_bandwidth
+    # the 42 more bytes a logit, at the memory curve's 0.3 ... 0.9 of HBM bandwidth
+    assert 42 * logits / bw < extra < 42 * logits / (0.3 * bw)
+    assert unfused["transient_bytes"] - fused["transient_bytes"] == \
+        pytest.approx(2 * logits, rel=1e-9)
+    # the layers are untouched
+    assert unfused["tp_forward"] == fused["tp_forward"]
+    first = stage(m, c, p.with_(cross_entropy="unfused"), 0)
+    assert first["forward"] == stage(m, c, p, 0)["forward"]
+    with pytest.raises(ValueError, match="cross_entropy"):
+        p.with_(kernels="compile", cross_entropy="unfused")
+    with pytest.raises(ValueError, match="cross_entropy"):
+        p.with_(cross_entropy="fused-ish")
+    assert "cross-entropy=unfused" in repr(p.with_(cross_entropy="unfused"))
+
 # -- attention on its own curve ---------------------------------------------------------
 
 def test_fused_attention_uses_the_published_tables():

@@ -1672,7 +1672,31 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     vec(&k, &hf, s.tl * s.h, 5, 2 * E * s.tl * s.h);
     mm(&kb, &hf, s.T, s.h, s.V / s.t);
     double lg = s.T * s.V / s.t; /* logits on the rank */
-    if (p->kernels == HPGO_KS_TE) {
+    if (p->kernels == HPGO_KS_TE && p->cross_entropy == HPGO_CE_UNFUSED) {
+        /* Megatron's vocab_parallel_cross_entropy without
+         * --cross-entropy-loss-fusion (megatron/core/tensor_parallel/
+         * cross_entropy.py at core_r0.8.0, the default of Megatron-LM's
+         * command line then and now), eager PyTorch on the [T, V / t] logits:
+         * the fp32 copy (2 read + 4 written), max (4), the in-place
+         * subtraction of the max (4 + 4), exp in place (4 + 4), the sum (4),
+         * the in-place division into the saved softmax (4 + 4): 38 B a logit;
+         * backward: an in-place multiplication by the loss gradient (4 + 4)
+         * and the cast of the fp32 gradient back to the bf16 logits (4 + 2):
+         * 14 B.  The target's masks, gathers and index updates are small
+         * kernels on the T tokens (14 forward, 5 backward, by the code). */
+        vec(&k, &hf, lg, 0, 6 * lg);
+        vec(&k, &hf, lg, 1, 4 * lg);
+        vec(&k, &hf, lg, 1, 8 * lg);
+        vec(&k, &hf, lg, 1, 8 * lg);
+        vec(&k, &hf, lg, 1, 4 * lg);
+        vec(&k, &hf, lg, 1, 8 * lg);
+        for (int i = 0; i < 14; i++)
+            vec(&k, &hf, s.T, 1, 8 * s.T);
+        vec(&k, &hb, lg, 1, 8 * lg);
+        vec(&k, &hb, lg, 0, 6 * lg);
+        for (int i = 0; i < 5; i++)
+            vec(&k, &hb, s.T, 1, 8 * s.T);
+    } else if (p->kernels == HPGO_KS_TE) {
         /* Transformer Engine's fused cross-entropy (triton/cross_entropy.py):
          * an online-softmax pass, a pass writing the gradient into the bf16
          * logits, an in-place scale in the backward: ~10 B per logit */
@@ -1787,7 +1811,7 @@ static int same_pieces(const hpgo_parplan_t *a, const hpgo_parplan_t *b)
            a->recompute_layers == b->recompute_layers &&
            a->recompute_method == b->recompute_method &&
            a->recompute == b->recompute && a->attention == b->attention &&
-           a->optimizer_impl == b->optimizer_impl &&
+           a->optimizer_impl == b->optimizer_impl && a->cross_entropy == b->cross_entropy &&
            (a->pp * a->vstages > 1) == (b->pp * b->vstages > 1);
 }
 
@@ -1922,6 +1946,10 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
             double per_logit = p->kernels == HPGO_KS_EAGER || p->kernels == HPGO_KS_COMPILE_BLOCKS
                                    ? eager_loss_bytes(s.t)
                                    : 4;
+            if (p->cross_entropy == HPGO_CE_UNFUSED)
+                /* the bf16 logits beside their fp32 copy (forward); the saved
+                 * fp32 softmax beside the bf16 gradient (backward) */
+                per_logit = 6;
             o->transient += (4 * s.T * s.h + per_logit * s.T * s.V) / s.t;
             if (K > 1 && p->kernels != HPGO_KS_TE)
                 /* torch.distributed.pipelining keeps every micro-batch's
