@@ -112,6 +112,26 @@ def test_te_userbuffers_collectives_pay_one_link_latency():
     assert none >= 6 * 7 * 3e-6 * 0.999  # six exposed ring collectives of 7 steps
     assert 0 < te < 0.4 * none
 
+def test_async_tp_leaves_the_summed_input_gradient_unfused():
+    """PyTorch's async TP fuses reduce-scatters fed by a matmul only
+    (micro_pipeline_tp.py _find_producer_matmul): the backward input gradient
+    of the column side sums the gradients through wq, wk, wv (w1, w3), so its
+    two reduce-scatters a layer stay NCCL's, exposed; and every fused
+    all-gather first copies the local shard into its symmetric buffer."""
+    m = hpgo.transformer("llama3-70b")
+    p = hpgo.ParallelPlan(tp=8, pp=8, global_batch=8, sequence_parallel=True,
+                          kernels="compile", tp_overlap="async")
+    st = stage(m, H100, p, 1)
+    x = 2 * m.seq * m.hidden
+    rs = H100.collective_time("reduce_scatter", 8, x)
+    n = st["layers"]
+    assert 2 * rs <= st["tp_backward"] / n < 2 * rs + 2 * H100.collective_time("all_gather", 8, x)
+    # on free links the forward keeps the chunked GEMMs' loss and the two local copies
+    fast = _links(H100, bandwidth=1e18, collective_bandwidth=1e18, latency=0)
+    free = stage(m, fast, p, 1)
+    copy = H100.kernel_time(0, 2 * x / 8, kind="vector")
+    assert free["tp_forward"] / n > 2 * copy
+
 def test_tp_overlap_needs_its_stack():
     with pytest.raises(ValueError, match="sequence_parallel"):
         hpgo.ParallelPlan(tp=8, global_batch=8, tp_overlap="te")

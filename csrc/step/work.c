@@ -1045,10 +1045,12 @@ static double ub_coll(const hpgo_cluster_t *c, int op, const xshape_t *s, double
  * buffers by copy engine.  No SM is held, so the chunks are not slowed (the
  * measured SM_SLOW_H100 table is of kernels whose blocks fill an SM).  The
  * gathered input stays in the userbuffer: TE's B_copy copies only the local
- * chunk out, by copy engine beside the last GEMM (hidden); before a
- * backward ring exchange TE copies the rank's own output gradient into the
- * userbuffer (copy_input_to_ubuf, X / t read and written, exposed) when
- * `copy_in`. */
+ * chunk out, by copy engine beside the last GEMM (hidden).  With
+ * `copy_in` the rank's own chunk is first copied into the communication
+ * buffer (X / t read and written, exposed): TE's copy_input_to_ubuf of the
+ * output gradient before a backward ring exchange (its forward norm writes
+ * into the userbuffer directly), PyTorch's copy of the local shard into its
+ * symmetric buffer before every fused all-gather. */
 static double ring_ag(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *s, gdims_t d,
                       double X, int copy_in)
 {
@@ -1163,8 +1165,17 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
               bulk(g, cw, ub_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X));
         break;
     case HPGO_TPO_ASYNC:
-        *f += ring_ag(k, c, s, col_f, X, 0) + p2p_rs(k, c, s, row_f, X);
-        *b += ring_ag(k, c, s, row_d, X, 0) + p2p_rs(k, c, s, col_d, X);
+        /* _pipelined_multi_all_gather_and_consume first copies the local
+         * shard into its symmetric buffer (exposed: "giving up the chance to
+         * overlap" it).  In the backward the column side's input gradient is
+         * the sum of the gradients through each linear that reads the
+         * gathered input (torchtitan's wq, wk, wv and w1, w3): an add, not a
+         * matmul, so fuse_matmul_reduce_scatter does not match it
+         * (micro_pipeline_tp.py _find_producer_matmul takes mm, _scaled_mm
+         * or a reshaped one) and its reduce-scatter stays NCCL's, issued
+         * after the weight gradients, exposed. */
+        *f += ring_ag(k, c, s, col_f, X, 1) + p2p_rs(k, c, s, row_f, X);
+        *b += ring_ag(k, c, s, row_d, X, 1) + rs;
         break;
     default:
         *f += ag + rs;
