@@ -228,7 +228,7 @@ def _step_p2p_time(cluster: tuple[Any, ...], level: int, nbytes: float, /) -> fl
 def _step_kernel_time(cluster: tuple[Any, ...], dtype: int, op: int, flops: float,
                       nbytes: float, /) -> float: ...
 def _step_model_params(model: tuple[Any, ...], /) -> tuple[float, float]: ...
-# plan: 30 items (step_glue.c to_plan), the last the stage groups: None or a
+# plan: 33 items (step_glue.c to_plan), the last the stage groups: None or a
 # tuple of (part, tp, dp, first_gpu or -1, shares tuple or None); each device
 # dict of the result has "part" and "speed" (its slowest GPU's factor)
 def _step_simulate(model: tuple[Any, ...], cluster: tuple[Any, ...], plan: tuple[Any, ...],

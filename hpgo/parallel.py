@@ -52,6 +52,7 @@ TP_OVERLAPS = {"none": 0, "te": 1, "async": 2}
 CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2, "torch_sdpa": 3}
 ATTENTIONS = {"auto": 0, "flash2": 1}
 OPTIMIZER_IMPLS = {"megatron": 0, "deepspeed_bf16": 1}
+CROSS_ENTROPIES = {"auto": 0, "unfused": 1}
 RECOMPUTE_METHODS = {"uniform": 0, "block": 1}
 # Share of what ideal phase-by-phase pairing hides that Megatron's 1F1B
 # all-to-all overlap realises, measured (csrc/step/parplan.h; docs/moe.md)
@@ -387,7 +388,11 @@ class ParallelPlan:
     PyTorch's SDPA on Hopper before 2.9); ``optimizer_impl`` the
     mixed-precision optimizer's gradient path: ``"megatron"`` or
     ``"deepspeed_bf16"`` (DeepSpeed's BF16_Optimizer: an fp32 add of every
-    micro-batch's gradients, ZeRO 1 all-reducing them).
+    micro-batch's gradients, ZeRO 1 all-reducing them); ``cross_entropy``
+    the loss over the vocabulary: ``"auto"`` (the kernel set's: Transformer
+    Engine's fused kernel under ``kernels="te"``) or ``"unfused"``
+    (Megatron's fp32 ``vocab_parallel_cross_entropy``, Megatron-LM's default
+    without ``--cross-entropy-loss-fusion``; ``kernels="te"`` only).
 
     Uneven plans (docs/uneven-plans.md): ``stages`` gives each pipeline
     stage a :class:`StageGroup` -- its layers, replicas, tensor
@@ -429,6 +434,7 @@ class ParallelPlan:
     stages: tuple[StageGroup, ...] | None = None
     attention: str = "auto"
     optimizer_impl: str = "megatron"
+    cross_entropy: str = "auto"
 
     def __post_init__(self) -> None:
         if self.stages is not None:
@@ -470,7 +476,8 @@ class ParallelPlan:
         object.__setattr__(self, "offload_activations", float(oa))
         for f, allowed in (("kernels", KERNEL_SETS), ("tp_overlap", TP_OVERLAPS),
                            ("cp_comm", CP_COMMS), ("recompute_method", RECOMPUTE_METHODS),
-                           ("attention", ATTENTIONS), ("optimizer_impl", OPTIMIZER_IMPLS)):
+                           ("attention", ATTENTIONS), ("optimizer_impl", OPTIMIZER_IMPLS),
+                           ("cross_entropy", CROSS_ENTROPIES)):
             if getattr(self, f) not in allowed:
                 raise ValueError(f"{f} must be one of {', '.join(allowed)}; "
                                  f"got {getattr(self, f)!r}")
@@ -484,6 +491,9 @@ class ParallelPlan:
         if self.tp_overlap == "te" and self.kernels != "te":
             raise ValueError("tp_overlap='te' (Transformer Engine's userbuffers) needs "
                              "kernels='te'")
+        if self.cross_entropy == "unfused" and self.kernels != "te":
+            raise ValueError("cross_entropy='unfused' (Megatron's vocab_parallel_cross_entropy) "
+                             "needs kernels='te'")
         if self.tp_overlap == "async" and self.kernels not in ("compile", "compile-blocks",
                                                                "compile-fa2"):
             raise ValueError("tp_overlap='async' (an Inductor pass) needs kernels='compile', "
@@ -608,6 +618,7 @@ class ParallelPlan:
                 KERNEL_SETS[self.kernels], TP_OVERLAPS[self.tp_overlap], CP_COMMS[self.cp_comm],
                 self.recompute_layers, RECOMPUTE_METHODS[self.recompute_method],
                 ATTENTIONS[self.attention], OPTIMIZER_IMPLS[self.optimizer_impl],
+                CROSS_ENTROPIES[self.cross_entropy],
                 self._groups_tuple(cluster))  # the stage groups: always the last item
 
     def _groups_tuple(self, cluster: Any) -> tuple | None:
@@ -839,6 +850,8 @@ class ParallelPlan:
             parts.append(f"attention={self.attention}")
         if self.optimizer_impl != "megatron":
             parts.append(f"optimizer={self.optimizer_impl}")
+        if self.cross_entropy != "auto":
+            parts.append(f"cross-entropy={self.cross_entropy}")
         return " ".join(parts)
 
     def __repr__(self) -> str:

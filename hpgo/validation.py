@@ -340,6 +340,7 @@ class MeasuredRun:
     attention: str = "auto"
     overlap_grad_reduce: bool = True
     optimizer_impl: str = "megatron"
+    cross_entropy: str = "auto"
 
     def transformer(self) -> Any:
         """The model: ``arch`` is a family (``gpt``: LayerNorm, biases, GeLU,
@@ -411,6 +412,7 @@ class MeasuredRun:
                             attention=self.attention,
                             overlap_grad_reduce=self.overlap_grad_reduce,
                             optimizer_impl=self.optimizer_impl,
+                            cross_entropy=self.cross_entropy,
                             # FSDP under pipelining keeps the gathered weights to the
                             # backward: torchtitan's default reshard policy is
                             # "not pp_enabled" (torchtitan/distributed/fsdp.py)
@@ -572,7 +574,12 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     train_step) and DeepSpeed's pipeline engine (``_exec_reduce_grads`` after
     the last micro-batch) synchronise gradients without overlap; DeepSpeed's
     bf16 runs with ZeRO-1 (BLOOM's BF16_Optimizer) get its gradient path
-    (``optimizer_impl="deepspeed_bf16"``).  "op-level selective AC"
+    (``optimizer_impl="deepspeed_bf16"``).  The Megatron-family runs
+    (Megatron-LM, Megatron-DeepSpeed) compute the loss with Megatron's
+    unfused fp32 ``vocab_parallel_cross_entropy`` unless their notes give
+    ``--cross-entropy-loss-fusion`` (off by default in Megatron-LM's
+    arguments.py; the fused loss did not exist before 2024, and
+    Megatron-DeepSpeed calls the unfused one).  "op-level selective AC"
     (torchtitan's SAC) turns a selective recomputation into "selective-op"."""
     import dataclasses
     import re
@@ -604,7 +611,9 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
                                cp_comm="torch_sdpa" if torch else "p2p",
                                attention="flash2" if torch else "auto",
                                overlap_grad_reduce=not no_overlap,
-                               optimizer_impl="deepspeed_bf16" if bf16_opt else "megatron")
+                               optimizer_impl="deepspeed_bf16" if bf16_opt else "megatron",
+                               cross_entropy="unfused" if kernels == "te" and
+                               "--cross-entropy-loss-fusion" not in text else "auto")
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,70 @@ def test_tp_overlap_hides_tensor_parallel_communication():
     assert free_none["tp_forward"] < 1e-4 < free_te["tp_forward"] < te["tp_forward"]
 
 
+def _links(c, **kw):
+    return dataclasses.replace(c, levels=(dataclasses.replace(c.levels[0], **kw),)
+                               + tuple(c.levels[1:]))
+
+
+def test_te_ring_exchange_holds_no_sms():
+    """Transformer Engine's ring exchange sends by copy engine with a
+    one-thread flag kernel (use_ce=True, initialize_ub's default): on free
+    links what --tp-comm-overlap leaves is the chunked GEMMs' efficiency
+    alone, the same whether the GPU's SM count (which prices GEMMs beside
+    SM-holding kernels) is known or not."""
+    m = hpgo.transformer("llama3-70b")
+    p = hpgo.ParallelPlan(tp=8, pp=8, global_batch=8, sequence_parallel=True, tp_overlap="te")
+    fast = _links(H100, bandwidth=1e18, collective_bandwidth=1e18, latency=0)
+    known = stage(m, fast, p, 1)
+    unknown = stage(m, fast.with_gpu(multiprocessors=0), p, 1)
+    assert known["tp_forward"] > 0
+    assert known["tp_forward"] == pytest.approx(unknown["tp_forward"], abs=1e-8)
+    assert known["tp_backward"] == pytest.approx(unknown["tp_backward"], abs=1e-8)
+    # a pipelined reduce-scatter's 16 SMs do slow the GEMM chunk beside it
+    slow = stage(m, H100, p, 1)
+    assert slow["tp_forward"] > stage(m, H100.with_gpu(multiprocessors=0), p, 1)["tp_forward"]
+
+
+def test_te_userbuffers_collectives_pay_one_link_latency():
+    """Userbuffers' reduce-scatter and all-gather are one kernel after one
+    flag exchange (userbuffers.cu), not NCCL's ring of t - 1 steps: a longer
+    NVLink latency (small enough for each ring-exchange send to stay under
+    its chunk GEMM) costs the overlapped layer a few latencies where the
+    exposed NCCL collectives pay 7 per collective."""
+    m = hpgo.transformer("llama3-70b")
+    p = hpgo.ParallelPlan(tp=8, pp=8, global_batch=8, sequence_parallel=True)
+    lat = H100.levels[0].latency
+    slow = _links(H100, latency=lat + 3e-6)
+
+    def grow(plan):
+        a, b = stage(m, H100, plan, 1), stage(m, slow, plan, 1)
+        return (b["tp_forward"] + b["tp_backward"] - a["tp_forward"] - a["tp_backward"]) \
+            / a["layers"]
+
+    none, te = grow(p), grow(p.with_(tp_overlap="te"))
+    assert none >= 6 * 7 * 3e-6 * 0.999  # six exposed ring collectives of 7 steps
+    assert 0 < te < 0.4 * none
+
+def test_async_tp_leaves_the_summed_input_gradient_unfused():
+    """PyTorch's async TP fuses reduce-scatters fed by a matmul only
+    (micro_pipeline_tp.py _find_producer_matmul): the backward input gradient
+    of the column side sums the gradients through wq, wk, wv (w1, w3), so its
+    two reduce-scatters a layer stay NCCL's, exposed; and every fused
+    all-gather first copies the local shard into its symmetric buffer."""
+    m = hpgo.transformer("llama3-70b")
+    p = hpgo.ParallelPlan(tp=8, pp=8, global_batch=8, sequence_parallel=True,
+                          kernels="compile", tp_overlap="async")
+    st = stage(m, H100, p, 1)
+    x = 2 * m.seq * m.hidden
+    rs = H100.collective_time("reduce_scatter", 8, x)
+    n = st["layers"]
+    assert 2 * rs <= st["tp_backward"] / n < 2 * rs + 2 * H100.collective_time("all_gather", 8, x)
+    # on free links the forward keeps the chunked GEMMs' loss and the two local copies
+    fast = _links(H100, bandwidth=1e18, collective_bandwidth=1e18, latency=0)
+    free = stage(m, fast, p, 1)
+    copy = H100.kernel_time(0, 2 * x / 8, kind="vector")
+    assert free["tp_forward"] / n > 2 * copy
+
 def test_tp_overlap_needs_its_stack():
     with pytest.raises(ValueError, match="sequence_parallel"):
         hpgo.ParallelPlan(tp=8, global_batch=8, tp_overlap="te")
@@ -118,6 +182,34 @@ def test_cross_entropy_and_optimizer_by_kernel_set():
            for ks in ("te", "eager")}
     assert opt["te"] / opt["eager"] == pytest.approx(46 / 40, rel=1e-9)
 
+
+
+def test_megatron_unfused_cross_entropy():
+    """Megatron's vocab_parallel_cross_entropy without
+    --cross-entropy-loss-fusion: 38 B a logit forward and 14 backward in
+    eager fp32 kernels where Transformer Engine's fused loss moves about 10,
+    and the bf16 logits beside their fp32 copy (6 B a logit, not 4)."""
+    m = hpgo.transformer("llama3-8b")
+    c = hpgo.Cluster.preset("dgx-h100", nodes=1)
+    p = hpgo.ParallelPlan(global_batch=2, pp=2, tp=2, sequence_parallel=True)
+    fused, unfused = stage(m, c, p, 1), stage(m, c, p.with_(cross_entropy="unfused"), 1)
+    logits = m.seq * m.vocab / 2  # on one of the two tensor-parallel ranks
+    extra = unfused["forward"] + unfused["backward_input"] \
+        - fused["forward"] - fused["backward_input"]
+    bw = c.gpu.memory_bandwidth
+    # the 42 more bytes a logit, at the memory curve's 0.3 ... 0.9 of HBM bandwidth
+    assert 42 * logits / bw < extra < 42 * logits / (0.3 * bw)
+    assert unfused["transient_bytes"] - fused["transient_bytes"] == \
+        pytest.approx(2 * logits, rel=1e-9)
+    # the layers are untouched
+    assert unfused["tp_forward"] == fused["tp_forward"]
+    first = stage(m, c, p.with_(cross_entropy="unfused"), 0)
+    assert first["forward"] == stage(m, c, p, 0)["forward"]
+    with pytest.raises(ValueError, match="cross_entropy"):
+        p.with_(kernels="compile", cross_entropy="unfused")
+    with pytest.raises(ValueError, match="cross_entropy"):
+        p.with_(cross_entropy="fused-ish")
+    assert "cross-entropy=unfused" in repr(p.with_(cross_entropy="unfused"))
 
 # -- attention on its own curve ---------------------------------------------------------
 

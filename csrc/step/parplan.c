@@ -139,6 +139,13 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "optimizer_impl must be 0 (megatron) or 1 (deepspeed_bf16), got %d",
                             (int)p->optimizer_impl);
+    if (p->cross_entropy != HPGO_CE_AUTO && p->cross_entropy != HPGO_CE_UNFUSED)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "cross_entropy must be 0 (auto) or 1 (unfused), got %d",
+                            (int)p->cross_entropy);
+    if (p->cross_entropy == HPGO_CE_UNFUSED && p->kernels != HPGO_KS_TE)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "cross_entropy 1 (Megatron's unfused loss) needs kernels 0 (te)");
     if (p->recompute_layers < 0 || p->recompute_layers > (1 << 20) ||
         (p->recompute_layers > 0 && p->recompute != HPGO_RC_FULL))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,

@@ -142,6 +142,10 @@ typedef struct hpgo_parplan {
      * micro-batch's 16-bit gradients added into fp32 ones by a separate
      * pass; its pipeline engine all-reduces them under ZeRO-1) */
     int32_t optimizer_impl;
+    /* the loss over the vocabulary (HPGO_CE_*): the kernel set's own, or
+     * Megatron's unfused fp32 vocab_parallel_cross_entropy (Megatron-LM
+     * without --cross-entropy-loss-fusion, its default) under kernels te */
+    int32_t cross_entropy;
 } hpgo_parplan_t;
 
 /* COMPILE_BLOCKS: torch.compile of each transformer block only, the final
@@ -161,6 +165,7 @@ enum { HPGO_TPO_NONE = 0, HPGO_TPO_TE = 1, HPGO_TPO_ASYNC = 2 };
 enum { HPGO_CP_P2P = 0, HPGO_CP_ALLGATHER = 1, HPGO_CP_A2A = 2, HPGO_CP_TORCH_SDPA = 3 };
 enum { HPGO_ATT_AUTO = 0, HPGO_ATT_FLASH2 = 1 };
 enum { HPGO_OPT_MEGATRON = 0, HPGO_OPT_DEEPSPEED_BF16 = 1 };
+enum { HPGO_CE_AUTO = 0, HPGO_CE_UNFUSED = 1 };
 /* uniform: every layer recomputed, the inputs of groups of N layers
  * stored; block: the first N layers of each model stage recomputed, the
  * others store everything (Megatron's recompute_method) */

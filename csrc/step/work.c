@@ -1011,37 +1011,74 @@ static double quant_time(const kctx_t *k, gdims_t d)
     return gemm_time(k, d.m, d.kk, d.n) - gemm_time(&kn, d.m, d.kk, d.n);
 }
 
+/* Seconds of a Transformer Engine userbuffers all-gather or reduce-scatter
+ * of `bytes` (the whole buffer) inside the tensor-parallel group's NVLink
+ * domain: one kernel in which every rank writes its part to each peer
+ * (allgather2_userbuff_inplace) or reads its slice from each peer and sums
+ * it (reducescatter2_userbuff_stridedoutput: userbuffers.cu's
+ * userbuffers_fp16_sum_inplace_gpu_rr_rs_oop, TE 1.8), after one flag
+ * exchange -- the ring's (t - 1) / t of the bytes at the link's collective
+ * bandwidth, one link latency instead of the ring's t - 1 steps (op: the
+ * collective NCCL would run where the group leaves the node). */
+static double ub_coll(const hpgo_cluster_t *c, int op, const xshape_t *s, double bytes)
+{
+    const hpgo_level_t *l = &c->levels[0];
+    double t = s->t;
+    if (t <= 1)
+        return 0;
+    if (hpgo_cost_level_between(c, 0, (int64_t)t - 1) > 0) /* beyond one node: NCCL's ring */
+        return tp_coll(c, op, s, bytes);
+    return l->latency + (t - 1) / t * bytes / (l->coll_bandwidth * l->efficiency);
+}
+
 /* Exposed seconds of an all-gather of X bytes pipelined with the GEMM it
  * feeds (m rows gathered): Transformer Engine's ring exchange
- * (CommOverlapP2PBase::split_overlap_ag) or PyTorch's
+ * (UbufP2PCommOverlap::split_overlap_ag in TE 1.8, the version Megatron-Core
+ * r0.8.0 ran; CommOverlapP2PBase::split_overlap_ag today) or PyTorch's
  * _pipelined_multi_all_gather_and_consume -- t chunk GEMMs of m / t rows,
- * the local chunk first, each next chunk sent by copy engine (no SMs)
- * while the previous one computes, with `held` SMs busy beside them (TE's
- * num_sm 1; none for PyTorch's copy-engine pulls); TE then copies the
- * gathered input out (X read + X written) when `copy`. */
+ * the local chunk first, each next chunk sent while the previous one
+ * computes.  Both send by copy engine: TE's initialize_ub passes
+ * use_ce=True for every ring exchange (TE 1.8 module/base.py add_ub), so
+ * userbuffers_send / userbuffers_recv issue a cudaMemcpyAsync and a
+ * one-thread flag kernel (signalonly: <<<1, 1>>>), and the chunk GEMMs run
+ * on all SMs (set_sm_margin 0); PyTorch pulls from the peers' symmetric
+ * buffers by copy engine.  No SM is held, so the chunks are not slowed (the
+ * measured SM_SLOW_H100 table is of kernels whose blocks fill an SM).  The
+ * gathered input stays in the userbuffer: TE's B_copy copies only the local
+ * chunk out, by copy engine beside the last GEMM (hidden).  With
+ * `copy_in` the rank's own chunk is first copied into the communication
+ * buffer (X / t read and written, exposed): TE's copy_input_to_ubuf of the
+ * output gradient before a backward ring exchange (its forward norm writes
+ * into the userbuffer directly), PyTorch's copy of the local shard into its
+ * symmetric buffer before every fused all-gather. */
 static double ring_ag(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *s, gdims_t d,
-                      double X, int copy, double held)
+                      double X, int copy_in)
 {
-    double t = s->t, g = chunk_time(k, d, t) * sm_slowdown(k->g, held);
+    double t = s->t, g = chunk_time(k, d, t);
     double whole = gemm_time(k, d.m, d.kk, d.n);
     double C = hpgo_cost_p2p(c, 0, X / t);
     double tot = quant_time(k, d) + g + (t - 1) * (g > C ? g : C);
-    if (copy)
-        tot += hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_VECTOR, 0, 2 * X);
+    if (copy_in)
+        tot += hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_VECTOR, 0, 2 * X / t);
     return tot > whole ? tot - whole : 0;
 }
 
 /* Exposed seconds of a GEMM (m rows) followed by the reduce-scatter of its
- * X-byte output, pipelined as Transformer Engine's split_overlap_rs: the
- * GEMM in TE_RS_SPLITS chunks on n_SM - COMM_SMS SMs, chunk i's
- * reduce-scatter beside chunk i + 1, the last one exposed. */
+ * X-byte output, pipelined as Transformer Engine's split_overlap_rs
+ * (UbufCommOverlap in TE 1.8; initialize_ub's defaults for proj_fprop and
+ * fc2_fprop: "pipeline", num_splits 4, num_sm 16, set_sm_margin 0): the
+ * GEMM in TE_RS_SPLITS chunks, the first alone, each later one beside the
+ * reduce-scatter kernel of the chunk before (COMM_SMS SMs on a
+ * high-priority stream: the chunk slowed by the SMs held while it runs),
+ * the last chunk's reduce-scatter after the last GEMM (on UB_MAX_SM = 32
+ * SMs, nothing beside it: exposed). */
 static double pipe_rs(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *s, gdims_t d,
                       double X)
 {
-    double n = TE_RS_SPLITS, g = chunk_time(k, d, n) * sm_slowdown(k->g, COMM_SMS);
+    double n = TE_RS_SPLITS, g = chunk_time(k, d, n);
     double whole = gemm_time(k, d.m, d.kk, d.n);
-    double r = tp_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X / n);
-    double tot = quant_time(k, d) + g + (n - 1) * (g > r ? g : r) + r;
+    double r = ub_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X / n);
+    double tot = quant_time(k, d) + g + (n - 1) * pair_time(g, r, sm_slowdown(k->g, COMM_SMS)) + r;
     return tot > whole ? tot - whole : 0;
 }
 
@@ -1120,13 +1157,25 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
          * the weight gradient, is copied out of the userbuffer; NVIDIA's fp8
          * recipes (Megatron-Bridge training/comm_overlap.py) reduce-scatter
          * by ring exchange on 1 SM, the bf16 ones pipelined */
-        *f += ring_ag(k, c, s, col_f, X, 0, 1) +
+        /* the bulk overlaps are userbuffers collectives too (16 SMs) */
+        regather = s->rc == HPGO_RC_FULL ? 0 : bulk(g, cd, ub_coll(c, HPGO_COLL_ALLGATHER, s, X));
+        *f += ring_ag(k, c, s, col_f, X, 0) +
               (k->dtype == HPGO_DT_FP8 ? p2p_rs(k, c, s, row_f, X) : pipe_rs(k, c, s, row_f, X));
-        *b += ring_ag(k, c, s, row_d, X, 1, 1) + regather + bulk(g, cw, rs);
+        *b += ring_ag(k, c, s, row_d, X, 1) + regather +
+              bulk(g, cw, ub_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X));
         break;
     case HPGO_TPO_ASYNC:
-        *f += ring_ag(k, c, s, col_f, X, 0, 0) + p2p_rs(k, c, s, row_f, X);
-        *b += ring_ag(k, c, s, row_d, X, 0, 0) + p2p_rs(k, c, s, col_d, X);
+        /* _pipelined_multi_all_gather_and_consume first copies the local
+         * shard into its symmetric buffer (exposed: "giving up the chance to
+         * overlap" it).  In the backward the column side's input gradient is
+         * the sum of the gradients through each linear that reads the
+         * gathered input (torchtitan's wq, wk, wv and w1, w3): an add, not a
+         * matmul, so fuse_matmul_reduce_scatter does not match it
+         * (micro_pipeline_tp.py _find_producer_matmul takes mm, _scaled_mm
+         * or a reshaped one) and its reduce-scatter stays NCCL's, issued
+         * after the weight gradients, exposed. */
+        *f += ring_ag(k, c, s, col_f, X, 1) + p2p_rs(k, c, s, row_f, X);
+        *b += ring_ag(k, c, s, row_d, X, 1) + rs;
         break;
     default:
         *f += ag + rs;
@@ -1634,7 +1683,31 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     vec(&k, &hf, s.tl * s.h, 5, 2 * E * s.tl * s.h);
     mm(&kb, &hf, s.T, s.h, s.V / s.t);
     double lg = s.T * s.V / s.t; /* logits on the rank */
-    if (p->kernels == HPGO_KS_TE) {
+    if (p->kernels == HPGO_KS_TE && p->cross_entropy == HPGO_CE_UNFUSED) {
+        /* Megatron's vocab_parallel_cross_entropy without
+         * --cross-entropy-loss-fusion (megatron/core/tensor_parallel/
+         * cross_entropy.py at core_r0.8.0, the default of Megatron-LM's
+         * command line then and now), eager PyTorch on the [T, V / t] logits:
+         * the fp32 copy (2 read + 4 written), max (4), the in-place
+         * subtraction of the max (4 + 4), exp in place (4 + 4), the sum (4),
+         * the in-place division into the saved softmax (4 + 4): 38 B a logit;
+         * backward: an in-place multiplication by the loss gradient (4 + 4)
+         * and the cast of the fp32 gradient back to the bf16 logits (4 + 2):
+         * 14 B.  The target's masks, gathers and index updates are small
+         * kernels on the T tokens (14 forward, 5 backward, by the code). */
+        vec(&k, &hf, lg, 0, 6 * lg);
+        vec(&k, &hf, lg, 1, 4 * lg);
+        vec(&k, &hf, lg, 1, 8 * lg);
+        vec(&k, &hf, lg, 1, 8 * lg);
+        vec(&k, &hf, lg, 1, 4 * lg);
+        vec(&k, &hf, lg, 1, 8 * lg);
+        for (int i = 0; i < 14; i++)
+            vec(&k, &hf, s.T, 1, 8 * s.T);
+        vec(&k, &hb, lg, 1, 8 * lg);
+        vec(&k, &hb, lg, 0, 6 * lg);
+        for (int i = 0; i < 5; i++)
+            vec(&k, &hb, s.T, 1, 8 * s.T);
+    } else if (p->kernels == HPGO_KS_TE) {
         /* Transformer Engine's fused cross-entropy (triton/cross_entropy.py):
          * an online-softmax pass, a pass writing the gradient into the bf16
          * logits, an in-place scale in the backward: ~10 B per logit */
@@ -1749,7 +1822,7 @@ static int same_pieces(const hpgo_parplan_t *a, const hpgo_parplan_t *b)
            a->recompute_layers == b->recompute_layers &&
            a->recompute_method == b->recompute_method &&
            a->recompute == b->recompute && a->attention == b->attention &&
-           a->optimizer_impl == b->optimizer_impl &&
+           a->optimizer_impl == b->optimizer_impl && a->cross_entropy == b->cross_entropy &&
            (a->pp * a->vstages > 1) == (b->pp * b->vstages > 1);
 }
 
@@ -1884,6 +1957,10 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
             double per_logit = p->kernels == HPGO_KS_EAGER || p->kernels == HPGO_KS_COMPILE_BLOCKS
                                    ? eager_loss_bytes(s.t)
                                    : 4;
+            if (p->cross_entropy == HPGO_CE_UNFUSED)
+                /* the bf16 logits beside their fp32 copy (forward); the saved
+                 * fp32 softmax beside the bf16 gradient (backward) */
+                per_logit = 6;
             o->transient += (4 * s.T * s.h + per_logit * s.T * s.V) / s.t;
             if (K > 1 && p->kernels != HPGO_KS_TE)
                 /* torch.distributed.pipelining keeps every micro-batch's
