@@ -2,9 +2,11 @@
  *
  * DESIGN: the plan simulator first writes each stage's op list (forward /
  * backward per micro-batch, and all-reduce markers) as the schedule
- * dictates (1F1B's from schedule.h's generator, the step engine's order;
- * GPipe's, backwards in micro-batch order, and PipeDream's, without a
- * flush, here), then resolves start times by repeated sweeps over the stages: a
+ * dictates (GPipe's with backwards in micro-batch order; 1F1B's in the
+ * step engine's order -- schedule.c's generator, built here a stage at a
+ * time so the lists stay within 2 T + iterations ops a stage, and tested
+ * equal to the engine's timeline event for event; PipeDream's as 1F1B
+ * without a flush), then resolves start times by repeated sweeps over the stages: a
  * stage advances while the dependency of its next op (activation or
  * gradient arrival) is known.  Transfers are FIFO per link and direction and
  * overlap compute.  Every sweep either advances some stage or proves a
@@ -21,8 +23,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "schedule.h"
 
 /* ---- pipeline plan simulator ------------------------------------------- */
 
@@ -129,9 +129,11 @@ static int p_validate(const hpgo_sim_pipeline_t *c, hpgo_err_t *err)
 
 /* Op list of stage s under GPipe (backwards in micro-batch order, as
  * HPGO's pipeline model takes them; the step engine's GPipe runs them last
- * first, schedule.c) or PipeDream (1F1B over every iteration's
- * micro-batches without a flush, the all-reduce after each iteration's
- * last backward); see sim.h. */
+ * first, schedule.c), 1F1B (warm-up of S - s - 1 forwards, one forward one
+ * backward, cool-down, the all-reduce after the last backward: DAPPLE's
+ * order, schedule.c's for one chunk) or PipeDream (1F1B over every
+ * iteration's micro-batches without a flush, the all-reduce after each
+ * iteration's last backward); see pipeline_sim.h. */
 static void p_build_ops(psim *P, int32_t s)
 {
     const int32_t S = P->S, M = P->M, T = P->Mtot;
@@ -151,57 +153,21 @@ static void p_build_ops(psim *P, int32_t s)
         w = T;
     for (int32_t m = 0; m < w; m++)
         o[n++] = (pop){OP_F, m};
+    const int async = P->cfg->schedule == HPGO_SCHED_PIPEDREAM;
     for (int32_t i = 0; i < T - w; i++) {
         o[n++] = (pop){OP_F, w + i};
         o[n++] = (pop){OP_B, i};
-        if (i % M == M - 1)
+        if (async && i % M == M - 1)
             o[n++] = (pop){OP_AR, i / M};
     }
     for (int32_t i = T - w; i < T; i++) {
         o[n++] = (pop){OP_B, i};
-        if (i % M == M - 1)
+        if (async && i % M == M - 1)
             o[n++] = (pop){OP_AR, i / M};
     }
-    P->n_ops[s] = n;
-}
-
-/* Op lists of DAPPLE's 1F1B from the step model's generator (schedule.h:
- * the engine runs the same order; a fused backward is this simulator's
- * backward), each followed by the stage's all-reduce. */
-static int p_flush_ops(psim *P, hpgo_err_t *err)
-{
-    const int32_t S = P->S;
-    const int64_t T = P->Mtot, cap = hpgo_sched_max_ops(T, 1);
-    int rc = HPGO_OK;
-    hpgo_op_t **tmp = calloc((size_t)S, sizeof *tmp);
-    int64_t *nt = calloc((size_t)S, sizeof *nt);
-    if (!tmp || !nt) {
-        rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory for the op lists");
-        goto done;
-    }
-    for (int32_t s = 0; s < S; s++)
-        if (!(tmp[s] = malloc((size_t)cap * sizeof(hpgo_op_t)))) {
-            rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory for the op lists");
-            goto done;
-        }
-    rc = hpgo_sched_generate(HPGO_PS_1F1B, S, 1, T, NULL, NULL, NULL, 0, tmp, nt, err);
-    if (rc != HPGO_OK)
-        goto done;
-    for (int32_t s = 0; s < S; s++) {
-        pop *o = P->ops[s];
-        int32_t n = 0;
-        for (int64_t i = 0; i < nt[s]; i++)
-            o[n++] = (pop){tmp[s][i].kind == HPGO_OP_F ? OP_F : OP_B, tmp[s][i].mb};
+    if (!async)
         o[n++] = (pop){OP_AR, 0};
-        P->n_ops[s] = n;
-    }
-done:
-    if (tmp)
-        for (int32_t s = 0; s < S; s++)
-            free(tmp[s]);
-    free(tmp);
-    free(nt);
-    return rc;
+    P->n_ops[s] = n;
 }
 
 static double p_allreduce_time(const psim *P, int32_t s)
@@ -440,14 +406,8 @@ static int p_init(psim *P, const hpgo_sim_pipeline_t *cfg, int32_t iters, int re
         if (!P->ops[s])
             return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
     }
-    if (cfg->schedule != HPGO_SCHED_1F1B) {
-        for (int32_t s = 0; s < P->S; s++)
-            p_build_ops(P, s);
-    } else {
-        int rc = p_flush_ops(P, err);
-        if (rc != HPGO_OK)
-            return rc;
-    }
+    for (int32_t s = 0; s < P->S; s++)
+        p_build_ops(P, s);
     return p_assign_gpus(P, err);
 }
 
