@@ -33,6 +33,26 @@ _SCHED_NAMES = {v: k for k, v in SCHEDULES.items()}
 _RC_NAMES = {v: k for k, v in RECOMPUTE_MODES.items()}
 
 
+
+def _group(c: Any, layers: tuple, part: int, gtp: int, dp: int, shares: Any,
+           parts: Any = None) -> StageGroup:
+    """A search result's stage group; ``parts`` (one a replica, in runs)
+    for a group whose replicas span GPU types."""
+    if parts is None:
+        return StageGroup(layers=layers, dp=dp, tp=gtp, gpu=stage_gpu_name(c, part),
+                          shares=shares)
+    kinds: list = []
+    counts: list = []
+    for q in parts:
+        if kinds and kinds[-1] == q:
+            counts[-1] += 1
+        else:
+            kinds.append(q)
+            counts.append(1)
+    return StageGroup(layers=layers, dp=dp, tp=gtp,
+                      gpu=tuple(stage_gpu_name(c, q) for q in kinds),
+                      replicas=tuple(counts), shares=shares)
+
 def _fixed(name: str, v: Any, table: dict | None = None) -> int:
     from .autoplan import _fixed as fixed
     return fixed(name, v, table)
@@ -93,9 +113,7 @@ def hetero_search(m: Any, c: Cluster, global_batch: int, *, given: set, top: int
     stats["pruned_memory"] += stats["pruned_shapes_memory"]
     ranked = []
     for rank, (groups, split, mb, sch, rc, sp, z, _t, _s, balanced) in enumerate(d["plans"], 1):
-        stages = tuple(StageGroup(layers=(split[k], split[k + 1]), dp=dp, tp=gtp,
-                                  gpu=stage_gpu_name(c, part), shares=shares)
-                       for k, (part, gtp, dp, shares) in enumerate(groups))
+        stages = tuple(_group(c, (split[k], split[k + 1]), *g) for k, g in enumerate(groups))
         plan = ParallelPlan(stages=stages, micro_batch=mb, global_batch=int(global_batch),
                             schedule=_SCHED_NAMES[sch], recompute=_RC_NAMES[rc],
                             sequence_parallel=bool(sp), zero=z, model=mid, kernels=kernels,

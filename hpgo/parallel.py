@@ -198,7 +198,13 @@ class StageGroup:
     GPU indices, replica by replica (each replica's tp GPUs consecutive),
     for placements that are not one run of GPUs (HPGO's).  DAPPLE's stages with their own
     replica counts, HAP's shares by speed and stages on different GPU types
-    are stage groups (docs/uneven-plans.md)."""
+    are stage groups (docs/uneven-plans.md).
+
+    Replicas on several GPU types (data parallelism across types): ``gpu``
+    a tuple of GPU types (or part indices) and ``replicas`` the number of
+    replicas on each, in order, summing to ``dp`` (``gpu=("h100", "a100"),
+    replicas=(8, 16)``: replicas 0-7 on H100, 8-23 on A100), each type's
+    replicas at the next free GPUs of its part (or at ``gpus``)."""
 
     layers: tuple[int, int]
     dp: int = 1
@@ -207,6 +213,7 @@ class StageGroup:
     shares: tuple[float, ...] | None = None
     first_gpu: int | None = None
     gpus: tuple[int, ...] | None = None
+    replicas: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         lay = self.layers
@@ -220,7 +227,34 @@ class StageGroup:
         object.__setattr__(self, "dp", _int("dp", self.dp, 1, 1 << 24))
         object.__setattr__(self, "tp", _int("tp", self.tp, 1, 1024))
         g = self.gpu
-        if g is not None and not isinstance(g, str):
+        if g is not None and not isinstance(g, (str, bytes)) and hasattr(g, "__iter__"):
+            kinds = []
+            for x in g:
+                if isinstance(x, str):
+                    if not x.strip():
+                        raise ValueError("gpu: each GPU type must be a name or a part index")
+                    kinds.append(x)
+                else:
+                    kinds.append(_int("gpu (a part index)", x, 0, 15))
+            if len(kinds) < 1 or len(set(kinds)) != len(kinds):
+                raise ValueError(f"gpu {tuple(kinds)}: give each GPU type once")
+            object.__setattr__(self, "gpu", tuple(kinds))
+            r = self.replicas
+            if r is None or isinstance(r, (str, bytes)) or not hasattr(r, "__iter__"):
+                raise ValueError("replicas: a group on several GPU types gives the replicas on "
+                                 "each, a tuple as long as gpu")
+            r = tuple(_int("replicas entry", x, 1, 1 << 24) for x in r)
+            if len(r) != len(kinds):
+                raise ValueError(f"replicas has {len(r)} entries for {len(kinds)} GPU types")
+            if sum(r) != self.dp:
+                raise ValueError(f"replicas {r} sum to {sum(r)}, not dp={self.dp}")
+            if self.first_gpu is not None:
+                raise ValueError("first_gpu: a group on several GPU types is placed per type "
+                                 "(give gpus= to place it by hand)")
+            object.__setattr__(self, "replicas", r)
+        elif self.replicas is not None:
+            raise ValueError("replicas needs gpu= a tuple of GPU types (one count per type)")
+        elif g is not None and not isinstance(g, str):
             object.__setattr__(self, "gpu", _int("gpu (a part index)", g, 0, 15))
         elif isinstance(g, str) and not g.strip():
             raise ValueError("gpu must be a GPU type name, a part index or None")
@@ -257,10 +291,26 @@ class StageGroup:
         """GPUs of the group: dp x tp."""
         return self.dp * self.tp
 
+    def per_type(self) -> tuple:
+        """``((gpu, replicas), ...)``: the GPU type (as given) of each run of
+        replicas, one pair for a group on one type."""
+        if self.replicas is not None:
+            return tuple(zip(self.gpu, self.replicas))
+        return ((self.gpu, self.dp),)
+
+    @property
+    def mixed(self) -> bool:
+        """True when the group's replicas span GPU types (``replicas``)."""
+        return self.replicas is not None
+
     def describe(self) -> str:
         """'[0, 14) dp=14 tp=1 on V100' with the shares when uneven."""
         out = f"[{self.layers[0]}, {self.layers[1]}) dp={self.dp} tp={self.tp}"
-        if self.gpu is not None:
+        if self.replicas is not None:
+            out += " on " + " + ".join(
+                f"{k if isinstance(k, str) else f'part {k}'} x{n}"
+                for k, n in zip(self.gpu, self.replicas))
+        elif self.gpu is not None:
             out += f" on {self.gpu if isinstance(self.gpu, str) else f'part {self.gpu}'}"
         if self.gpus is not None:
             out += f" on GPUs {_ranges(self.gpus)}"
@@ -299,7 +349,7 @@ def _stage_groups(v: Any) -> tuple[StageGroup, ...]:
                 body = dict(g)
                 if isinstance(body.get("layers"), list):
                     body["layers"] = tuple(body["layers"])
-                for f in ("shares", "gpus"):
+                for f in ("shares", "gpus", "replicas", "gpu"):
                     if isinstance(body.get(f), list):
                         body[f] = tuple(body[f])
                 g = StageGroup(**body)
@@ -567,7 +617,7 @@ class ParallelPlan:
         g0 = self.stages[0]
         for k, g in enumerate(self.stages):
             if (g.dp, g.tp, g.gpu or 0) != (g0.dp, g0.tp, g0.gpu or 0) or g.first_gpu is not None \
-                    or g.gpus is not None \
+                    or g.gpus is not None or g.replicas is not None \
                     or (g.shares is not None and len(set(g.shares)) > 1):
                 raise ValueError(f"stages[{k}] ({g.describe()}) differs from stages[0] "
                                  f"({g0.describe()}): the plan has no even form")
@@ -626,9 +676,17 @@ class ParallelPlan:
         shares), each GPU type name resolved to the cluster part holding it."""
         if self.stages is None:
             return None
-        return tuple((_part_index(g.gpu, cluster, k), g.tp, g.dp,
-                      -1 if g.first_gpu is None else g.first_gpu, g.shares, g.gpus)
-                     for k, g in enumerate(self.stages))
+        out = []
+        for k, g in enumerate(self.stages):
+            if g.replicas is not None:
+                parts: list[int] = []
+                for kind, n in zip(g.gpu, g.replicas):
+                    parts += [_part_index(kind, cluster, k)] * n
+                out.append((-1, g.tp, g.dp, -1, g.shares, g.gpus, tuple(parts)))
+            else:
+                out.append((_part_index(g.gpu, cluster, k), g.tp, g.dp,
+                            -1 if g.first_gpu is None else g.first_gpu, g.shares, g.gpus))
+        return tuple(out)
 
     @property
     def expert_data_parallel(self) -> int:
@@ -706,10 +764,13 @@ class ParallelPlan:
         d = dataclasses.asdict(self)
         d["split"] = list(self.split) if self.split is not None else None
         if self.stages is not None:
-            d["stages"] = [{"layers": list(g.layers), "dp": g.dp, "tp": g.tp, "gpu": g.gpu,
+            d["stages"] = [{"layers": list(g.layers), "dp": g.dp, "tp": g.tp,
+                            "gpu": list(g.gpu) if isinstance(g.gpu, tuple) else g.gpu,
                             "shares": list(g.shares) if g.shares is not None else None,
                             "first_gpu": g.first_gpu,
-                            "gpus": list(g.gpus) if g.gpus is not None else None}
+                            "gpus": list(g.gpus) if g.gpus is not None else None,
+                            **({"replicas": list(g.replicas)} if g.replicas is not None
+                               else {})}
                            for g in self.stages]
         return {"format": "hpgo-parallel-plan-1", **d}
 
@@ -1272,8 +1333,9 @@ def _price(c: Cluster, plan: ParallelPlan, price: Any) -> float | None:
 
     by: dict[int, int] = {}
     for g in getattr(plan, "stages", None) or ():
-        k = c.part_index(g.gpu)
-        by[k] = by.get(k, 0) + g.dp * g.tp
+        for kind, n in g.per_type():
+            k = c.part_index(kind)
+            by[k] = by.get(k, 0) + n * g.tp
     return plan_price(c, price, by or {0: plan.gpus})
 
 
@@ -1348,7 +1410,9 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     bf16 = c.gpu.peak("bf16")
     if c.parts and plan.stages is not None:
         # several GPU types: the peaks averaged over the GPUs the plan uses
-        used = [(c.kinds[c.part_index(g.gpu)].gpu, g.dp * g.tp) for g in plan.stages]
+        used = [(c.kinds[c.part_index(kind)].gpu, n * g.tp)
+                for g in plan.stages
+                for kind, n in g.per_type()]
         tot = sum(k for _, k in used)
         key = "fp32" if precision == "fp32" else "fp8" if precision == "fp8" else "bf16"
         peak = sum(g.peak(key) * k for g, k in used) / tot
@@ -1356,8 +1420,11 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     it, n = d["iteration_time"], d["gpus"]
     if plan.stages is not None and c.parts:
         # stages on several GPU types: the mean peak per GPU of the plan's GPUs
-        kinds = [c.parts[dev["part"]].gpu for dev in d["devices"]]
-        per = [g.dp * g.tp for g in plan.stages]
+        kinds, per = [], []
+        for g in plan.stages:
+            for kind, cnt in g.per_type():
+                kinds.append(c.parts[c.part_index(kind)].gpu)
+                per.append(cnt * g.tp)
         peak = sum(k.peak(dt) * w for k, w in zip(kinds, per)) / n
         bf16 = sum(k.peak("bf16") * w for k, w in zip(kinds, per)) / n
     if is_t and it > 0 and peak > 0:

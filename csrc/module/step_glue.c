@@ -374,7 +374,9 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
  *        with split None or a tuple of pp * vstages + 1 ints, groups None or a
  *        tuple of pp (part, tp, dp, first_gpu, shares, gpus) with first_gpu -1
  *        for "after the previous stages", shares None or a tuple of dp floats,
- *        gpus None or a tuple of dp x tp cluster GPU indices.
+ *        gpus None or a tuple of dp x tp cluster GPU indices, and optionally
+ *        parts: None or a tuple of dp part indices (part -1: a group whose
+ *        replicas span GPU types).
  *        `split` and `gmem` receive their storage (PyMem). */
 static int to_groups(PyObject *gs, hpgo_parplan_t *p, void **gmem)
 {
@@ -384,12 +386,20 @@ static int to_groups(PyObject *gs, hpgo_parplan_t *p, void **gmem)
                      HPGO_PLAN_MAX_PP);
         return -1;
     }
-    Py_ssize_t n = PyTuple_GET_SIZE(gs), nshares = 0, ngpus = 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(gs), nshares = 0, ngpus = 0, nparts = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *g = PyTuple_GET_ITEM(gs, k), *sh, *gp;
-        if (!PyTuple_Check(g) || PyTuple_GET_SIZE(g) != 6) {
-            PyErr_Format(PyExc_TypeError, "stage group %zd must be a tuple of 6 items", k);
+        if (!PyTuple_Check(g) || PyTuple_GET_SIZE(g) < 6 || PyTuple_GET_SIZE(g) > 7) {
+            PyErr_Format(PyExc_TypeError, "stage group %zd must be a tuple of 6 or 7 items", k);
             return -1;
+        }
+        if (PyTuple_GET_SIZE(g) == 7 && PyTuple_GET_ITEM(g, 6) != Py_None) {
+            PyObject *pa = PyTuple_GET_ITEM(g, 6);
+            if (!PyTuple_Check(pa) || PyTuple_GET_SIZE(pa) > (1 << 24)) {
+                PyErr_Format(PyExc_TypeError, "stage group %zd: parts must be a tuple", k);
+                return -1;
+            }
+            nparts += PyTuple_GET_SIZE(pa);
         }
         gp = PyTuple_GET_ITEM(g, 5);
         if (gp != Py_None) {
@@ -409,7 +419,7 @@ static int to_groups(PyObject *gs, hpgo_parplan_t *p, void **gmem)
         }
     }
     size_t bytes = (size_t)n * sizeof(hpgo_stage_group_t) + (size_t)nshares * sizeof(double) +
-                   (size_t)ngpus * sizeof(int64_t);
+                   (size_t)ngpus * sizeof(int64_t) + (size_t)nparts * sizeof(int32_t);
     char *mem = PyMem_Malloc(bytes ? bytes : 1);
     if (!mem) {
         PyErr_NoMemory();
@@ -419,17 +429,42 @@ static int to_groups(PyObject *gs, hpgo_parplan_t *p, void **gmem)
     hpgo_stage_group_t *groups = (hpgo_stage_group_t *)mem;
     double *shares = (double *)(mem + (size_t)n * sizeof(hpgo_stage_group_t));
     int64_t *gpus = (int64_t *)(shares + nshares);
+    int32_t *parts = (int32_t *)(gpus + ngpus);
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *g = PyTuple_GET_ITEM(gs, k), *sh = PyTuple_GET_ITEM(g, 4);
         PyObject *gp = PyTuple_GET_ITEM(g, 5);
+        PyObject *pa = PyTuple_GET_SIZE(g) == 7 ? PyTuple_GET_ITEM(g, 6) : Py_None;
         hpgo_stage_group_t *x = &groups[k];
-        if (get_i32(g, 0, 6, "stage group part", &x->part) < 0 ||
-            get_i32(g, 1, 6, "stage group tp", &x->tp) < 0 ||
-            get_i32(g, 2, 6, "stage group dp", &x->dp) < 0 ||
-            get_i64(g, 3, 6, "stage group first_gpu", &x->first_gpu) < 0)
+        int ni = (int)PyTuple_GET_SIZE(g);
+        if (get_i32(g, 0, ni, "stage group part", &x->part) < 0 ||
+            get_i32(g, 1, ni, "stage group tp", &x->tp) < 0 ||
+            get_i32(g, 2, ni, "stage group dp", &x->dp) < 0 ||
+            get_i64(g, 3, ni, "stage group first_gpu", &x->first_gpu) < 0)
             return -1;
         x->shares = NULL;
         x->gpus = NULL;
+        x->parts = NULL;
+        if (pa != Py_None) {
+            Py_ssize_t np2 = PyTuple_GET_SIZE(pa);
+            if (np2 != x->dp) {
+                PyErr_Format(PyExc_ValueError, "stage %zd: %zd parts for dp=%d", k, np2,
+                             (int)x->dp);
+                return -1;
+            }
+            for (Py_ssize_t i = 0; i < np2; i++) {
+                int64_t v;
+                if (glue_i64(PyTuple_GET_ITEM(pa, i), "part index", &v) < 0)
+                    return -1;
+                if (v < 0 || v >= HPGO_CLUSTER_MAX_PARTS) {
+                    PyErr_Format(PyExc_ValueError, "stage %zd: part index %lld out of range",
+                                 k, (long long)v);
+                    return -1;
+                }
+                parts[i] = (int32_t)v;
+            }
+            x->parts = parts;
+            parts += np2;
+        }
         if (gp != Py_None) {
             Py_ssize_t ng = PyTuple_GET_SIZE(gp);
             if (ng != (Py_ssize_t)x->dp * x->tp) {
@@ -1050,8 +1085,23 @@ static PyObject *hetplan_entry(const hpgo_hetplan_entry_t *e)
         } else {
             sh = Py_NewRef(Py_None);
         }
-        PyObject *x = sh ? Py_BuildValue("(iiiN)", (int)g->part, (int)g->tp, (int)g->dp, sh)
-                         : NULL;
+        if (!sh)
+            goto fail;
+        PyObject *pa = g->parts ? PyTuple_New(g->dp) : Py_NewRef(Py_None);
+        for (int32_t i = 0; pa && g->parts && i < g->dp; i++) {
+            PyObject *v = PyLong_FromLong(g->parts[i]);
+            if (!v) {
+                Py_CLEAR(pa);
+                break;
+            }
+            PyTuple_SET_ITEM(pa, i, v);
+        }
+        if (!pa) {
+            Py_DECREF(sh);
+            goto fail;
+        }
+        /* N steals both references, on failure too */
+        PyObject *x = Py_BuildValue("(iiiNN)", (int)g->part, (int)g->tp, (int)g->dp, sh, pa);
         if (!x)
             goto fail;
         PyTuple_SET_ITEM(groups, k, x);

@@ -143,6 +143,14 @@ typedef struct devview {
     const double *bound;  /* uneven: dp + 1 share boundaries */
     const double *send;   /* uneven: dp bytes per GPU to the next stage */
     const int64_t *gpus;  /* uneven: NULL, or its dp x tp GPUs replica by replica */
+    /* a group spanning GPU types: each replica's part, the parts used, the
+     * cost of each used part's largest replica (its memory), and the ring
+     * every collective over the group runs (the slowest link it uses) */
+    int mixed, n_mix;
+    const int32_t *rparts;
+    int32_t mix_part[HPGO_CLUSTER_MAX_PARTS];
+    hpgo_stage_cost_t *mix_cost; /* HPGO_CLUSTER_MAX_PARTS, by part index */
+    double ring_bw, ring_lat;
 } devview_t;
 
 /* Cluster index of the first GPU of replica i of a device's stage. */
@@ -157,6 +165,7 @@ typedef struct eng {
     devview_t *views;     /* P */
     int uneven;
     double *xfer;         /* uneven: seconds of the transfer over each stage boundary */
+    void *mixbuf;         /* the mixed groups' GPU lists and per-part costs */
     hpgo_cancel_t *cancel;
     const hpgo_stage_cost_t *sc;
     int schedule;
@@ -237,6 +246,11 @@ static double coll(const devview_t *v, int uneven, int op, int64_t size, int64_t
     const hpgo_cluster_t *c = v->c;
     if (!uneven)
         return hpgo_cost_collective(c, op, size, stride, bytes, HPGO_ALGO_AUTO);
+    if (v->mixed && v->n_mix > 1) { /* one ring over the replicas at the slowest link */
+        double n = (double)size, bus = op == HPGO_COLL_ALLREDUCE ? 2 * (n - 1) / n : (n - 1) / n;
+        double nsteps = op == HPGO_COLL_ALLREDUCE ? 2 * (n - 1) : n - 1;
+        return bus * bytes / v->ring_bw + nsteps * v->ring_lat;
+    }
     int64_t fan[HPGO_CLUSTER_MAX_LEVELS], last = v->local + (size - 1) * stride;
     int32_t top = hpgo_cost_level_between(c, v->local, last);
     if (v->gpus) { /* a placed list: the highest level between its GPUs */
@@ -384,6 +398,156 @@ static int64_t part_start(const hpgo_cluster_t *c, int32_t part)
     return first;
 }
 
+/* A stage group whose replicas span GPU types (part HPGO_PART_MIXED):
+ * replica i on part parts[i], at its listed GPUs or the next free tp GPUs
+ * of its part; each replica priced on its own part's GPU at its share
+ * (equal samples on one part priced once), the stage's passes its slowest
+ * replica's; the ring of its collectives runs at the slowest link it uses
+ * (the top level a part's replicas span inside the part, and the parts'
+ * join when it uses two or more).  `mix_at` hands out the GPU list and the
+ * per-part costs. */
+static int mixed_view(eng_t *e, const hpgo_work_t *w, int32_t k, const int32_t *split,
+                      int64_t *next, int64_t *used, int64_t *u_n, char **mix_at, double *bound,
+                      double *send, hpgo_stage_cost_t *out, hpgo_err_t *err)
+{
+    const hpgo_cluster_t *c = e->c;
+    const hpgo_parplan_t *p = e->p;
+    const hpgo_stage_group_t *g = &p->groups[k];
+    devview_t *v = &e->views[k];
+    int32_t n_parts = c->n_parts >= 2 && c->parts ? c->n_parts : 1, tp = g->tp, dp = g->dp;
+    hpgo_stage_cost_t *mc = (hpgo_stage_cost_t *)*mix_at;
+    *mix_at += sizeof *mc * HPGO_CLUSTER_MAX_PARTS;
+    int64_t *gl = (int64_t *)*mix_at;
+    *mix_at += sizeof *gl * (size_t)dp * (size_t)tp;
+    int64_t lo[HPGO_CLUSTER_MAX_PARTS], hi[HPGO_CLUSTER_MAX_PARTS];
+    int32_t cnt[HPGO_CLUSTER_MAX_PARTS] = {0};
+    for (int32_t i = 0; i < dp; i++) {
+        int32_t q = g->parts[i];
+        const hpgo_cluster_t *part = q < n_parts ? hpgo_cluster_part(c, q) : NULL;
+        if (!part)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "stage %d: parts[%d] = %d, but the cluster has %d part%s",
+                                (int)k, (int)i, (int)q, (int)n_parts, n_parts > 1 ? "s" : "");
+        int64_t start = part_start(c, q), have = hpgo_cluster_gpus(part);
+        int64_t unit = hpgo_cluster_unit(part, 0), loc = next[q];
+        if (tp > unit || unit % tp != 0)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "stage %d: tp=%d must divide the %lld GPUs of a node of part %d",
+                                (int)k, (int)tp, (long long)unit, (int)q);
+        if (g->gpus && hpgo_cluster_part_of(c, g->gpus[(int64_t)i * tp], &loc) != q)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "stage %d: GPU %lld of replica %d is not on its part %d", (int)k,
+                                (long long)g->gpus[(int64_t)i * tp], (int)i, (int)q);
+        if (loc % tp != 0 || loc + tp > have)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "stage %d: replica %d needs tp=%d aligned GPUs of part %d from its "
+                                "GPU %lld; the part has %lld",
+                                (int)k, (int)i, (int)tp, (int)q, (long long)loc,
+                                (long long)have);
+        for (int32_t x = 0; x < tp; x++) {
+            int64_t gx = start + loc + x;
+            if (g->gpus && g->gpus[(int64_t)i * tp + x] != gx)
+                return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                    "stage %d: replica %d's GPUs must be tp=%d consecutive GPUs",
+                                    (int)k, (int)i, (int)tp);
+            gl[(int64_t)i * tp + x] = gx;
+            used[(*u_n)++] = gx;
+        }
+        if (loc + tp > next[q])
+            next[q] = loc + tp;
+        if (!cnt[q] || loc < lo[q])
+            lo[q] = loc;
+        if (!cnt[q] || loc + tp - 1 > hi[q])
+            hi[q] = loc + tp - 1;
+        cnt[q]++;
+    }
+    double bw = INFINITY, lat = 0;
+    v->n_mix = 0;
+    for (int32_t q = 0; q < HPGO_CLUSTER_MAX_PARTS; q++) {
+        if (!cnt[q])
+            continue;
+        v->mix_part[v->n_mix++] = q;
+        const hpgo_cluster_t *part = hpgo_cluster_part(c, q);
+        if (hi[q] > lo[q]) {
+            const hpgo_level_t *l = &part->levels[hpgo_cost_level_between(part, lo[q], hi[q])];
+            if (l->coll_bandwidth * l->efficiency < bw)
+                bw = l->coll_bandwidth * l->efficiency;
+            if (l->latency > lat)
+                lat = l->latency;
+        }
+    }
+    if (v->n_mix > 1) {
+        const hpgo_level_t *j = &c->join;
+        if (j->coll_bandwidth * j->efficiency < bw)
+            bw = j->coll_bandwidth * j->efficiency;
+        if (j->latency > lat)
+            lat = j->latency;
+    }
+    v->ring_bw = isfinite(bw) ? bw : 1, v->ring_lat = lat;
+    v->mixed = 1, v->rparts = g->parts, v->mix_cost = mc;
+    v->gpus = gl, v->first = gl[0];
+    hpgo_cluster_part_of(c, gl[0], &v->local);
+    int run = v->n_mix == 1; /* one type on one run of GPUs: the group's own pricing */
+    for (int64_t x = 1; run && x < (int64_t)dp * tp; x++)
+        run = gl[x] == gl[0] + x;
+    if (run)
+        v->gpus = NULL;
+    v->p = *p;
+    v->p.tp = tp, v->p.dp = dp, v->p.n_groups = 0, v->p.groups = NULL;
+    v->p.n_split = 0, v->p.split = NULL;
+    v->p.micro_batch = 1, v->p.global_batch = e->m * dp;
+    v->replicas = dp > 1;
+    bound[0] = 0;
+    for (int32_t i = 0; i < dp; i++)
+        bound[i + 1] = g->shares ? bound[i] + g->shares[i] : (double)(i + 1) / dp;
+    bound[dp] = 1;
+    v->bound = bound, v->send = send;
+    hpgo_stage_cost_t one[HPGO_CLUSTER_MAX_PARTS], big;
+    double lastn[HPGO_CLUSTER_MAX_PARTS], most_q[HPGO_CLUSTER_MAX_PARTS];
+    int have_q[HPGO_CLUSTER_MAX_PARTS] = {0};
+    double most = -1, f = 0, bw2 = 0, ww = 0, slow = 1, hw = 0, mf = 0;
+    int32_t bigpart = g->parts[0];
+    memset(&big, 0, sizeof big);
+    int64_t M = p->micro_batch;
+    for (int32_t i = 0; i < dp; i++) {
+        int32_t q = g->parts[i];
+        const hpgo_cluster_t *part = hpgo_cluster_part(c, q);
+        double samples = g->shares ? (double)M * g->shares[i] : (double)M / dp;
+        if (!have_q[q] || lastn[q] != samples) {
+            hpgo_err_t inner;
+            int rc = hpgo_work_stage_cost_range(w, part, &v->p, split[k], split[k + 1], samples,
+                                                &one[q], &inner);
+            if (rc != HPGO_OK)
+                return hpgo_err_set(err, rc, 0, "stage %d, replica %d: %s", (int)k, (int)i,
+                                    inner.msg);
+            if (!have_q[q])
+                most_q[q] = -1;
+            have_q[q] = 1, lastn[q] = samples;
+        }
+        double sp = min_speed(c, gl[(int64_t)i * tp], gl[(int64_t)i * tp] + tp);
+        if (sp < slow)
+            slow = sp;
+        if (one[q].f / sp > f)
+            f = one[q].f / sp;
+        if (one[q].b / sp > bw2)
+            bw2 = one[q].b / sp;
+        if (one[q].w / sp > ww)
+            ww = one[q].w / sp;
+        send[i] = one[q].send_bytes;
+        hw += one[q].hw_flops, mf += one[q].model_flops;
+        if (samples > most_q[q])
+            most_q[q] = samples, mc[q] = one[q];
+        if (samples > most)
+            most = samples, big = one[q], bigpart = q;
+    }
+    big.f = f, big.b = bw2, big.w = ww;
+    big.hw_flops = hw / dp, big.model_flops = mf / dp;
+    *out = big;
+    v->speed = slow;
+    v->c = hpgo_cluster_part(c, bigpart);
+    return HPGO_OK;
+}
+
 /* An even plan's devices: the plan and the cluster themselves, stage d
  * from GPU rank_of(d), slowed by its slowest GPU.  On a cluster of several
  * GPU types the plan must lie in part 0 (its GPU and levels are the
@@ -448,6 +612,17 @@ static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, d
                                 (int)k);
         total += p->groups[k].dp;
     }
+    size_t mix_bytes = 0;
+    for (int32_t k = 0; k < K; k++)
+        if (p->groups[k].part == HPGO_PART_MIXED && p->groups[k].parts)
+            mix_bytes += sizeof(hpgo_stage_cost_t) * HPGO_CLUSTER_MAX_PARTS +
+                         sizeof(int64_t) * (size_t)p->groups[k].dp * (size_t)p->groups[k].tp;
+    char *mix_at = NULL;
+    if (mix_bytes) {
+        if (!(e->mixbuf = malloc(mix_bytes)))
+            return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory for the stage groups");
+        mix_at = e->mixbuf;
+    }
     int64_t gpus = hpgo_cluster_gpus(c), n_used = 0; /* replicas (total) <= GPUs used */
     for (int32_t k = 0; k < K; k++)
         n_used += (int64_t)p->groups[k].dp * p->groups[k].tp;
@@ -469,6 +644,15 @@ static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, d
         devview_t *v = &e->views[k];
         if (hpgo_cancelled(e->cancel))
             return hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the simulation was cancelled");
+        if (g->part == HPGO_PART_MIXED) {
+            double *bound = b, *send = b + g->dp + 1;
+            b += 2 * (size_t)g->dp + 1;
+            int rc = mixed_view(e, w, k, split, next, used, &u_n, &mix_at, bound, send, &sc[k],
+                                err);
+            if (rc != HPGO_OK)
+                return rc;
+            continue;
+        }
         const hpgo_cluster_t *part = hpgo_cluster_part(c, g->part);
         if (!part)
             return hpgo_err_set(err, HPGO_E_INVALID, 0,
@@ -953,6 +1137,12 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
         }
         double shard = hpgo_step_shard_params(&v->p, params, load.expert_params);
         double t_opt = hpgo_step_optimizer_seconds(v->c, &v->p, shard);
+        for (int32_t q = 0; v->mixed && q < v->n_mix; q++) { /* each type steps its shard */
+            double tq = hpgo_step_optimizer_seconds(hpgo_cluster_part(c, v->mix_part[q]), &v->p,
+                                                    shard);
+            if (tq > t_opt)
+                t_opt = tq;
+        }
         if (!p->offload_optimizer)
             t_opt /= v->speed; /* the step's kernels run at the GPU's speed */
         double t_ag = 0;
@@ -974,6 +1164,33 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
         hpgo_memory_breakdown2(v->c, &v->p, w->precision, params, load.expert_params, maxlayer,
                                s->peak + transient, load.max_act + transient,
                                overhead + load.state_bytes, &o->mem);
+        if (v->mixed) {
+            /* memory per GPU type: each part's largest replica, its
+             * activations scaled from the stage's; the least relative
+             * margin is shown (every type must fit) */
+            o->part = v->mix_part[0];
+            int all_fit = 1;
+            double worst = INFINITY;
+            for (int32_t q = 0; q < v->n_mix; q++) {
+                int32_t pq = v->mix_part[q];
+                hpgo_stage_cost_t save = r->stages[d];
+                r->stages[d] = v->mix_cost[pq];
+                hpgo_device_load_t lq;
+                hpgo_step_device_load(p, r->stages, d, &lq);
+                r->stages[d] = save;
+                double scale = save.act > 0 ? v->mix_cost[pq].act / save.act : 1;
+                hpgo_mem_t mq;
+                hpgo_memory_breakdown2(hpgo_cluster_part(c, pq), &v->p, w->precision, lq.params,
+                                       lq.expert_params, lq.max_layer_params,
+                                       s->peak * scale + lq.transient, lq.max_act + lq.transient,
+                                       overhead + lq.state_bytes, &mq);
+                all_fit &= mq.fits;
+                double rel = mq.capacity > 0 ? mq.margin / mq.capacity : mq.margin;
+                if (rel < worst)
+                    worst = rel, o->mem = mq, o->part = pq;
+            }
+            o->mem.fits = all_fit;
+        }
         if (!o->mem.fits)
             r->fits = 0;
         double end = sync + t_opt + t_ag;
@@ -999,7 +1216,11 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
             double per = (double)v->p.tp * v->p.dp;
             hw += sc[k].hw_flops * per * (double)m;
             n_gpus += (int64_t)per;
-            peak += v->c->gpu.peak[dt] * per;
+            if (v->mixed)
+                for (int32_t i = 0; i < v->p.dp; i++)
+                    peak += hpgo_cluster_part(c, v->rparts[i])->gpu.peak[dt] * v->p.tp;
+            else
+                peak += v->c->gpu.peak[dt] * per;
         }
     }
     iter *= hpgo_step_straggler_factor(c, n_gpus);
@@ -1045,6 +1266,7 @@ fail:
     free(e.act_arr);
     free(e.grad_arr);
     free(e.views);
+    free(e.mixbuf);
     free(gbuf);
     hpgo_sim_result_free(e.tl);
     hpgo_step_result_free(r);

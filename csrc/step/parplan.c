@@ -34,10 +34,17 @@ static int check_groups(const hpgo_parplan_t *p, hpgo_err_t *err)
                             "an uneven plan runs one model stage per group: gpipe, 1f1b or zb-h1");
     for (int32_t k = 0; k < p->n_groups; k++) {
         const hpgo_stage_group_t *g = &p->groups[k];
-        if (g->part < 0 || g->part >= HPGO_CLUSTER_MAX_PARTS)
+        if ((g->part < 0 && !(g->part == HPGO_PART_MIXED && g->parts)) ||
+            g->part >= HPGO_CLUSTER_MAX_PARTS || (g->parts && g->part != HPGO_PART_MIXED))
             return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                                "stage %d: part must be in 0..%d, got %d", (int)k,
-                                HPGO_CLUSTER_MAX_PARTS - 1, (int)g->part);
+                                "stage %d: part must be in 0..%d, or -1 (mixed) with parts, got "
+                                "%d",
+                                (int)k, HPGO_CLUSTER_MAX_PARTS - 1, (int)g->part);
+        for (int32_t i = 0; g->parts && i < g->dp; i++)
+            if (g->parts[i] < 0 || g->parts[i] >= HPGO_CLUSTER_MAX_PARTS)
+                return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                    "stage %d: parts[%d] must be in 0..%d, got %d", (int)k,
+                                    (int)i, HPGO_CLUSTER_MAX_PARTS - 1, (int)g->parts[i]);
         if (g->tp < 1 || g->tp > 1024 || g->dp < 1 || g->dp > (1 << 24))
             return hpgo_err_set(err, HPGO_E_INVALID, 0,
                                 "stage %d: tp must be in 1..1024 and dp in 1..2^24, got tp=%d "

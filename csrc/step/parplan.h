@@ -49,7 +49,14 @@ typedef struct hpgo_stage_group {
      * replica (HPGO's placements: a stage's GPUs need not be consecutive);
      * each replica's tp GPUs consecutive; first_gpu is then ignored */
     const int64_t *gpus;
+    /* a group whose replicas span GPU types (data parallelism across
+     * types): part is HPGO_PART_MIXED and parts holds each replica's part
+     * (dp entries); without gpus, each replica is placed at the next free
+     * tp GPUs of its part (first_gpu ignored).  NULL otherwise. */
+    const int32_t *parts;
 } hpgo_stage_group_t;
+
+#define HPGO_PART_MIXED (-1)
 
 typedef struct hpgo_parplan {
     int32_t tp, pp, dp, cp, ep, vstages; /* cp: sequence split (ring attention) */

@@ -1,0 +1,76 @@
+"""Stage groups whose replicas span GPU types (data parallelism across types)."""
+import pytest
+
+import hpgo
+
+G = hpgo.StageGroup
+GPT = hpgo.transformer(hidden=2048, layers=24, heads=16, ffn=8192, seq=2048, vocab=50257,
+                       name="gpt3-1.3b")
+
+
+def mixed(join=25e9):
+    return hpgo.Cluster.combine(hpgo.Cluster.preset("dgx-h100", 1),
+                                hpgo.Cluster.preset("dgx-a100-80gb", 2),
+                                bandwidth=join, latency=20e-6, efficiency=0.85)
+
+
+def dp_plan(shares=None, zero=1, mb=48):
+    return hpgo.ParallelPlan(global_batch=240, micro_batch=mb, zero=zero, stages=[
+        G(layers=(0, 24), dp=24, gpu=("h100", "a100"), replicas=(8, 16), shares=shares)])
+
+
+def test_one_type_as_a_mixed_group_is_the_plain_group():
+    c = hpgo.Cluster.preset("dgx-a100-80gb", 2)
+    for zero in (0, 1, 3):
+        a = hpgo.ParallelPlan(global_batch=256, micro_batch=32, zero=zero,
+                              stages=[G(layers=(0, 24), dp=16)])
+        b = hpgo.ParallelPlan(global_batch=256, micro_batch=32, zero=zero,
+                              stages=[G(layers=(0, 24), dp=16, gpu=(0,), replicas=(16,))])
+        ra, rb = hpgo.simulate(GPT, c, a), hpgo.simulate(GPT, c, b)
+        assert ra.iteration_time == rb.iteration_time
+        assert ra.memory[0].total == rb.memory[0].total
+
+
+def test_round_trip_describe_and_validation():
+    p = dp_plan()
+    assert hpgo.ParallelPlan.from_dict(p.to_dict()) == p
+    assert "h100 x8 + a100 x16" in p.stages[0].describe()
+    with pytest.raises(ValueError, match="replicas"):
+        G(layers=(0, 4), dp=4, gpu=("h100", "a100"))
+    with pytest.raises(ValueError, match="sum to 5, not dp=4"):
+        G(layers=(0, 4), dp=4, gpu=("h100", "a100"), replicas=(2, 3))
+    with pytest.raises(ValueError, match="replicas needs gpu"):
+        G(layers=(0, 4), dp=4, replicas=(4,))
+    with pytest.raises(ValueError, match="first_gpu"):
+        G(layers=(0, 4), dp=4, gpu=(0, 1), replicas=(2, 2), first_gpu=0)
+    with pytest.raises(ValueError, match="once"):
+        G(layers=(0, 4), dp=4, gpu=(0, 0), replicas=(2, 2))
+    # more replicas than a part has
+    bad = hpgo.ParallelPlan(global_batch=240, micro_batch=48, stages=[
+        G(layers=(0, 24), dp=24, gpu=("h100", "a100"), replicas=(16, 8))])
+    with pytest.raises(ValueError, match="replica 8 needs"):
+        hpgo.simulate(GPT, mixed(), bad)
+    with pytest.raises(ValueError, match="stage groups"):
+        hpgo.megatron_args(p, GPT) if hasattr(hpgo, "megatron_args") else \
+            hpgo.simulate(GPT, mixed(), p, framework="megatron")
+
+
+def test_shares_by_speed_memory_per_type_and_the_join():
+    c = mixed()
+    even = hpgo.simulate(GPT, c, dp_plan())
+    # H100 replicas take 3 samples of each 48, A100 ones 1.5 (whole sequences: 4 / 1)
+    sh = tuple([4 / 48] * 8 + [1 / 48] * 16)
+    fast = hpgo.simulate(GPT, c, dp_plan(shares=sh))
+    assert fast.fits and even.fits
+    assert fast.iteration_time < even.iteration_time
+    # the memory shown is the tighter GPU type's (the H100 holds 4 samples)
+    assert fast.devices[0]["part"] == 0
+    one = hpgo.simulate(GPT, hpgo.Cluster.preset("dgx-h100", 1), hpgo.ParallelPlan(
+        global_batch=256, micro_batch=4, zero=1, dp=8))
+    assert fast.memory[0].activations == pytest.approx(one.memory[0].activations, rel=1e-9)
+    # the gradient ring crosses the join: a slower join slows the step
+    slow = hpgo.simulate(GPT, mixed(join=2e9), dp_plan(shares=sh))
+    assert slow.iteration_time > fast.iteration_time
+    # peak: 8 H100 and 16 A100
+    h, a = hpgo.Cluster.preset("dgx-h100").gpu, hpgo.Cluster.preset("dgx-a100-80gb").gpu
+    assert fast.bf16_peak_flops == pytest.approx((8 * h.peak("bf16") + 16 * a.peak("bf16")) / 24)
