@@ -50,6 +50,10 @@ CASES = [
     ("slow-join", lambda: (small_model(12), hpgo.Cluster.combine(
         hpgo.Cluster.build("v100", nodes=2, gpus_per_node=2),
         hpgo.Cluster.build("a100-80gb", nodes=1, gpus_per_node=4), bandwidth=0.3e9), 32), {}),
+    ("span", lambda: (small_model(), hpgo.Cluster.combine(
+        hpgo.Cluster.build("h100", nodes=1, gpus_per_node=4),
+        hpgo.Cluster.build("a100-80gb", nodes=1, gpus_per_node=4), bandwidth=100e9,
+        latency=20e-6, efficiency=0.85), 64), {}),
     ("cost", lambda: (small_model(), h100_a100(), 16),
      {"objective": "cost", "price": {"h100": 4.0, "a100": 1.5}}),
     ("chain", lambda: (chain(), hpgo.Combine if False else

@@ -74,3 +74,23 @@ def test_shares_by_speed_memory_per_type_and_the_join():
     # peak: 8 H100 and 16 A100
     h, a = hpgo.Cluster.preset("dgx-h100").gpu, hpgo.Cluster.preset("dgx-a100-80gb").gpu
     assert fast.bf16_peak_flops == pytest.approx((8 * h.peak("bf16") + 16 * a.peak("bf16")) / 24)
+
+
+def test_autoplan_finds_data_parallelism_across_types():
+    """With a fast join, plain data parallelism over both types with shares by
+    speed is the search's best plan; its replicas on the faster type take
+    more samples, and it runs as hpgo.simulate runs it."""
+    c = hpgo.Cluster.combine(hpgo.Cluster.build("h100", nodes=1, gpus_per_node=4),
+                             hpgo.Cluster.build("a100-80gb", nodes=1, gpus_per_node=4),
+                             bandwidth=100e9, latency=20e-6, efficiency=0.85)
+    m = hpgo.transformer(hidden=1024, layers=8, heads=16, ffn=4096, seq=1024, vocab=32000)
+    best = hpgo.autoplan(m, c, 64, top=1).best
+    g = best.plan.stages[0]
+    assert best.plan.pp == 1 and g.mixed and g.replicas == (4, 4)
+    assert min(g.shares[:4]) > max(g.shares[4:])
+    r = hpgo.simulate(m, c, best.plan, timeline=False)
+    assert r.iteration_time == best.iteration_time and r.fits
+    # no pipeline on the cluster, nor either type alone, is faster
+    for k in range(2):
+        alone = hpgo.autoplan(m, c.parts[k], 64, top=1).best
+        assert alone.iteration_time > best.iteration_time

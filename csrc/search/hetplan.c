@@ -109,6 +109,7 @@ typedef struct shape {
     double lb, key;
     int8_t mem_over; /* no split fits (the shape memory bound) */
     int64_t canon;   /* base index x N_VARIANTS + variant: the enumeration order */
+    int8_t span;     /* data parallelism over every GPU, replicas of several types */
 } shape_t;
 
 /* A base shape: the parts' segments and the micro-batch; its variants
@@ -696,6 +697,9 @@ typedef struct enum_ctx {
 static double weight(const search_t *S, const shape_t *sh)
 {
     double wgt = 0;
+    for (int32_t k = 0; sh->span && k < S->n_parts; k++)
+        wgt += (double)hpgo_cluster_gpus(hpgo_cluster_part(S->c, k)) *
+               (S->o->prices ? S->o->prices[k] / 3600.0 : 1.0);
     for (int32_t k = 0; k < sh->nseg; k++) {
         const cfg_t *g = &S->cfgs[sh->seg[k]];
         wgt += (double)g->gpus * (S->o->prices ? S->o->prices[g->part] / 3600.0 : 1.0);
@@ -1503,6 +1507,177 @@ static keyed_t heap_pop(heap_t *h)
     return top;
 }
 
+/* ---- data parallelism across GPU types --------------------------------------- */
+
+#define SPAN_CANON ((int64_t)1 << 50) /* span shapes rank after every pipeline shape on ties */
+
+/* The span shapes: one stage group over every GPU of every part (replicas
+ * of all types, part by part), for each tp dividing every part's node
+ * size, micro-batch M, recomputation and ZeRO stage; each replica's share
+ * proportional to its speed (its type's samples per second at the mean
+ * share, priced on its part at the shape's tp and recomputation, times its
+ * slowest GPU's factor; whole samples for a transformer by the greedy of
+ * stage_samples).  They are few (tp x M x 12), so they are not bounded:
+ * every one is simulated (first, so that its times tighten the bound the
+ * pipeline shapes must beat), which keeps the search exact over them. */
+static int add_span(search_t *S, hpgo_hetplan_result_t *r, heap_t *H, hpgo_err_t *err)
+{
+    const hpgo_hetplan_opts_t *o = S->o;
+    const hpgo_cluster_t *c = S->c;
+    if (S->n_parts < 2)
+        return HPGO_OK;
+    int64_t gpn = 1 << 30, total = hpgo_cluster_gpus(c);
+    for (int32_t q = 0; q < S->n_parts; q++) {
+        int64_t u = hpgo_cluster_unit(hpgo_cluster_part(c, q), 0);
+        gpn = u < gpn ? u : gpn;
+    }
+    double *rate = malloc(sizeof(double) * 2 * (size_t)total);
+    if (!rate)
+        return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+    double *nn = rate + total;
+    int rc = HPGO_OK;
+    for (int32_t tp = 1; tp <= gpn && rc == HPGO_OK; tp++) {
+        int ok = free_or(o->tp, tp) && tp_ok(S, tp);
+        for (int32_t q = 0; ok && q < S->n_parts; q++) {
+            const hpgo_cluster_t *pc = hpgo_cluster_part(c, q);
+            ok = hpgo_cluster_unit(pc, 0) % tp == 0 && hpgo_cluster_gpus(pc) % tp == 0;
+        }
+        int64_t R = total / tp;
+        if (!ok || R > (1 << 24) || R < 2)
+            continue;
+        for (int32_t mi = 0; mi < S->n_Ms && rc == HPGO_OK; mi++) {
+            int64_t M = S->Ms[mi], m = S->B / M;
+            if (S->xf && M < R)
+                continue;
+            for (int8_t rcm = HPGO_RC_NONE; rcm <= HPGO_RC_FULL && rc == HPGO_OK; rcm++) {
+                if (!free_or(o->recompute, rcm) || (rcm == HPGO_RC_SELECTIVE && !S->xf))
+                    continue;
+                /* each replica's rate: its type's samples per second at the
+                 * mean share, times its slowest GPU's speed */
+                hpgo_parplan_t p = *o->base;
+                p.tp = p.dp = p.cp = p.ep = p.vstages = 1;
+                p.etp = 0, p.pp = 1, p.micro_batch = M, p.global_batch = S->B;
+                p.schedule = o->schedule >= 0 ? o->schedule : HPGO_PS_1F1B;
+                p.recompute = rcm, p.sequence_parallel = S->xf && tp > 1, p.shard_size = 0;
+                p.n_split = 0, p.split = NULL, p.n_groups = 0, p.groups = NULL;
+                p.zero = 0;
+                double ref = S->xf ? (double)(M / R > 0 ? M / R : 1) : (double)M / (double)R;
+                int64_t i = 0;
+                for (int32_t q = 0; q < S->n_parts && ok; q++) {
+                    const hpgo_cluster_t *pc = hpgo_cluster_part(c, q);
+                    hpgo_parplan_t vp = view_plan(&p, tp, 1, m);
+                    hpgo_stage_cost_t one;
+                    if (hpgo_work_stage_cost_range(S->w, pc, &vp, 0, (int32_t)S->L, ref, &one,
+                                                   NULL) != HPGO_OK ||
+                        !(one.f + one.b + one.w > 0)) {
+                        ok = 0;
+                        break;
+                    }
+                    int64_t first = part_start(c, q), G = hpgo_cluster_gpus(pc);
+                    for (int64_t x = 0; x < G; x += tp, i++)
+                        rate[i] = ref / (one.f + one.b + one.w) *
+                                  min_speed(c, first + x, first + x + tp);
+                }
+                if (!ok) {
+                    ok = 1;
+                    continue;
+                }
+                double tot = 0;
+                for (i = 0; i < R; i++)
+                    tot += rate[i];
+                int bad = 0;
+                if (!S->xf) {
+                    for (i = 0; i < R; i++)
+                        nn[i] = (double)M * rate[i] / tot;
+                } else {
+                    int64_t sum = 0;
+                    for (i = 0; i < R; i++) {
+                        int64_t k = (int64_t)floor((double)M * rate[i] / tot);
+                        nn[i] = (double)(k < 1 ? 1 : k);
+                        sum += (int64_t)nn[i];
+                    }
+                    while (sum > M && !bad) {
+                        int64_t best = -1;
+                        for (i = 0; i < R; i++)
+                            if (nn[i] > 1 && (best < 0 || nn[i] / rate[i] > nn[best] / rate[best]))
+                                best = i;
+                        if (best < 0)
+                            bad = 1;
+                        else
+                            nn[best] -= 1, sum--;
+                    }
+                    while (sum < M) {
+                        int64_t best = 0;
+                        for (i = 1; i < R; i++)
+                            if ((nn[i] + 1) / rate[i] < (nn[best] + 1) / rate[best])
+                                best = i;
+                        nn[best] += 1, sum++;
+                    }
+                }
+                double most = 0;
+                for (i = 0; i < R; i++)
+                    most = nn[i] > most ? nn[i] : most;
+                if (bad || most > (double)o->max_micro_batch)
+                    continue;
+                for (int8_t z = 0; z <= 3; z++) {
+                    if (o->zero >= 0 && z != o->zero)
+                        continue;
+                    if (grow((void **)&S->shapes, &S->cap_shapes, S->n_shapes + 1,
+                             sizeof(shape_t)) < 0 ||
+                        grow((void **)&S->cands, &S->cap_cands, S->n_cands + 1,
+                             sizeof(cand_t)) < 0) {
+                        rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+                        break;
+                    }
+                    shape_t *sh = &S->shapes[S->n_shapes];
+                    memset(sh, 0, sizeof *sh);
+                    sh->span = 1, sh->M = M, sh->sched = (int8_t)p.schedule, sh->rc = rcm;
+                    sh->zero = z, sh->canon = SPAN_CANON + S->n_shapes;
+                    size_t bytes = sizeof(hpgo_stage_group_t) + sizeof(double) * (size_t)R +
+                                   sizeof(int32_t) * ((size_t)R + 2);
+                    char *blob = malloc(bytes);
+                    if (!blob) {
+                        rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+                        break;
+                    }
+                    hpgo_stage_group_t *g = (hpgo_stage_group_t *)blob;
+                    double *shares = (double *)(g + 1);
+                    int32_t *split = (int32_t *)(shares + R), *parts = split + 2;
+                    memset(g, 0, sizeof *g);
+                    g->part = HPGO_PART_MIXED, g->tp = tp, g->dp = (int32_t)R;
+                    g->first_gpu = -1, g->shares = shares, g->parts = parts;
+                    i = 0;
+                    for (int32_t q = 0; q < S->n_parts; q++)
+                        for (int64_t x = 0; x < hpgo_cluster_gpus(hpgo_cluster_part(c, q));
+                             x += tp, i++)
+                            parts[i] = q;
+                    for (i = 0; i < R; i++)
+                        shares[i] = nn[i] / (double)M;
+                    split[0] = 0, split[1] = (int32_t)S->L;
+                    cand_t *cd = &S->cands[S->n_cands];
+                    memset(cd, 0, sizeof *cd);
+                    cd->shape = S->n_shapes;
+                    cd->plan = p;
+                    cd->plan.zero = z;
+                    cd->plan.n_groups = 1, cd->plan.groups = g;
+                    cd->plan.n_split = 2, cd->plan.split = split;
+                    cd->blob = blob;
+                    cd->priced = 1, cd->state = HS_LIVE, cd->lb = 0, cd->key = 0;
+                    if (heap_push(H, (keyed_t){0, ITEM(K_CAND, S->n_cands)}) < 0) {
+                        free(blob);
+                        rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+                        break;
+                    }
+                    S->n_shapes++, S->n_cands++;
+                    r->shapes++, r->shapes_expanded++, r->candidates++;
+                }
+            }
+        }
+    }
+    free(rate);
+    return rc;
+}
+
 void hpgo_hetplan_result_free(hpgo_hetplan_result_t *r)
 {
     if (!r)
@@ -1641,6 +1816,8 @@ int hpgo_hetplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_hetpl
             rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
             goto fail;
         }
+    if ((rc = add_span(&S, r, &H, err)) != HPGO_OK)
+        goto fail;
     int32_t ntop = 0;
     S.batch = batch;
     for (;;) {
@@ -1810,7 +1987,8 @@ int hpgo_hetplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_hetpl
         need += sizeof(hpgo_stage_group_t) * (size_t)p->pp +
                 sizeof(int32_t) * (size_t)(p->pp + 1) + 8; /* + padding to 8 */
         for (int32_t k = 0; k < p->pp; k++)
-            need += sizeof(double) * (size_t)p->groups[k].dp;
+            need += (sizeof(double) + (p->groups[k].parts ? sizeof(int32_t) : 0)) *
+                    (size_t)p->groups[k].dp;
     }
     r->entries = calloc((size_t)(ntop ? ntop : 1), sizeof *r->entries);
     r->storage = malloc(need + 8);
@@ -1841,6 +2019,13 @@ int hpgo_hetplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_hetpl
         int32_t *sp = (int32_t *)at;
         at += sizeof(int32_t) * (size_t)(P + 1);
         memcpy(sp, cd->plan.split, sizeof(int32_t) * (size_t)(P + 1));
+        for (int32_t k = 0; k < P; k++) {
+            if (g[k].parts) {
+                memcpy(at, g[k].parts, sizeof(int32_t) * (size_t)g[k].dp);
+                g[k].parts = (const int32_t *)at;
+                at += sizeof(int32_t) * (size_t)g[k].dp;
+            }
+        }
         at += (8 - (size_t)(at - (char *)r->storage) % 8) % 8; /* the next groups' alignment */
         e->plan.groups = g;
         e->plan.split = sp;
