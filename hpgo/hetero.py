@@ -432,7 +432,8 @@ class HapPlan:
         return all(s in DDP_STRATEGIES for s in self.strategies)
 
     def to_parallel_plan(self, layers, global_batch: int, *, micro_batch: Optional[int] = None,
-                         gpu: Union[str, int, None] = None):
+                         gpu: Union[str, int, None, tuple] = None,
+                         cluster: Optional["Cluster"] = None):
         """The plan in the step model's vocabulary, where it has a neutral
         form: a data-parallel program (``dp`` / ``ew_gb`` / ``att_gb``, or
         ``dp_zero`` in place of ``dp`` on every linear layer, then
@@ -444,7 +445,14 @@ class HapPlan:
         sharding (``col``, ``row``, ``ew_gf``, ``att_heads``: ParallelPlan's
         tp splits evenly), replicated compute (``rep``, ``ew_r``, ``att_r``),
         ZeRO-3 on some linear layers only (``zero`` is one stage for the
-        whole plan), and a device with no share."""
+        whole plan), and a device with no share.
+
+        On a mixed cluster the devices' GPU types become the group's
+        (``gpu`` a tuple of types and ``replicas`` the devices of each, in
+        device order): pass ``cluster=`` the HAP cluster the plan was made
+        for (its device names, e.g. ``hap_cluster("a100", 8, "v100-16gb",
+        8)``), and simulate on an :class:`hpgo.Cluster` with those types as
+        parts (``hpgo.Cluster.combine``)."""
         from .parallel import ParallelPlan, StageGroup
         used = set(self.strategies)
         tensor = sorted(used & {"col", "row", "ew_gf", "att_heads"})
@@ -473,8 +481,40 @@ class HapPlan:
         mb = gb if micro_batch is None else _args.index("micro_batch", micro_batch, 1)
         total = math.fsum(self.ratios)
         shares = tuple(r / total for r in self.ratios)
+        from .workmodel import Transformer
+        if isinstance(layers, Transformer):
+            # a transformer replica takes whole sequences: HAP's own
+            # sharding_round of the micro-batch by the ratios
+            lengths = self.shard_lengths(mb)
+            if min(lengths) < 1:
+                raise ValueError(f"micro_batch {mb}: a device gets no whole sequence at ratios "
+                                 f"{self.ratios}")
+            shares = tuple(x / mb for x in lengths)
+        replicas = None
+        if cluster is not None:
+            if gpu is not None:
+                raise ValueError("give gpu or cluster, not both")
+            names = tuple(cluster.names)
+            if len(names) != len(shares):
+                raise ValueError(f"cluster has {len(names)} named devices, the plan "
+                                 f"{len(shares)} ratios: pass the cluster the plan was made for")
+            kinds: List[str] = []
+            counts: List[int] = []
+            for nm in names:
+                if kinds and kinds[-1] == nm:
+                    counts[-1] += 1
+                else:
+                    kinds.append(nm)
+                    counts.append(1)
+            if len(set(kinds)) != len(kinds):
+                raise ValueError(f"cluster: each device type's devices must be consecutive, "
+                                 f"got {names}")
+            if len(kinds) > 1:
+                gpu, replicas = tuple(kinds), tuple(counts)
+            else:
+                gpu = kinds[0]
         group = StageGroup((0, n), dp=len(shares), shares=shares if len(shares) > 1 else None,
-                           gpu=gpu)
+                           gpu=gpu, replicas=replicas)
         return ParallelPlan(global_batch=gb, micro_batch=mb, zero=3 if "dp_zero" in used else 0,
                             stages=(group,))
 

@@ -94,3 +94,33 @@ def test_autoplan_finds_data_parallelism_across_types():
     for k in range(2):
         alone = hpgo.autoplan(m, c.parts[k], 64, top=1).best
         assert alone.iteration_time > best.iteration_time
+
+
+def test_hap_data_parallel_plan_on_a_mixed_cluster():
+    """HAP's data-parallel plan over 8 A100 + 8 V100 runs in the step engine as
+    one group spanning both types, its shares HAP's sharding_round of the
+    batch; the engine agrees the shares beat even ones, and prices the
+    gradient all-reduce as one ring at the join's rate where HAP's table
+    measures the hierarchical collective (docs/replanning-and-heterogeneous.md)."""
+    from hpgo import hetero as H
+    import dataclasses
+    hc = H.hap_cluster("a100", 8, "v100-16gb", 8, network_gbps=100, dtype="bf16")
+    chain = H.transformer_chain(12, 512, 128, 768, 3072, heads=12)
+    dp = H.plan(chain, hc, strategies=H.DDP_STRATEGIES, ratios="proportional")
+    m = hpgo.transformer(hidden=768, layers=12, heads=12, ffn=3072, seq=128, vocab=30522)
+    p = dp.to_parallel_plan(m, 512, cluster=hc)
+    (g,) = p.stages
+    assert g.gpu == ("a100", "v100-16gb") and g.replicas == (8, 8)
+    assert [round(x * 512) for x in g.shares] == dp.shard_lengths(512)
+    c = hpgo.Cluster.combine(hpgo.Cluster.build("a100", nodes=1, gpus_per_node=8),
+                             hpgo.Cluster.build("v100-16gb", nodes=1, gpus_per_node=8),
+                             bandwidth=100e9 / 8, latency=20e-6, efficiency=0.9)
+    r = hpgo.simulate(m, c, p, precision="bf16", timeline=False)
+    even = hpgo.simulate(m, c, p.with_(stages=(dataclasses.replace(g, shares=None),)),
+                         precision="bf16", timeline=False)
+    assert r.fits and r.iteration_time < even.iteration_time
+    d = r.devices[0]
+    assert d["sync_end"] - d["compute_end"] > dp.all_reduce
+    with pytest.raises(ValueError, match="consecutive"):
+        dp.to_parallel_plan(m, 512, cluster=dataclasses.replace(
+            hc, names=("a100", "v100-16gb") * 8))
