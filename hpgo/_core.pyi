@@ -229,8 +229,12 @@ def _step_kernel_time(cluster: tuple[Any, ...], dtype: int, op: int, flops: floa
                       nbytes: float, /) -> float: ...
 def _step_model_params(model: tuple[Any, ...], /) -> tuple[float, float]: ...
 # plan: 33 items (step_glue.c to_plan), the last the stage groups: None or a
-# tuple of (part, tp, dp, first_gpu or -1, shares tuple or None); each device
-# dict of the result has "part" and "speed" (its slowest GPU's factor)
+# tuple of (part, tp, dp, first_gpu or -1, shares tuple or None, gpus tuple or
+# None[, parts tuple or None]) -- part -1 with parts (one a replica): a group
+# whose replicas span GPU types; each device dict of the result has "part"
+# (for a group spanning types: the part whose memory is shown) and "speed"
+# (its slowest GPU's factor).  _hetplan's plans give each group as (part, tp,
+# dp, shares or None, parts or None).
 def _step_simulate(model: tuple[Any, ...], cluster: tuple[Any, ...], plan: tuple[Any, ...],
                    record: bool, overhead_bytes: float | None, /) -> dict[str, Any]: ...
 def _hetplan(model: tuple[Any, ...], cluster: tuple[Any, ...], opts: tuple[Any, ...],

@@ -82,6 +82,11 @@ MEGATRON = Framework(
              "Megatron-LM core_v0.19.0 megatron/core/parallel_state.py "
              "initialize_model_parallel: world = tp x pp x dp x cp, equal groups",
              lambda p, m, pr: getattr(p, "stages", None) is not None),
+        Rule("Megatron-LM gives every data-parallel rank the same micro-batch: a stage group "
+             "whose replicas span GPU types (shares by speed) has no Megatron-LM form",
+             "Megatron-LM core_v0.19.0 megatron/training/arguments.py: --micro-batch-size, one value for every rank",
+             lambda p, m, pr: any(getattr(g, "replicas", None) is not None
+                                  for g in getattr(p, "stages", None) or ())),
         Rule("FSDP2 (zero=3) runs without pipeline parallelism",
              f"{_MLM}: assert args.pipeline_model_parallel_size == 1 under --use-torch-fsdp2",
              lambda p, m, pr: p.zero == 3 and p.pp > 1),
@@ -177,6 +182,11 @@ TORCHTITAN = Framework(
              "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py ParallelDims: "
              "world_size = pp x dp_replicate x dp_shard x cp x tp",
              lambda p, m, pr: getattr(p, "stages", None) is not None),
+        Rule("torchtitan gives every data-parallel rank the same micro-batch: a stage group "
+             "whose replicas span GPU types (shares by speed) has no torchtitan form",
+             "torchtitan 0.3.0 torchtitan/config/job_config.py: training.local_batch_size, one value for every rank",
+             lambda p, m, pr: any(getattr(g, "replicas", None) is not None
+                                  for g in getattr(p, "stages", None) or ())),
         Rule("a single-stage schedule (gpipe, 1f1b) runs one stage per rank, a multi-stage "
              "one at least two", f"{_TT} torchtitan/distributed/pipeline_parallel.py: "
              "'Single stage schedule requires exactly 1 stage per rank' / 'Multi-stage "
@@ -259,6 +269,11 @@ DEEPSPEED = Framework(
              "DeepSpeed 0.19.8 deepspeed/runtime/pipe/topology.py PipeDataParallelTopology "
              "(axes pipe x data, every stage the same data-parallel size)",
              lambda p, m, pr: getattr(p, "stages", None) is not None),
+        Rule("DeepSpeed gives every data-parallel rank the same micro-batch: a stage group "
+             "whose replicas span GPU types (shares by speed) has no DeepSpeed form",
+             "DeepSpeed 0.19.8 deepspeed/runtime/config.py: train_micro_batch_size_per_gpu, one value for every rank",
+             lambda p, m, pr: any(getattr(g, "replicas", None) is not None
+                                  for g in getattr(p, "stages", None) or ())),
         Rule("ZeRO-2 and ZeRO-3 do not run with pipeline stages",
              f"{_DS} deepspeed/runtime/pipe/engine.py PipelineEngine.__init__: assert "
              "zero_optimization_stage() < ZeroStageEnum.gradients",

@@ -50,9 +50,9 @@ def test_round_trip_describe_and_validation():
         G(layers=(0, 24), dp=24, gpu=("h100", "a100"), replicas=(16, 8))])
     with pytest.raises(ValueError, match="replica 8 needs"):
         hpgo.simulate(GPT, mixed(), bad)
-    with pytest.raises(ValueError, match="stage groups"):
-        hpgo.megatron_args(p, GPT) if hasattr(hpgo, "megatron_args") else \
-            hpgo.simulate(GPT, mixed(), p, framework="megatron")
+    for fw in ("megatron", "torchtitan", "deepspeed"):
+        with pytest.raises(ValueError, match="replicas span GPU types"):
+            hpgo.simulate(GPT, mixed(), p, framework=fw)
 
 
 def test_shares_by_speed_memory_per_type_and_the_join():

@@ -1243,9 +1243,15 @@ static void build(const search_t *S, cand_t *cd)
 
 /* The exact stage costs of built candidate cd, as engine.c's uneven_views
  * prices them, and its time and memory bounds from them. */
+static void price_span(const search_t *S, cand_t *cd);
+
 static void price(const search_t *S, cand_t *cd)
 {
     const shape_t *sh = &S->shapes[cd->shape];
+    if (sh->span) {
+        price_span(S, cd);
+        return;
+    }
     hpgo_parplan_t p = cd->plan;
     const hpgo_stage_group_t *groups = p.groups;
     const int32_t *split = p.split;
@@ -1405,6 +1411,57 @@ static void price(const search_t *S, cand_t *cd)
     free(sc), free(tmp), free(locals);
 }
 
+/* A span pipeline's bound from the engine's own stage costs (engine.c
+ * mixed_view: each replica priced on its part at its samples, the stage's
+ * passes its slowest replica's over its speed): stage j's device runs its
+ * m forwards and m backwards one after another, and its first forward
+ * waits for one forward of every stage before it, so T >= sum_{i<j} f_i +
+ * m (f_j + b_j + w_j) (autoplan's before + busy).  No memory bound. */
+static void price_span(const search_t *S, cand_t *cd)
+{
+    const shape_t *sh = &S->shapes[cd->shape];
+    const hpgo_parplan_t *p = &cd->plan;
+    int64_t m = S->B / sh->M;
+    double before = 0, lb = 0;
+    for (int32_t j = 0; j < p->pp; j++) {
+        const hpgo_stage_group_t *g = &p->groups[j];
+        hpgo_parplan_t vp = view_plan(p, g->tp, g->dp, m);
+        double lastn[HPGO_CLUSTER_MAX_PARTS];
+        hpgo_stage_cost_t one[HPGO_CLUSTER_MAX_PARTS];
+        int have[HPGO_CLUSTER_MAX_PARTS] = {0};
+        double f = 0, bw = 0, ww = 0;
+        int64_t next[HPGO_CLUSTER_MAX_PARTS] = {0};
+        for (int32_t i = 0; i < g->dp; i++) {
+            int32_t q = g->parts[i];
+            const hpgo_cluster_t *pc = hpgo_cluster_part(S->c, q);
+            double samples = (double)sh->M * g->shares[i];
+            if (!have[q] || lastn[q] != samples) {
+                if (hpgo_work_stage_cost_range(S->w, pc, &vp, p->split[j], p->split[j + 1],
+                                               samples, &one[q], NULL) != HPGO_OK) {
+                    cd->state = HS_REJECTED;
+                    return;
+                }
+                have[q] = 1, lastn[q] = samples;
+            }
+            /* replica i's first GPU: stage j's share of part q, in order */
+            int64_t per = hpgo_cluster_gpus(pc) / p->pp;
+            int64_t g0 = part_start(S->c, q) + (int64_t)j * per + next[q];
+            next[q] += g->tp;
+            double sp = min_speed(S->c, g0, g0 + g->tp);
+            f = one[q].f / sp > f ? one[q].f / sp : f;
+            bw = one[q].b / sp > bw ? one[q].b / sp : bw;
+            ww = one[q].w / sp > ww ? one[q].w / sp : ww;
+        }
+        double t = before + (double)m * (f + bw + ww);
+        lb = t > lb ? t : lb;
+        before += f;
+    }
+    cd->lb = lb;
+    cd->key = lb * weight(S, sh);
+    cd->priced = 1;
+    cd->state = HS_LIVE;
+}
+
 static void build_job(void *ctx, int64_t i)
 {
     search_t *S = ctx;
@@ -1507,19 +1564,62 @@ static keyed_t heap_pop(heap_t *h)
     return top;
 }
 
-/* ---- data parallelism across GPU types --------------------------------------- */
+/* ---- stages whose replicas span GPU types ------------------------------------ */
 
 #define SPAN_CANON ((int64_t)1 << 50) /* span shapes rank after every pipeline shape on ties */
+#define SPAN_MAX_PP 8                 /* stages of a pipeline whose stages span types */
 
-/* The span shapes: one stage group over every GPU of every part (replicas
- * of all types, part by part), for each tp dividing every part's node
- * size, micro-batch M, recomputation and ZeRO stage; each replica's share
- * proportional to its speed (its type's samples per second at the mean
- * share, priced on its part at the shape's tp and recomputation, times its
- * slowest GPU's factor; whole samples for a transformer by the greedy of
- * stage_samples).  They are few (tp x M x 12), so they are not bounded:
- * every one is simulated (first, so that its times tighten the bound the
- * pipeline shapes must beat), which keeps the search exact over them. */
+/* Whole samples (a transformer) or fractions (a layer chain) of a
+ * micro-batch of M for replicas of rates rate[0..R): proportional, the
+ * greedy of stage_samples for whole ones.  -1 when a replica would get
+ * no sample. */
+static int span_samples(const search_t *S, int64_t M, int64_t R, const double *rate, double *nn)
+{
+    double tot = 0;
+    for (int64_t i = 0; i < R; i++)
+        tot += rate[i];
+    if (!S->xf) {
+        for (int64_t i = 0; i < R; i++)
+            nn[i] = (double)M * rate[i] / tot;
+        return 0;
+    }
+    int64_t sum = 0;
+    for (int64_t i = 0; i < R; i++) {
+        int64_t k = (int64_t)floor((double)M * rate[i] / tot);
+        nn[i] = (double)(k < 1 ? 1 : k);
+        sum += (int64_t)nn[i];
+    }
+    while (sum > M) {
+        int64_t best = -1;
+        for (int64_t i = 0; i < R; i++)
+            if (nn[i] > 1 && (best < 0 || nn[i] / rate[i] > nn[best] / rate[best]))
+                best = i;
+        if (best < 0)
+            return -1;
+        nn[best] -= 1, sum--;
+    }
+    while (sum < M) {
+        int64_t best = 0;
+        for (int64_t i = 1; i < R; i++)
+            if ((nn[i] + 1) / rate[i] < (nn[best] + 1) / rate[best])
+                best = i;
+        nn[best] += 1, sum++;
+    }
+    return 0;
+}
+
+/* The span shapes: P stages (1 <= P <= SPAN_MAX_PP) each of R replicas on
+ * every part (part q's GPUs split evenly over the stages, in stage order,
+ * replicas of tp consecutive GPUs), for each tp dividing every part's node
+ * and GPUs, micro-batch M, schedule (P > 1), recomputation and ZeRO stage;
+ * the even layer split; each replica's share proportional to its speed
+ * (its type's samples per second at the mean share, priced on its part at
+ * the shape's tp and recomputation, times its slowest GPU's factor; whole
+ * samples for a transformer by the greedy of stage_samples).  P = 1 is
+ * data parallelism over every GPU.  The data-parallel plans are few (tp x
+ * M x 12) and not bounded: each is simulated, first, so that its time
+ * tightens the bound the other plans must beat.  A pipeline's plan is
+ * priced first (price_span) and simulated only when its bound allows. */
 static int add_span(search_t *S, hpgo_hetplan_result_t *r, heap_t *H, hpgo_err_t *err)
 {
     const hpgo_hetplan_opts_t *o = S->o;
@@ -1532,149 +1632,145 @@ static int add_span(search_t *S, hpgo_hetplan_result_t *r, heap_t *H, hpgo_err_t
         gpn = u < gpn ? u : gpn;
     }
     double *rate = malloc(sizeof(double) * 2 * (size_t)total);
-    if (!rate)
+    int32_t *rpart = malloc(sizeof(int32_t) * (size_t)total);
+    if (!rate || !rpart) {
+        free(rate), free(rpart);
         return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+    }
     double *nn = rate + total;
     int rc = HPGO_OK;
+    static const int8_t scheds[3] = {HPGO_PS_1F1B, HPGO_PS_ZBH1, HPGO_PS_GPIPE};
     for (int32_t tp = 1; tp <= gpn && rc == HPGO_OK; tp++) {
         int ok = free_or(o->tp, tp) && tp_ok(S, tp);
         for (int32_t q = 0; ok && q < S->n_parts; q++) {
             const hpgo_cluster_t *pc = hpgo_cluster_part(c, q);
             ok = hpgo_cluster_unit(pc, 0) % tp == 0 && hpgo_cluster_gpus(pc) % tp == 0;
         }
-        int64_t R = total / tp;
-        if (!ok || R > (1 << 24) || R < 2)
+        if (!ok)
             continue;
-        for (int32_t mi = 0; mi < S->n_Ms && rc == HPGO_OK; mi++) {
-            int64_t M = S->Ms[mi], m = S->B / M;
-            if (S->xf && M < R)
+        for (int32_t P = 1; P <= SPAN_MAX_PP && P <= S->L && rc == HPGO_OK; P++) {
+            int fits_p = 1;
+            for (int32_t q = 0; q < S->n_parts; q++)
+                fits_p &= (hpgo_cluster_gpus(hpgo_cluster_part(c, q)) / tp) % P == 0;
+            int64_t R = total / tp / P;
+            if (!fits_p || R > (1 << 24) || R < 2)
                 continue;
-            for (int8_t rcm = HPGO_RC_NONE; rcm <= HPGO_RC_FULL && rc == HPGO_OK; rcm++) {
-                if (!free_or(o->recompute, rcm) || (rcm == HPGO_RC_SELECTIVE && !S->xf))
+            for (int32_t mi = 0; mi < S->n_Ms && rc == HPGO_OK; mi++) {
+                int64_t M = S->Ms[mi], m = S->B / M;
+                if (S->xf && M < R)
                     continue;
-                /* each replica's rate: its type's samples per second at the
-                 * mean share, times its slowest GPU's speed */
-                hpgo_parplan_t p = *o->base;
-                p.tp = p.dp = p.cp = p.ep = p.vstages = 1;
-                p.etp = 0, p.pp = 1, p.micro_batch = M, p.global_batch = S->B;
-                p.schedule = o->schedule >= 0 ? o->schedule : HPGO_PS_1F1B;
-                p.recompute = rcm, p.sequence_parallel = S->xf && tp > 1, p.shard_size = 0;
-                p.n_split = 0, p.split = NULL, p.n_groups = 0, p.groups = NULL;
-                p.zero = 0;
-                double ref = S->xf ? (double)(M / R > 0 ? M / R : 1) : (double)M / (double)R;
-                int64_t i = 0;
-                for (int32_t q = 0; q < S->n_parts && ok; q++) {
-                    const hpgo_cluster_t *pc = hpgo_cluster_part(c, q);
-                    hpgo_parplan_t vp = view_plan(&p, tp, 1, m);
-                    hpgo_stage_cost_t one;
-                    if (hpgo_work_stage_cost_range(S->w, pc, &vp, 0, (int32_t)S->L, ref, &one,
-                                                   NULL) != HPGO_OK ||
-                        !(one.f + one.b + one.w > 0)) {
-                        ok = 0;
-                        break;
-                    }
-                    int64_t first = part_start(c, q), G = hpgo_cluster_gpus(pc);
-                    for (int64_t x = 0; x < G; x += tp, i++)
-                        rate[i] = ref / (one.f + one.b + one.w) *
-                                  min_speed(c, first + x, first + x + tp);
-                }
-                if (!ok) {
-                    ok = 1;
-                    continue;
-                }
-                double tot = 0;
-                for (i = 0; i < R; i++)
-                    tot += rate[i];
-                int bad = 0;
-                if (!S->xf) {
-                    for (i = 0; i < R; i++)
-                        nn[i] = (double)M * rate[i] / tot;
-                } else {
-                    int64_t sum = 0;
-                    for (i = 0; i < R; i++) {
-                        int64_t k = (int64_t)floor((double)M * rate[i] / tot);
-                        nn[i] = (double)(k < 1 ? 1 : k);
-                        sum += (int64_t)nn[i];
-                    }
-                    while (sum > M && !bad) {
-                        int64_t best = -1;
-                        for (i = 0; i < R; i++)
-                            if (nn[i] > 1 && (best < 0 || nn[i] / rate[i] > nn[best] / rate[best]))
-                                best = i;
-                        if (best < 0)
-                            bad = 1;
-                        else
-                            nn[best] -= 1, sum--;
-                    }
-                    while (sum < M) {
-                        int64_t best = 0;
-                        for (i = 1; i < R; i++)
-                            if ((nn[i] + 1) / rate[i] < (nn[best] + 1) / rate[best])
-                                best = i;
-                        nn[best] += 1, sum++;
-                    }
-                }
-                double most = 0;
-                for (i = 0; i < R; i++)
-                    most = nn[i] > most ? nn[i] : most;
-                if (bad || most > (double)o->max_micro_batch)
-                    continue;
-                for (int8_t z = 0; z <= 3; z++) {
-                    if (o->zero >= 0 && z != o->zero)
+                for (int8_t rcm = HPGO_RC_NONE; rcm <= HPGO_RC_FULL && rc == HPGO_OK; rcm++) {
+                    if (!free_or(o->recompute, rcm) || (rcm == HPGO_RC_SELECTIVE && !S->xf))
                         continue;
-                    if (grow((void **)&S->shapes, &S->cap_shapes, S->n_shapes + 1,
-                             sizeof(shape_t)) < 0 ||
-                        grow((void **)&S->cands, &S->cap_cands, S->n_cands + 1,
-                             sizeof(cand_t)) < 0) {
-                        rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
-                        break;
+                    hpgo_parplan_t p = *o->base;
+                    p.tp = p.dp = p.cp = p.ep = p.vstages = 1;
+                    p.etp = 0, p.pp = P, p.micro_batch = M, p.global_batch = S->B;
+                    p.recompute = rcm, p.sequence_parallel = S->xf && tp > 1, p.shard_size = 0;
+                    p.n_split = 0, p.split = NULL, p.n_groups = 0, p.groups = NULL;
+                    p.zero = 0, p.schedule = HPGO_PS_1F1B;
+                    /* each replica's rate (all stages, stage after stage) */
+                    double ref = S->xf ? (double)(M / R > 0 ? M / R : 1) : (double)M / (double)R;
+                    int good = 1;
+                    for (int32_t q = 0; q < S->n_parts && good; q++) {
+                        const hpgo_cluster_t *pc = hpgo_cluster_part(c, q);
+                        hpgo_parplan_t vp = view_plan(&p, tp, 1, m);
+                        vp.pp = 1;
+                        hpgo_stage_cost_t one;
+                        if (hpgo_work_stage_cost_range(S->w, pc, &vp, 0, (int32_t)S->L, ref, &one,
+                                                       NULL) != HPGO_OK ||
+                            !(one.f + one.b + one.w > 0)) {
+                            good = 0;
+                            break;
+                        }
+                        int64_t first = part_start(c, q), per = hpgo_cluster_gpus(pc) / P;
+                        for (int32_t j = 0; j < P; j++) {
+                            /* stage j's replicas of part q: after the earlier parts' */
+                            int64_t at = (int64_t)j * R;
+                            for (int32_t q2 = 0; q2 < q; q2++)
+                                at += hpgo_cluster_gpus(hpgo_cluster_part(c, q2)) / P / tp;
+                            for (int64_t x = 0; x < per; x += tp, at++) {
+                                int64_t g0 = first + (int64_t)j * per + x;
+                                rate[at] = ref / (one.f + one.b + one.w) *
+                                           min_speed(c, g0, g0 + tp);
+                                rpart[at] = q;
+                            }
+                        }
                     }
-                    shape_t *sh = &S->shapes[S->n_shapes];
-                    memset(sh, 0, sizeof *sh);
-                    sh->span = 1, sh->M = M, sh->sched = (int8_t)p.schedule, sh->rc = rcm;
-                    sh->zero = z, sh->canon = SPAN_CANON + S->n_shapes;
-                    size_t bytes = sizeof(hpgo_stage_group_t) + sizeof(double) * (size_t)R +
-                                   sizeof(int32_t) * ((size_t)R + 2);
-                    char *blob = malloc(bytes);
-                    if (!blob) {
-                        rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
-                        break;
+                    double most = 0;
+                    for (int32_t j = 0; j < P && good; j++) {
+                        if (span_samples(S, M, R, rate + (int64_t)j * R, nn + (int64_t)j * R) < 0)
+                            good = 0;
+                        for (int64_t i = 0; i < R; i++)
+                            most = nn[(int64_t)j * R + i] > most ? nn[(int64_t)j * R + i] : most;
                     }
-                    hpgo_stage_group_t *g = (hpgo_stage_group_t *)blob;
-                    double *shares = (double *)(g + 1);
-                    int32_t *split = (int32_t *)(shares + R), *parts = split + 2;
-                    memset(g, 0, sizeof *g);
-                    g->part = HPGO_PART_MIXED, g->tp = tp, g->dp = (int32_t)R;
-                    g->first_gpu = -1, g->shares = shares, g->parts = parts;
-                    i = 0;
-                    for (int32_t q = 0; q < S->n_parts; q++)
-                        for (int64_t x = 0; x < hpgo_cluster_gpus(hpgo_cluster_part(c, q));
-                             x += tp, i++)
-                            parts[i] = q;
-                    for (i = 0; i < R; i++)
-                        shares[i] = nn[i] / (double)M;
-                    split[0] = 0, split[1] = (int32_t)S->L;
-                    cand_t *cd = &S->cands[S->n_cands];
-                    memset(cd, 0, sizeof *cd);
-                    cd->shape = S->n_shapes;
-                    cd->plan = p;
-                    cd->plan.zero = z;
-                    cd->plan.n_groups = 1, cd->plan.groups = g;
-                    cd->plan.n_split = 2, cd->plan.split = split;
-                    cd->blob = blob;
-                    cd->priced = 1, cd->state = HS_LIVE, cd->lb = 0, cd->key = 0;
-                    if (heap_push(H, (keyed_t){0, ITEM(K_CAND, S->n_cands)}) < 0) {
-                        free(blob);
-                        rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
-                        break;
+                    if (!good || most > (double)o->max_micro_batch)
+                        continue;
+                    for (int si = 0; si < 3 && rc == HPGO_OK; si++) {
+                        int8_t sch = scheds[si];
+                        if (P == 1 ? si > 0 || (o->schedule >= 0 && o->schedule != sch &&
+                                                o->schedule != HPGO_PS_GPIPE)
+                                   : (!free_or(o->schedule, sch) ||
+                                      (sch == HPGO_PS_GPIPE && o->schedule != sch)))
+                            continue;
+                        for (int8_t z = 0; z <= 3; z++) {
+                            if (o->zero >= 0 && z != o->zero)
+                                continue;
+                            if (grow((void **)&S->shapes, &S->cap_shapes, S->n_shapes + 1,
+                                     sizeof(shape_t)) < 0 ||
+                                grow((void **)&S->cands, &S->cap_cands, S->n_cands + 1,
+                                     sizeof(cand_t)) < 0) {
+                                rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+                                break;
+                            }
+                            shape_t *sh = &S->shapes[S->n_shapes];
+                            memset(sh, 0, sizeof *sh);
+                            sh->span = 1, sh->M = M, sh->sched = sch, sh->rc = rcm;
+                            sh->zero = z, sh->canon = SPAN_CANON + S->n_shapes;
+                            size_t nr = (size_t)R * (size_t)P;
+                            size_t bytes = sizeof(hpgo_stage_group_t) * (size_t)P +
+                                           sizeof(double) * nr +
+                                           sizeof(int32_t) * (nr + (size_t)P + 1);
+                            char *blob = malloc(bytes);
+                            if (!blob) {
+                                rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+                                break;
+                            }
+                            hpgo_stage_group_t *g = (hpgo_stage_group_t *)blob;
+                            double *shares = (double *)(g + P);
+                            int32_t *split = (int32_t *)(shares + nr), *parts = split + P + 1;
+                            for (size_t i = 0; i < nr; i++)
+                                shares[i] = nn[i] / (double)M, parts[i] = rpart[i];
+                            for (int32_t j = 0; j < P; j++) {
+                                memset(&g[j], 0, sizeof g[j]);
+                                g[j].part = HPGO_PART_MIXED, g[j].tp = tp, g[j].dp = (int32_t)R;
+                                g[j].first_gpu = -1, g[j].shares = shares + (int64_t)j * R;
+                                g[j].parts = parts + (int64_t)j * R;
+                            }
+                            hpgo_work_even_split(S->L, P, split);
+                            cand_t *cd = &S->cands[S->n_cands];
+                            memset(cd, 0, sizeof *cd);
+                            cd->shape = S->n_shapes;
+                            cd->plan = p;
+                            cd->plan.zero = z, cd->plan.schedule = sch;
+                            cd->plan.n_groups = P, cd->plan.groups = g;
+                            cd->plan.n_split = P + 1, cd->plan.split = split;
+                            cd->blob = blob;
+                            cd->priced = (int8_t)(P == 1), cd->state = HS_LIVE;
+                            cd->lb = 0, cd->key = 0;
+                            if (heap_push(H, (keyed_t){0, ITEM(K_CAND, S->n_cands)}) < 0) {
+                                free(blob);
+                                rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
+                                break;
+                            }
+                            S->n_shapes++, S->n_cands++;
+                            r->shapes++, r->shapes_expanded++, r->candidates++;
+                        }
                     }
-                    S->n_shapes++, S->n_cands++;
-                    r->shapes++, r->shapes_expanded++, r->candidates++;
                 }
             }
         }
     }
-    free(rate);
+    free(rate), free(rpart);
     return rc;
 }
 
