@@ -58,6 +58,12 @@
  * whose splits can fit (the layers its stages can hold, as middle stages,
  * sum to fewer than the model's) is dropped.
  *
+ * Span shapes (stages whose replicas span every part, add_span): their
+ * data-parallel plans are simulated without a bound; their pipelines are
+ * bounded from the engine's own stage costs (price_span: before + busy)
+ * before they are simulated.  Both join the same ranking, so the result
+ * stays the exact top list of the larger space.
+ *
  * Cost: O(shapes x parts) for phase 1 (per-segment sums cached), plus
  * O(stages x replicas) engine pricing per built plan and the simulations
  * the bounds cannot exclude. */

@@ -22,7 +22,11 @@
  *   sequence parallelism with tp > 1;
  * - the layer split: the engine's even split, and the split balancing
  *   the stages' compute on their own GPUs (each stage's per-layer seconds
- *   at its slowest replica).
+ *   at its slowest replica);
+ * - on a cluster of several parts, also stages whose replicas span every
+ *   part: 1 to 8 stages, each holding an equal share of every part's GPUs
+ *   (P = 1: data parallelism over every GPU), the even split, shares by
+ *   each replica's speed on its own type.
  *
  * Exact over that space: a plan is left unsimulated only when a proven
  * lower bound on its time (or on its memory) shows it cannot be among the

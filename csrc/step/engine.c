@@ -21,7 +21,11 @@
  * also prices the stages replica by replica and the resharding transfer of
  * each stage boundary once (reshard_time: O(dp_a + dp_b) per boundary).
  * Placement checks collect every group's GPUs and sort them (O(N log N)
- * for N GPUs used). */
+ * for N GPUs used).  A group whose replicas span GPU types (mixed_view)
+ * prices each replica on its own part, runs its collectives as one ring at
+ * the slowest link the ring uses (the join between parts), and judges its
+ * memory on every type it uses (each type's largest replica; ZeRO shards
+ * evenly over all replicas, whatever their type). */
 #include "engine.h"
 
 #include <math.h>
