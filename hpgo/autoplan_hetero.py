@@ -6,7 +6,9 @@ which GPU types hold which stages, each type's stages, replicas and
 tensor parallelism, the micro-batch, schedule, recomputation and ZeRO
 stage, each replica's share of a micro-batch by its speed and the layer
 split (even, or balanced on each stage's own GPUs), scored by the step
-engine with memory checked on each stage's GPU type; exact over that space
+engine with memory checked on each stage's GPU type; on several types also
+stages whose replicas span every type (data parallelism over every GPU with
+shares by speed, and pipelines of such stages); exact over that space
 with proven bounds (``exhaustive=True`` simulates every plan).  The plans
 are :class:`hpgo.ParallelPlan` values with ``stages``
 (docs/heterogeneous.md).

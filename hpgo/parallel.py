@@ -1401,7 +1401,10 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         plan = _frameworks.apply_defaults(framework, plan)
     d = _core._step_simulate(m._tuple(PRECISIONS[precision]), _headroom_cluster(c, room)._tuple(),
                              plan._tuple(c), timeline, overhead_bytes)
-    mems = tuple(_with_headroom(dev.pop("memory"), c.gpu.memory_bytes) for dev in d["devices"])
+    # each device's memory against its own GPU type's (a stage group on part k, or, spanning
+    # types, the type whose memory is shown)
+    mems = tuple(_with_headroom(dev.pop("memory"), (c.parts[dev["part"]] if c.parts else c)
+                                .gpu.memory_bytes) for dev in d["devices"])
     is_t = isinstance(m, Transformer)
     # MFU and HFU against the dense peak of the precision used (the C core
     # takes bf16's for every 16-bit and 8-bit precision)

@@ -124,3 +124,25 @@ def test_hap_data_parallel_plan_on_a_mixed_cluster():
     with pytest.raises(ValueError, match="consecutive"):
         dp.to_parallel_plan(m, 512, cluster=dataclasses.replace(
             hc, names=("a100", "v100-16gb") * 8))
+
+
+def test_memory_is_judged_on_every_type():
+    """The memory shown is the type with the least relative margin, against
+    its own capacity; a type that overflows makes the plan not fit though
+    the other has room."""
+    c = hpgo.Cluster.combine(hpgo.Cluster.preset("dgx-h100", 1),
+                             hpgo.Cluster.preset("dgx-a100-40gb", 1), bandwidth=25e9)
+
+    def sim(h, a, mb, rc="none"):
+        p = hpgo.ParallelPlan(global_batch=mb * 2, micro_batch=mb, zero=1, recompute=rc,
+                              stages=[G(layers=(0, 24), dp=16, gpu=(0, 1), replicas=(8, 8),
+                                        shares=(h / mb,) * 8 + (a / mb,) * 8)])
+        return hpgo.simulate(GPT, c, p, timeline=False)
+    r = sim(1, 3, 32, "full")
+    assert r.fits and r.devices[0]["part"] == 1 and r.memory[0].capacity == 40e9
+    big = sim(1, 15, 128)
+    assert not big.fits and big.devices[0]["part"] == 1
+    hbig = sim(15, 1, 128)
+    assert not hbig.fits and hbig.devices[0]["part"] == 0 and hbig.memory[0].capacity == 80e9
+    # the A100 replicas' activations: 15 samples' against 1 sample's on the H100 side
+    assert big.memory[0].activations == pytest.approx(hbig.memory[0].activations, rel=1e-9)
