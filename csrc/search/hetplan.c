@@ -1663,6 +1663,10 @@ static int add_span(search_t *S, hpgo_hetplan_result_t *r, heap_t *H, hpgo_err_t
                 continue;
             for (int32_t mi = 0; mi < S->n_Ms && rc == HPGO_OK; mi++) {
                 int64_t M = S->Ms[mi], m = S->B / M;
+                if (hpgo_cancelled(o->cancel)) {
+                    rc = hpgo_err_set(err, HPGO_E_CANCELLED, 0, "the search was cancelled");
+                    break;
+                }
                 if (S->xf && M < R)
                     continue;
                 for (int8_t rcm = HPGO_RC_NONE; rcm <= HPGO_RC_FULL && rc == HPGO_OK; rcm++) {
