@@ -105,8 +105,9 @@ class RankedPlan:
 
     @property
     def memory(self) -> MemoryBreakdown:
-        """The fullest device's memory."""
-        return max(self.result.memory, key=lambda m: m.total)
+        """The fullest device's memory, against its own usable memory (the
+        stages of an uneven plan may sit on GPU types of different memory)."""
+        return max(self.result.memory, key=lambda m: m.total / max(m.usable, 1.0))
 
     @property
     def gpus(self) -> int:

@@ -1104,7 +1104,10 @@ class StepResult:
 
     def summary(self) -> str:
         g = 2.0 ** 30
-        worst = max(range(len(self.memory)), key=lambda i: self.memory[i].total)
+        # the fullest device against its own usable memory (stages of an
+        # uneven plan may sit on GPU types with different memories)
+        worst = max(range(len(self.memory)),
+                    key=lambda i: self.memory[i].total / max(self.memory[i].usable, 1.0))
         m = self.memory[worst]
         rate = (f"{self.tokens_per_second:,.0f} tokens/s ({self.tokens_per_gpu:,.0f} per GPU)"
                 if self.tokens_per_second else f"{self.samples_per_second:,.1f} samples/s")
@@ -1401,10 +1404,11 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         plan = _frameworks.apply_defaults(framework, plan)
     d = _core._step_simulate(m._tuple(PRECISIONS[precision]), _headroom_cluster(c, room)._tuple(),
                              plan._tuple(c), timeline, overhead_bytes)
-    # each device's memory against its own GPU type's (a stage group on part k, or, spanning
-    # types, the type whose memory is shown)
-    mems = tuple(_with_headroom(dev.pop("memory"), (c.parts[dev["part"]] if c.parts else c)
-                                .gpu.memory_bytes) for dev in d["devices"])
+    # each device's memory against its own GPU type's (a stage on a part of a
+    # mixed cluster: that part's GPU; a group spanning types: the type shown)
+    mems = tuple(_with_headroom(dev.pop("memory"),
+                                (c.parts[dev.get("part", 0)].gpu if c.parts else c.gpu).memory_bytes)
+                 for dev in d["devices"])
     is_t = isinstance(m, Transformer)
     # MFU and HFU against the dense peak of the precision used (the C core
     # takes bf16's for every 16-bit and 8-bit precision)

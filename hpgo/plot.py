@@ -837,18 +837,34 @@ def memory_timeline(result: Any, *, devices: Optional[Sequence[int]] = None, ax:
         ys = [0.0] + [b / g for _t, b in pts] + [pts[-1][1] / g]
         ax.step(xs, ys, where="post", color=cmap(0.1 + 0.8 * i / max(1, len(devs) - 1)),
                 lw=1.2, label=f"device {d}: peak {result.memory[d].total / g:.1f} GiB")
-    m = result.memory[devs[0]]
-    ax.axhline(m.capacity / g, color="black", ls="--", lw=1, label="GPU memory")
-    if getattr(m, "headroom", 0.0):
-        ax.axhline((m.capacity - m.headroom) / g, color="black", ls=":", lw=1,
-                   label=f"usable ({m.headroom / m.capacity * 100:g} % kept free)")
+    caps = {result.memory[d].capacity for d in devs}
+    if len(caps) == 1:
+        m = result.memory[devs[0]]
+        ax.axhline(m.capacity / g, color="black", ls="--", lw=1, label="GPU memory")
+        if getattr(m, "headroom", 0.0):
+            ax.axhline((m.capacity - m.headroom) / g, color="black", ls=":", lw=1,
+                       label=f"usable ({m.headroom / m.capacity * 100:g} % kept free)")
+    else:
+        # stages on GPU types with different memories (uneven plans on mixed
+        # clusters): each device's own capacity, in its colour
+        for i, d in enumerate(devs):
+            m = result.memory[d]
+            col = cmap(0.1 + 0.8 * i / max(1, len(devs) - 1))
+            ax.axhline(m.capacity / g, color=col, ls="--", lw=1,
+                       label=f"device {d}: GPU memory {m.capacity / g:.1f} GiB")
+            if getattr(m, "headroom", 0.0):
+                ax.axhline((m.capacity - m.headroom) / g, color=col, ls=":", lw=1,
+                           label=f"device {d}: usable ({m.headroom / m.capacity * 100:g} % "
+                                 "kept free)")
     ax.set_xlim(0, result.iteration_time * k * 1.02)
-    ax.set_ylim(0, max(m.capacity, max(result.memory[d].total for d in devs)) / g * 1.08)
+    ax.set_ylim(0, max(max(caps), max(result.memory[d].total for d in devs)) / g * 1.08)
     ax.set_xlabel(f"time ({unit})")
     ax.set_ylabel("GiB held")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)
     p = result.plan
-    ax.set_title(title or f"memory over one step: {str(result.model).split('#')[0]} on "
-                          f"{result.cluster}, {p.describe()}", fontsize=9)
+    import textwrap
+    ax.set_title(title or textwrap.fill(f"memory over one step: {str(result.model).split('#')[0]}"
+                                        f" on {result.cluster}, {p.describe()}", 110),
+                 fontsize=9)
     return _finish(fig, own)

@@ -349,3 +349,23 @@ def test_engine_and_pipeline_simulator_agree_where_they_compute_the_same_thing()
                    if e.name in kinds)
     assert len(mine) == 4 * 8 * 2 + 3 * 8 * 2 and mine == older
     assert r.iteration_time == s.iteration_time
+
+
+def test_each_device_is_judged_against_its_own_gpu_memory():
+    """A stage on a 32 GB V100 beside one on an 80 GB H100: each device's
+    breakdown states its own GPU's memory, and the summary names the device
+    closest to its own usable memory, not merely the one holding most."""
+    c = hpgo.Cluster.combine(hpgo.Cluster.preset("dgx-h100", 1),
+                             hpgo.Cluster.preset("dgx1-v100", 1), bandwidth=12.5e9)
+    m = hpgo.transformer("llama3-8b", seq=4096)
+    plan = hpgo.ParallelPlan(global_batch=64, micro_batch=8, stages=(
+        hpgo.StageGroup(layers=(0, 28), dp=8, gpu="H100"),
+        hpgo.StageGroup(layers=(28, 32), dp=8, gpu="V100")))
+    r = hpgo.simulate(m, c, plan, timeline=False)
+    assert r.memory[0].capacity == c.parts[0].gpu.memory_bytes
+    assert r.memory[1].capacity == c.parts[1].gpu.memory_bytes
+    assert r.memory[1].usable < r.memory[0].usable
+    ratios = [mm.total / mm.usable for mm in r.memory]
+    worst = ratios.index(max(ratios))
+    assert f"on device {worst}" in r.summary()
+    assert all(mm.fits == (mm.total <= mm.usable) for mm in r.memory)

@@ -405,9 +405,8 @@ static int p_init(psim *P, const hpgo_sim_pipeline_t *cfg, int32_t iters, int re
         P->ops[s] = malloc((2 * T + (size_t)iters + 1) * sizeof(pop));
         if (!P->ops[s])
             return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory");
-    }
-    for (int32_t s = 0; s < P->S; s++)
         p_build_ops(P, s);
+    }
     return p_assign_gpus(P, err);
 }
 
