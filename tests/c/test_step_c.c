@@ -427,7 +427,7 @@ static void test_uneven(void)
         int32_t K = 1 + (int32_t)(urand(&rs) * 4);
         hpgo_stage_group_t g[4];
         double shares[4][8];
-        int32_t split[5] = {0};
+        int32_t split[5] = {0}, rparts[4][8];
         for (int32_t k = 0; k < K; k++) {
             g[k].part = (int32_t)(urand(&rs) * 2.2); /* now and then part 2: refused */
             g[k].tp = 1 << (int32_t)(urand(&rs) * 3);
@@ -435,6 +435,13 @@ static void test_uneven(void)
             g[k].first_gpu = -1;
             g[k].gpus = NULL;
             g[k].shares = NULL;
+            g[k].parts = NULL;
+            if (urand(&rs) < 0.3) { /* replicas spanning both types (now and then part 2) */
+                g[k].part = HPGO_PART_MIXED;
+                for (int32_t r = 0; r < g[k].dp; r++)
+                    rparts[k][r] = (int32_t)(urand(&rs) * 2.05);
+                g[k].parts = rparts[k];
+            }
             if (urand(&rs) < 0.5) {
                 double sum = 0;
                 for (int32_t r = 0; r < g[k].dp; r++)
@@ -461,7 +468,9 @@ static void test_uneven(void)
             if (!r)
                 continue;
             for (int32_t k = 0; k < K; k++) {
-                CHECK(r->devices[k].part == g[k].part);
+                CHECK(r->devices[k].part == g[k].part ||
+                      (g[k].part == HPGO_PART_MIXED && (r->devices[k].part == 0 ||
+                                                        r->devices[k].part == 1)));
                 CHECK(r->devices[k].speed > 0 && r->devices[k].speed <= 1);
                 CHECK(r->iteration_time >= r->devices[k].busy);
             }
