@@ -317,7 +317,15 @@ class StageGroup:
         elif self.first_gpu is not None:
             out += f" from GPU {self.first_gpu}"
         if self.shares is not None:
-            out += " shares " + "/".join(f"{x:.3g}" for x in self.shares)
+            # runs of equal shares once each: "0.0234 x32/0.00781 x32"
+            runs: list[list] = []
+            for x in self.shares:
+                t = f"{x:.3g}"
+                if runs and runs[-1][0] == t:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([t, 1])
+            out += " shares " + "/".join(t if n == 1 else f"{t} x{n}" for t, n in runs)
         return out
 
 
