@@ -35,6 +35,7 @@
 
 #include "cost.h"
 #include "engine.h"
+#include "grow.h"
 #include "memory.h"
 #include "pool.h"
 #include "schedule.h"
@@ -65,19 +66,10 @@ typedef struct search {
     hpgo_work_cache_t cache; /* phase 1 (one thread) */
 } search_t;
 
+/* growable arrays start at 1024 elements (grow.h) */
 static int grow(void **p, int64_t *cap, int64_t need, size_t elem)
 {
-    if (need <= *cap)
-        return 0;
-    int64_t nc = *cap ? *cap * 2 : 1024;
-    while (nc < need)
-        nc *= 2;
-    void *q = realloc(*p, (size_t)nc * elem);
-    if (!q)
-        return -1;
-    *p = q;
-    *cap = nc;
-    return 0;
+    return hpgo_grow(p, cap, need, elem, 1024);
 }
 
 static hpgo_parplan_t with_split(const search_t *S, const cand_t *cd)

@@ -76,6 +76,7 @@
 #include "autoplan.h"
 #include "cost.h"
 #include "engine.h"
+#include "grow.h"
 #include "memory.h"
 #include "pool.h"
 #include "schedule.h"
@@ -173,19 +174,10 @@ typedef struct search {
     int32_t nthreads;
 } search_t;
 
+/* growable arrays start at 256 elements (grow.h) */
 static int grow(void **p, int64_t *cap, int64_t need, size_t elem)
 {
-    if (need <= *cap)
-        return 0;
-    int64_t nc = *cap ? *cap * 2 : 256;
-    while (nc < need)
-        nc *= 2;
-    void *q = realloc(*p, (size_t)nc * elem);
-    if (!q)
-        return -1;
-    *p = q;
-    *cap = nc;
-    return 0;
+    return hpgo_grow(p, cap, need, elem, 256);
 }
 
 static int64_t part_start(const hpgo_cluster_t *c, int32_t part)
