@@ -16,7 +16,6 @@ the stage otherwise).
 """
 from __future__ import annotations
 
-import heapq
 import os
 from typing import Any
 
@@ -58,30 +57,18 @@ def layer_boundaries(profile: Any, cut_states: list[int]) -> list[int]:
     layers) of each HPGO cut: the state after which the cut falls.  Raises
     ValueError when a cover is not a prefix of the profile's layer order."""
     from . import _core, graphfile
+    from .workmodel import topological_order
 
     path = _profile_path(profile)
     d = _core.read_profile(path)
     nodes, edges, st = d["nodes"], d["edges"], d["states"]
     n = len(nodes)
     pred: list[list[int]] = [[] for _ in range(n)]
-    succ: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
     for s, t in edges:
         pred[t].append(s)
-        succ[s].append(t)
-        indeg[t] += 1
-    # hpgo.profile_model's order: topological, lowest file index first
-    ready = [i for i in range(n) if indeg[i] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        v = heapq.heappop(ready)
-        order.append(v)
-        for w in succ[v]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                heapq.heappush(ready, w)
-    order = [i for i in order if not graphfile.clean_desc(nodes[i][1]).startswith("Input")]
+    # hpgo.profile_model's order (workmodel.topological_order)
+    order = [i for i in topological_order(n, edges)
+             if not graphfile.clean_desc(nodes[i][1]).startswith("Input")]
     pos = {v: i for i, v in enumerate(order)}
     anc: list[int | None] = [None] * n  # ancestor bitsets, in topological order
 

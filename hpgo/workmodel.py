@@ -30,6 +30,29 @@ _MLPS = {"gelu": _core.MLP_GELU, "swiglu": _core.MLP_SWIGLU}
 _NORMS = ("layernorm", "rmsnorm")
 
 
+def topological_order(n: int, edges: Any) -> list[int]:
+    """The nodes 0..n-1 of a profile graph in hpgo.profile_model's layer
+    order: topological, the lowest node index first among the ready ones
+    (fewer than n nodes when the graph has a cycle)."""
+    import heapq
+    succ: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for s, d in edges:
+        succ[s].append(d)
+        indeg[d] += 1
+    ready = [i for i in range(n) if indeg[i] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        v = heapq.heappop(ready)
+        order.append(v)
+        for w in succ[v]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                heapq.heappush(ready, w)
+    return order
+
+
 def _nonneg_int(name: str, v: Any, limit: int = 1 << 26) -> int:
     return 0 if v == 0 and not isinstance(v, bool) and hasattr(v, "__index__") \
         else _pos_int(name, v, limit)
@@ -752,22 +775,7 @@ def profile_model(profile: Any, batch: float | None = None, *,
     n = len(prof.nodes)
     for i, nd in enumerate(prof.nodes):
         nd.check(f"{name}: node {i} ({nd.desc!r})")
-    succ: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for s, d in prof.edges:
-        succ[s].append(d)
-        indeg[d] += 1
-    import heapq
-    ready = [i for i in range(n) if indeg[i] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        v = heapq.heappop(ready)
-        order.append(v)
-        for w in succ[v]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                heapq.heappush(ready, w)
+    order = topological_order(n, prof.edges)
     if len(order) != n:
         raise ValueError(f"{name}: the graph has a cycle")
     # PipeDream's Input nodes (one or several, anywhere in the file) carry no work
