@@ -133,7 +133,11 @@ class GPU:
     attention kernels) are optional: empty, the matrix curve applies; a
     measured GPU (:mod:`hpgo.calibrate`) has both.  ``multiprocessors`` (SMs;
     0: unknown) lets the step model charge the SMs that communication kernels
-    take from compute they overlap with."""
+    take from compute they overlap with.  ``power_limit`` (W; 0: none) is a
+    board power limit below what the curves were measured at: compute-bound
+    kernels then run at the clock that limit leaves (Hopper SXM dies only,
+    from the power measured on an H100 SXM5; docs/training-model.md, "Power
+    limits"); ``grand-teton-h100`` sets 500."""
 
     name: str
     fp32_flops: float
@@ -149,6 +153,7 @@ class GPU:
     fp8_matrix_efficiency: tuple[tuple[float, float], ...] = ()
     attention_efficiency: tuple[tuple[float, float], ...] = ()
     multiprocessors: int = 0
+    power_limit: float = 0.0
 
     def __post_init__(self) -> None:
         for f in ("matrix_efficiency", "vector_efficiency", "memory_efficiency",
@@ -156,6 +161,11 @@ class GPU:
             object.__setattr__(self, f, _steps(f, getattr(self, f)))
         if isinstance(self.multiprocessors, bool) or not isinstance(self.multiprocessors, int):
             raise TypeError("multiprocessors must be an int (0: unknown)")
+        if isinstance(self.power_limit, bool) or not isinstance(self.power_limit, (int, float)):
+            raise TypeError("power_limit must be a number of watts (0: none)")
+        if not (self.power_limit >= 0) or self.power_limit == float("inf"):
+            raise ValueError(f"power_limit must be a finite number of watts >= 0 (0: none), "
+                             f"got {self.power_limit!r}")
 
     def peak(self, dtype: str = "bf16") -> float:
         """Dense peak FLOP/s of ``"fp32"``, ``"tf32"``, ``"bf16"`` (= fp16) or ``"fp8"``."""
@@ -431,8 +441,8 @@ class Cluster:
 
     @classmethod
     def _from_tuple(cls, t: tuple) -> "Cluster":
-        name, gname, peaks, vec, hbm, hbw, ms, vs, mems, levels, f8, att, sms, sy = t[:14]
-        gpu = GPU(gname, *peaks, vec, hbm, hbw, ms, vs, mems, f8, att, sms)
+        name, gname, peaks, vec, hbm, hbw, ms, vs, mems, levels, f8, att, smw, sy = t[:14]
+        gpu = GPU(gname, *peaks, vec, hbm, hbw, ms, vs, mems, f8, att, smw[0], smw[1])
         lv = tuple(Level(size=s, bandwidth=b, collective_bandwidth=cb, latency=lat, efficiency=e)
                    for s, b, cb, lat, e in levels)
         hm, hb, hmb, frag, jit, nccl = sy
@@ -448,7 +458,8 @@ class Cluster:
                 g.memory_efficiency,
                 tuple((lv.size, lv.bandwidth, lv.collective_bandwidth, lv.latency, lv.efficiency)
                       for lv in self.levels),
-                g.fp8_matrix_efficiency, g.attention_efficiency, g.multiprocessors,
+                g.fp8_matrix_efficiency, g.attention_efficiency,
+                (g.multiprocessors, float(g.power_limit)),
                 (float(self.host_memory_bytes), float(self.host_bandwidth),
                  float(self.host_memory_bandwidth), float(self.allocator_fragmentation),
                  float(self.jitter), int(self.nccl_latency)),

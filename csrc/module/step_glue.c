@@ -89,7 +89,7 @@ static int get_steps(PyObject *o, const char *what, hpgo_gpu_t *g, int which)
 /* cluster: (name, gpu_name, (fp32, tf32, bf16, fp8), vector_flops, hbm_bytes,
  *           hbm_bandwidth, matrix_steps, vector_steps, memory_steps,
  *           ((size, bandwidth, coll_bandwidth, latency, efficiency), ...),
- *           fp8_steps, attention_steps, multiprocessors,
+ *           fp8_steps, attention_steps, (multiprocessors, power_limit),
  *           (host_memory, host_bandwidth, host_memory_bandwidth, alloc_frag, jitter,
  *            nccl_latency),
  *           parts, join, speeds)   (the steps may be empty)
@@ -121,7 +121,8 @@ static int one_cluster(PyObject *t, hpgo_cluster_t *c)
         get_steps(PyTuple_GET_ITEM(t, 10), "gpu fp8_matrix_efficiency", &c->gpu, HPGO_EFF_FP8) < 0 ||
         get_steps(PyTuple_GET_ITEM(t, 11), "gpu attention_efficiency", &c->gpu,
                   HPGO_EFF_ATTENTION) < 0 ||
-        get_i32(t, 12, N, "gpu multiprocessors", &c->gpu.sms) < 0)
+        get_i32(PyTuple_GET_ITEM(t, 12), 0, 2, "gpu multiprocessors", &c->gpu.sms) < 0 ||
+        get_f(PyTuple_GET_ITEM(t, 12), 1, 2, "gpu power_limit", &c->gpu.power_limit) < 0)
         return -1;
     PyObject *sy = PyTuple_GET_ITEM(t, 13);
     if (get_f(sy, 0, 6, "host_memory", &c->sys.host_memory) < 0 ||
@@ -250,11 +251,12 @@ static PyObject *from_cluster(const hpgo_cluster_t *c)
     const hpgo_gpu_t *g = &c->gpu;
     const hpgo_system_t *y = &c->sys;
     /* a preset: no parts, no join, no slowed GPUs */
-    return Py_BuildValue("(ss(dddd)dddNNNNNNi(dddddi)()O())", c->name, g->name, g->peak[0], g->peak[1],
+    return Py_BuildValue("(ss(dddd)dddNNNNNN(id)(dddddi)()O())", c->name, g->name, g->peak[0], g->peak[1],
                          g->peak[2], g->peak[3], g->vector_flops, g->hbm_bytes, g->hbm_bandwidth,
                          steps_tuple(g, HPGO_EFF_MATRIX), steps_tuple(g, HPGO_EFF_VECTOR),
                          steps_tuple(g, HPGO_EFF_MEMORY), lv, steps_tuple(g, HPGO_EFF_FP8),
-                         steps_tuple(g, HPGO_EFF_ATTENTION), (int)g->sms, y->host_memory,
+                         steps_tuple(g, HPGO_EFF_ATTENTION), (int)g->sms, g->power_limit,
+                         y->host_memory,
                          y->host_bandwidth, y->host_mem_bandwidth, y->alloc_frag, y->jitter,
                          (int)y->nccl_latency, Py_None);
 }

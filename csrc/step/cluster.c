@@ -251,11 +251,14 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
         /* Meta Grand Teton as in torchtitan's benchmarks
          * (benchmarks/llama3_h100_202412_torchtitan.md): 8 H100 with 96 GB
          * HBM2e at 2.4 TB/s, 500 W power limit, NVLink, 400 Gb/s per GPU.  The
-         * GEMM clock under the 500 W cap is not published (10-13 % lower is a
-         * derivation, spec 8: UNVERIFIED): the SXM5 curves are kept, HBM-bound
-         * kernels see the lower bandwidth.  NVLink and NIC efficiencies as DGX
-         * H100 (ASSUMED); host side not published (0: no offloading). */
+         * SXM5 curves at the clock the 500 W limit leaves (hpgo_gpu_clock_factor:
+         * 0.864 of the 700 W part's, from the power measured on an H100 SXM5;
+         * the HBM2e part's memory power is taken as the HBM3 part's, ASSUMED);
+         * HBM-bound kernels see the lower bandwidth.  NVLink and NIC
+         * efficiencies as DGX H100 (ASSUMED); host side not published (0: no
+         * offloading). */
         gpu_h100(&c.gpu, 96e9, 2.4e12, "H100-HBM2e-96GB-500W");
+        c.gpu.power_limit = 500;
         c.levels[0] = level(8, 450e9, 450e9, 10e-6, 0.82);
         c.levels[1] = level(1, 50e9, 50e9, 20e-6, 0.9);
         c.sys = host(0, 0, 0);
@@ -401,6 +404,22 @@ static int check_one(const hpgo_cluster_t *c, hpgo_err_t *err)
                             HPGO_CLUSTER_MIN_RATE, g->vector_flops, g->hbm_bandwidth);
     if (!(g->vector_flops > 0) || !isfinite(g->vector_flops))
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "gpu vector_flops must be > 0");
+    if (bad_num(g->power_limit))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0, "gpu power_limit must be a finite number "
+                            ">= 0 (W; 0: none)");
+    if (g->power_limit > 0 && g->power_limit < HPGO_HOPPER_STEP_W) {
+        /* the measured power model is the Hopper SXM die's (132 SMs) */
+        if (!(g->sms == 132 && g->peak[HPGO_DT_BF16] >= 700e12 &&
+              g->peak[HPGO_DT_BF16] <= 1000e12))
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "gpu power_limit below %g W is modelled for the Hopper SXM "
+                                "die only (132 SMs, bf16 peak 700-1000 TFLOP/s)",
+                                HPGO_HOPPER_STEP_W);
+        if (g->power_limit < 2 * HPGO_HOPPER_IDLE_W)
+            return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                                "gpu power_limit must be 0 (none) or >= %g W (twice the "
+                                "idle draw), got %g", 2 * HPGO_HOPPER_IDLE_W, g->power_limit);
+    }
     if (!(g->hbm_bytes > 0) || !isfinite(g->hbm_bytes))
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "gpu memory (hbm_bytes) must be > 0");
     if (!(g->hbm_bandwidth > 0) || !isfinite(g->hbm_bandwidth))
@@ -535,11 +554,20 @@ double hpgo_gpu_efficiency(const hpgo_gpu_t *g, int which, double size)
     return s[g->n_steps[which] - 1].efficiency;
 }
 
+double hpgo_gpu_clock_factor(const hpgo_gpu_t *g)
+{
+    if (!(g->power_limit > 0) || g->power_limit >= HPGO_HOPPER_STEP_W)
+        return 1;
+    return pow((g->power_limit - HPGO_HOPPER_IDLE_W) / (HPGO_HOPPER_STEP_W - HPGO_HOPPER_IDLE_W),
+               1 / HPGO_HOPPER_POWER_EXP);
+}
+
 double hpgo_gpu_op_time(const hpgo_gpu_t *g, int dtype, int op, double flops, double bytes)
 {
     double t = 0;
     if (flops > 0) {
-        double peak = op == HPGO_OP_VECTOR ? g->vector_flops : g->peak[dtype];
+        double peak = op == HPGO_OP_VECTOR ? g->vector_flops
+                                           : g->peak[dtype] * hpgo_gpu_clock_factor(g);
         int curve = HPGO_EFF_MATRIX;
         if (op == HPGO_OP_VECTOR)
             curve = HPGO_EFF_VECTOR;

@@ -69,6 +69,9 @@ typedef struct hpgo_gpu {
     double vector_flops;         /* 16-bit element-wise FLOP/s */
     int32_t sms;                 /* streaming multiprocessors (0: unknown; communication
                                     kernels overlapped with compute then take none) */
+    double power_limit;          /* board power limit, W, where it is below what the
+                                    compute curves were measured at (0: none; Hopper SXM
+                                    dies only: hpgo_gpu_clock_factor) */
     double hbm_bytes;            /* usable memory, bytes */
     double hbm_bandwidth;        /* bytes/s */
     int32_t n_steps[HPGO_EFF__COUNT];
@@ -111,6 +114,26 @@ typedef struct hpgo_gpu_speed {
     int64_t gpu;   /* cluster index */
     double speed;
 } hpgo_gpu_speed_t;
+
+/* The Hopper SXM die's power, measured on an H100 SXM5 at its 700 W limit
+ * (profiles/h100-sxm5-torchtitan-steps.json, `hpgo profile step --power`):
+ * the idle board draws 73.8 W; a bf16 GEMM at full speed would draw 955 W
+ * (from the power of bursts that leave the GPU idle 37 % and 54 % of the
+ * time, where the GEMM runs at its uncapped rate), and held to 700 W it
+ * runs at 0.866 of that rate, so board power grows as speed^2.42 above the
+ * idle draw; a training step of torchtitan's Llama 3 8B block draws 681 W
+ * at that limit. */
+#define HPGO_HOPPER_IDLE_W 73.8
+#define HPGO_HOPPER_STEP_W 681.0
+#define HPGO_HOPPER_POWER_EXP 2.42
+
+/* The rate of compute-bound kernels (matrix, fp8, attention) on `g` as a
+ * share of the rate its curves describe: 1 without a power limit; with one
+ * below the measured step's draw, the clock at which that step's power
+ * above idle shrinks to fit the limit,
+ * ((limit - idle) / (step - idle))^(1 / exponent).  Memory-bound kernels
+ * keep their rate (the HBM clock is not lowered). */
+double hpgo_gpu_clock_factor(const hpgo_gpu_t *g);
 
 #define HPGO_CLUSTER_MAX_PARTS 16
 #define HPGO_CLUSTER_MAX_SLOW 65536

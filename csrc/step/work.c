@@ -226,7 +226,7 @@ static void fused(const kctx_t *k, acc_t *a, double fl, double bytes, double len
         launch(a, hpgo_gpu_op_time(k->g, k->attn_dtype, HPGO_OP_ATTENTION, fl, bytes));
         return;
     }
-    double t = fl / (k->g->peak[k->attn_dtype] * eff);
+    double t = fl / (k->g->peak[k->attn_dtype] * hpgo_gpu_clock_factor(k->g) * eff);
     if (bytes > 0)
         t += bytes / (k->g->hbm_bandwidth * hpgo_gpu_efficiency(k->g, HPGO_EFF_MEMORY, bytes));
     launch(a, t);

@@ -22,6 +22,29 @@ AdamW step on the fp32 master weights and their copy back to bf16.  ``compile`` 
 ``torch.compile`` (as torchtitan does); the embedding, final norm, output
 layer and optimizer stay eager.
 
+Three more modes run the block as torchtitan's December 2024 benchmarks
+did (commit 9dec370): ``titan`` wraps each block in op-level selective
+activation checkpointing (the outputs of every other ``mm``, of
+FlashAttention and of nothing else saved; torchtitan's
+``selective_ac_option = "op"`` policy, its counter reset per block call),
+compiles each block alone with ``fullgraph=True`` and leaves the final
+norm, the output layer and the loss eager, with ``scaled_dot_product_attention``
+held to its FlashAttention-2 back end (what PyTorch picked on Hopper then);
+``titan-full`` checkpoints each block whole; ``titan-fsdp`` is ``titan``
+under FSDP2 (``fully_shard`` per block and at the root,
+``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``, fp32
+parameters, foreach AdamW) on a process group of one GPU: FSDP2's hooks,
+casts and copy-in/out kernels without any wire time.
+
+``--power`` samples the GPU's board power, SM clock and clock-event
+reasons through NVML (``nvidia-ml-py``) while each step runs and while a
+bf16 GEMM, a device copy and FlashAttention-2 run alone, and with the GPU
+idle: what a power limit below the board's would cut.  ``--cp-blocks``
+times the FlashAttention-2 calls one rank of PyTorch's load-balanced ring
+attention makes at 32,768 tokens per rank (the causal diagonal, all local
+queries against half a remote K/V, half the queries against a whole one)
+and the fp32 merge of a block's output, forward and backward.
+
 Recorded per model, sequence and mode (the median of timed steps after
 warm-up): the step's wall time, the forward + backward and optimizer parts,
 the number of GPU kernels one step launches and their summed time
@@ -53,6 +76,10 @@ MODELS = (
     ("small-125m", 768, 12, 12, 2048, 12, 32000, True, ((1024, 4),)),
 )
 QUICK = (("tiny", 256, 4, 2, 512, 2, 1000, True, ((128, 2),)),)
+# torchtitan's December 2024 8B runs: 8,192 tokens, local batch 2 (4 layers here)
+TITAN_MODELS = (("llama3-8b-4l", 4096, 32, 8, 14336, 4, 128256, False, ((8192, 2),)),)
+MODES = ("eager", "compile", "titan", "titan-full", "titan-fsdp")
+TITAN_MODES = ("titan", "titan-full", "titan-fsdp")
 
 torch: Any = None
 F: Any = None
@@ -146,38 +173,110 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize()
 
 
+def _op_sac_context() -> Any:
+    """torchtitan's op-level selective checkpointing policy (9dec370,
+    ``_apply_ac_to_transformer_block``): save the outputs of the ops on its
+    list except every second ``mm`` of a block call, recompute the rest."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+    aten = torch.ops.aten
+    save = {aten.mm.default, aten._scaled_dot_product_efficient_attention.default,
+            aten._scaled_dot_product_flash_attention.default}
+    count = {"forward": 0, "recompute": 0}
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func == aten.mm.default:
+            count[mode] += 1
+        keep = func in save and not (func == aten.mm.default and count[mode] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+    return create_selective_checkpoint_contexts(policy)
+
+
+def _checkpointed(block: Any, full: bool) -> Any:
+    class Checkpointed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = block
+
+        def forward(self, x: Any, freqs: Any) -> Any:
+            from torch.utils.checkpoint import checkpoint
+            extra = {} if full else {"context_fn": _op_sac_context}
+            return checkpoint(self.inner, x, freqs, use_reentrant=False,
+                              preserve_rng_state=False, **extra)
+    return Checkpointed()
+
+
+def _one_rank_group(device: Any) -> None:
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29531")
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0,
+                                world_size=1)
+
+
+def _flash_only(device: Any) -> Any:
+    """A context holding SDPA to FlashAttention-2 (CUDA) or to its flash
+    kernel (CPU)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
+
+
 def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps: int = 8,
-                warmup: int = 3) -> dict:
+                warmup: int = 3, power: Any = None) -> dict:
     """Time ``steps`` training steps of one model, sequence and mode."""
+    import contextlib
     name, h, a, kv, f, layers, vocab, tied, _ = spec
     torch.manual_seed(0)
-    model = _model(h, a, kv, f, layers, vocab, tied, device).to(torch.bfloat16)
-    weights = list(model.parameters())
-    master = [w.detach().float().requires_grad_() for w in weights]
-    opt = torch.optim.AdamW(master, lr=1e-4, fused=device.type == "cuda")
-    freqs = _rope(seq, h // a, device)
-    loss_fn = _loss
+    titan = mode in TITAN_MODES
+    fsdp = mode == "titan-fsdp"
+    model = _model(h, a, kv, f, layers, vocab, tied, device)
+    if titan:
+        for i, blk in enumerate(model.blocks):
+            model.blocks[i] = _checkpointed(blk, full=mode == "titan-full")
     graphs0 = 0
-    if mode == "compile":
+    if mode != "eager":
         torch._dynamo.reset()
         graphs0 = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
         for i, blk in enumerate(model.blocks):
-            model.blocks[i] = torch.compile(blk)
-        loss_fn = torch.compile(_loss)
+            model.blocks[i] = torch.compile(blk, fullgraph=titan)
+    loss_fn = torch.compile(_loss) if mode == "compile" else _loss
+    if fsdp:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        _one_rank_group(device)
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for i, blk in enumerate(model.blocks):
+            # torchtitan keeps the last block gathered for the backward
+            fully_shard(blk, mp_policy=mp, reshard_after_forward=i < layers - 1)
+        fully_shard(model, mp_policy=mp, reshard_after_forward=True)
+        weights = list(model.parameters())
+        master: list = []
+        opt = torch.optim.AdamW(weights, lr=1e-4, foreach=True)
+    else:
+        model = model.to(torch.bfloat16)
+        weights = list(model.parameters())
+        master = [w.detach().float().requires_grad_() for w in weights]
+        opt = torch.optim.AdamW(master, lr=1e-4, fused=device.type == "cuda")
+    freqs = _rope(seq, h // a, device)
     tokens = torch.randint(0, vocab, (mb, seq), device=device)
     labels = torch.randint(0, vocab, (mb, seq), device=device)
-
     def fwd_bwd() -> None:
-        loss_fn(model(tokens, freqs), labels).backward()
+        with _flash_only(device) if titan else contextlib.nullcontext():
+            pred = model(tokens, freqs)
+            loss = loss_fn(pred, labels)
+            del pred
+            loss.backward()
 
     def update() -> None:
-        for m, w in zip(master, weights):
-            m.grad = w.grad.float()
-            w.grad = None
+        if not fsdp:
+            for m, w in zip(master, weights):
+                m.grad = w.grad.float()
+                w.grad = None
         opt.step()
         opt.zero_grad(set_to_none=True)
-        with torch.no_grad():
-            torch._foreach_copy_(weights, master)
+        if not fsdp:
+            with torch.no_grad():
+                torch._foreach_copy_(weights, master)
 
     def step() -> None:
         fwd_bwd()
@@ -217,7 +316,7 @@ def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps
            "optimizer_seconds": statistics.median(p[1] for p in parts),
            "first_step_seconds": first, "steps": steps}
     row["tokens_per_second"] = mb * seq / row["step_seconds"]
-    if mode == "compile":
+    if mode != "eager":
         # graphs dynamo compiled: one block graph shared by every block (and
         # the loss) when compiled code is reused; more means recompilation
         row["compiled_graphs"] = int(torch._dynamo.utils.counters["stats"]["unique_graphs"]) \
@@ -226,6 +325,8 @@ def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps
         row["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
         row["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
         row.update(_kernels(step))
+    if power is not None:
+        row["power"] = power.during(step, device)
     del model, opt, master, weights
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -240,11 +341,17 @@ def _kernels(step: Any, n: int = 2) -> dict:
             step()
         torch.cuda.synchronize()
     count, busy = 0, 0.0
+    attention: dict = {}
     for e in prof.events():
         if getattr(e, "device_type", None) is not None and str(e.device_type).endswith("CUDA"):
             count += 1
             busy += e.device_time_total
-    return {"kernels_per_step": count / n, "kernel_seconds": busy / 1e6 / n}
+            low = e.name.lower()
+            if any(w in low for w in ("flash", "fmha", "attention", "cudnn")):
+                attention[e.name[:80]] = attention.get(e.name[:80], 0.0) + e.device_time_total
+    top = sorted(attention, key=attention.get, reverse=True)[:3]
+    return {"kernels_per_step": count / n, "kernel_seconds": busy / 1e6 / n,
+            "attention_kernels": top}
 
 
 # (heads, kv heads, head dim, sequences): causal attention at the sequence
@@ -286,6 +393,231 @@ def measure_long_attention(device: Any, quick: bool = False) -> list:
     return out
 
 
+class Power:
+    """Board power, SM clock and clock-event reasons sampled through NVML
+    every 20 ms on a thread while a workload runs.  NVML's power reading on
+    Ampere and later is averaged over about a second, so a workload is run
+    for ``seconds`` and the first second of samples is dropped."""
+
+    # nvmlClocksEventReason bits (nvml.h): software power cap, hardware
+    # slowdown, software and hardware thermal slowdown, power brake
+    REASONS = {"sw_power_cap": 0x4, "hw_slowdown": 0x8, "sw_thermal": 0x20,
+               "hw_thermal": 0x40, "hw_power_brake": 0x80}
+
+    def __init__(self, index: int = 0) -> None:
+        try:
+            import pynvml
+        except ImportError:
+            raise ImportError("--power needs NVML's Python binding "
+                              "(pip install nvidia-ml-py)") from None
+        pynvml.nvmlInit()
+        self.nv = pynvml
+        self.h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        self.limit_watts = pynvml.nvmlDeviceGetEnforcedPowerLimit(self.h) / 1e3
+
+    def _sample(self) -> tuple:
+        nv, h = self.nv, self.h
+        try:
+            reasons = nv.nvmlDeviceGetCurrentClocksEventReasons(h)
+        except AttributeError:
+            reasons = nv.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+        return (time.perf_counter(), nv.nvmlDeviceGetPowerUsage(h) / 1e3,
+                nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+                nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM), reasons,
+                nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
+
+    def during(self, work: Any, device: Any, seconds: float = 5.0, settle: float = 1.0) -> dict:
+        """Run ``work()`` repeatedly for ``seconds`` (``None``: sleep) and
+        summarise the samples taken after the first ``settle`` seconds."""
+        import threading
+        samples: list = []
+        stop = threading.Event()
+
+        def sampler() -> None:
+            while not stop.is_set():
+                samples.append(self._sample())
+                stop.wait(0.02)
+        th = threading.Thread(target=sampler, daemon=True)
+        t0 = time.perf_counter()
+        th.start()
+        runs = 0
+        try:
+            while time.perf_counter() - t0 < seconds:
+                if work is None:
+                    time.sleep(0.05)
+                else:
+                    work()
+                    runs += 1
+                    _sync(device)
+        finally:
+            stop.set()
+            th.join()
+        elapsed = time.perf_counter() - t0
+        kept = [x for x in samples if x[0] - t0 >= settle] or samples
+        out = {"seconds": elapsed, "runs": runs, "samples": len(kept),
+               "power_watts": statistics.mean(x[1] for x in kept),
+               "power_watts_max": max(x[1] for x in kept),
+               "sm_clock_mhz": statistics.mean(x[2] for x in kept),
+               "sm_clock_mhz_min": min(x[2] for x in kept),
+               "memory_clock_mhz": statistics.mean(x[3] for x in kept),
+               "temperature_c": max(x[5] for x in kept),
+               "power_limit_watts": self.limit_watts}
+        for name, bit in self.REASONS.items():
+            out[f"{name}_share"] = sum(1 for x in kept if x[4] & bit) / len(kept)
+        return out
+
+
+def measure_power(device: Any, power: Power, quick: bool = False) -> dict:
+    """Power and clocks with the GPU idle and while one kind of kernel runs
+    alone: a bf16 GEMM (8,192 cubed), a 1 GiB device copy and causal
+    FlashAttention-2 forward + backward (8,192 tokens, 32 heads of 128)."""
+    secs = 2.0 if quick else 6.0
+    out: dict = {"idle": power.during(None, device, seconds=3.0 if not quick else 1.5)}
+    n = 256 if quick else 8192
+    x, w = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+
+    def gemm() -> None:
+        for _ in range(8):
+            torch.mm(x, w)
+    t = _time(gemm, device)
+    out["gemm"] = power.during(gemm, device, seconds=secs)
+    out["gemm"]["flops_per_second"] = 8 * 2.0 * n ** 3 / t
+    out["gemm"]["sustained_flops_per_second"] = (out["gemm"]["runs"] * 8 * 2.0 * n ** 3
+                                                 / out["gemm"]["seconds"])
+    out["gemm_duty"] = _duty_cycles(x, w, device, power, quick)
+    del x, w
+    nbytes = (1 << 20) if quick else (1 << 30)
+    src = torch.empty(nbytes, device=device, dtype=torch.uint8)
+    dst = torch.empty_like(src)
+
+    def copy() -> None:
+        for _ in range(8):
+            dst.copy_(src)
+    t = _time(copy, device)
+    out["copy"] = power.during(copy, device, seconds=secs)
+    out["copy"]["bytes_per_second"] = 8 * 2.0 * nbytes / t
+    del src, dst
+    s, a, d = (256, 2, 16) if quick else (8192, 32, 128)
+    q, k, v = (torch.randn(1, a, s, d, device=device, dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+
+    def attention() -> None:
+        with _flash_only(device):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+    t = _time(attention, device)
+    out["attention"] = power.during(attention, device, seconds=secs)
+    out["attention"]["flops_per_second"] = 3.5 * 4.0 * s * s * a * d / 2 / t
+    out["attention"]["sustained_flops_per_second"] = (out["attention"]["runs"] * 3.5 * 4.0 * s
+                                                      * s * a * d / 2
+                                                      / out["attention"]["seconds"])
+    del q, k, v
+    for kind, row in out.items():
+        if kind == "gemm_duty":
+            for r in row:
+                print(f"power gemm at duty {r['duty']:.2f}: {r['power_watts']:6.1f} W, SM "
+                      f"{r['sm_clock_mhz']:6.0f} MHz, {r['gemm_seconds'] * 1e3:.3f} ms a GEMM, "
+                      f"power-capped {r['sw_power_cap_share']:.0%}", flush=True)
+            continue
+        print(f"power {kind:9s}: {row['power_watts']:6.1f} W (max {row['power_watts_max']:.0f}"
+              f" of {row['power_limit_watts']:.0f}), SM {row['sm_clock_mhz']:6.0f} MHz "
+              f"(min {row['sm_clock_mhz_min']}), power-capped {row['sw_power_cap_share']:.0%}",
+              flush=True)
+    return out
+
+
+def _duty_cycles(x: Any, w: Any, device: Any, power: Power, quick: bool) -> list:
+    """The same bf16 GEMM in bursts of 12 with the GPU idle for a gap after
+    each: the share of time busy (duty) against the power drawn, the SM clock
+    and the time one GEMM takes.  Under a power cap a lower duty lets the
+    clock rise; how far it rises for a given duty is how the board's power
+    grows with the clock (``duty x f^g`` stays constant while capped)."""
+    out = []
+    for gap in ((0.0, 0.004) if quick else (0.0, 0.004, 0.010, 0.020, 0.035)):
+        busy: list = []
+        walls: list = []
+
+        def burst() -> None:
+            t = time.perf_counter()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(12):
+                torch.mm(x, w)
+            e1.record()
+            e1.synchronize()
+            busy.append(e0.elapsed_time(e1) / 1e3)
+            if gap:
+                time.sleep(gap)
+            walls.append(time.perf_counter() - t)
+        row = power.during(burst, device, seconds=2.0 if quick else 5.0)
+        keep = len(busy) // 4          # past the first second or so
+        row["gap_seconds"] = gap
+        row["duty"] = sum(busy[keep:]) / sum(walls[keep:])
+        row["gemm_seconds"] = statistics.median(busy[keep:]) / 12
+        out.append(row)
+    return out
+
+
+# tokens per rank of torchtitan's context-parallel runs (Table 2 of its
+# December 2024 benchmark: 32,768 at every CP size)
+CP_TOKENS = 32768
+
+
+def measure_cp_blocks(device: Any, quick: bool = False) -> list:
+    """The FlashAttention-2 calls of one rank of PyTorch's load-balanced ring
+    attention (``_templated_ring_attention``) at ``CP_TOKENS`` tokens per
+    rank, Llama 3 8B's 32 heads of 128 (K and V repeated to the query heads,
+    as torchtitan's Llama passes them): the causal diagonal (step 0), all
+    local queries against the first half of a remote K/V, the second half of
+    the queries against all of it (each later step is one of the two), and
+    the fp32 merge of a step's output into the running one (``convert_to_f32``:
+    the block's cast, the log-sum-exp correction, the concatenation of the
+    updated half).  Forward and forward + backward, seconds and FLOP/s."""
+    L, a, d = (256, 2, 16) if quick else (CP_TOKENS, 32, 128)
+    out = []
+    for kind, lq, lk, causal in (("diagonal", L, L, True), ("all-queries-half-keys", L, L // 2,
+                                                            False),
+                                 ("half-queries-all-keys", L // 2, L, False)):
+        q = torch.randn(1, a, lq, d, device=device, dtype=torch.bfloat16, requires_grad=True)
+        k, v = (torch.randn(1, a, lk, d, device=device, dtype=torch.bfloat16,
+                            requires_grad=True) for _ in range(2))
+        go = torch.randn_like(q)
+
+        def fwd() -> Any:
+            with _flash_only(device):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        def fb() -> None:
+            fwd().backward(go)
+        tf, tfb = _time(fwd, device), _time(fb, device)
+        flops = 4.0 * lq * lk * a * d * (0.5 if causal else 1.0)
+        out.append({"kind": kind, "queries": lq, "keys": lk, "heads": a, "head_dim": d,
+                    "causal": causal, "forward_seconds": tf, "fwd_bwd_seconds": tfb,
+                    "forward_flops_per_second": flops / tf,
+                    "backward_flops_per_second": 2.5 * flops / max(tfb - tf, 1e-9),
+                    "fwd_bwd_flops_per_second": 3.5 * flops / tfb})
+        print(f"cp block {kind:22s}: fwd {flops / tf / 1e12:6.1f}, bwd "
+              f"{2.5 * flops / max(tfb - tf, 1e-9) / 1e12:6.1f} TFLOP/s "
+              f"({tf * 1e3:.2f} / {(tfb - tf) * 1e3:.2f} ms)", flush=True)
+        del q, k, v, go
+    run = torch.zeros(1, a, L, d, device=device, dtype=torch.float32)
+    lse = torch.zeros(1, a, L, 1, device=device, dtype=torch.float32)
+    blk = torch.randn(1, a, L // 2, d, device=device, dtype=torch.bfloat16)
+    blse = torch.randn(1, a, L // 2, 1, device=device, dtype=torch.float32)
+
+    def merge() -> None:
+        o, l_ = run.chunk(2, dim=2)[1], lse.chunk(2, dim=2)[1]
+        b = blk.to(torch.float32)
+        o = o - torch.sigmoid(blse - l_) * (o - b)
+        l_ = l_ - F.logsigmoid(l_ - blse)
+        torch.cat((run.chunk(2, dim=2)[0], o), dim=2)
+        torch.cat((lse.chunk(2, dim=2)[0], l_), dim=2)
+    tm = _time(merge, device)
+    out.append({"kind": "merge-half-rows", "queries": L // 2, "heads": a, "head_dim": d,
+                "forward_seconds": tm})
+    print(f"cp merge of half the rows (eager fp32): {tm * 1e3:.2f} ms", flush=True)
+    return out
+
+
 def _time(fn: Any, device: Any, reps: int = 5) -> float:
     fn()
     _sync(device)
@@ -318,11 +650,17 @@ def _write(path: str, doc: dict) -> None:
 
 
 def measure(output: str, *, quick: bool = False, modes: tuple = ("eager", "compile"),
-            device: str | None = None) -> dict:
-    """Time every model of :data:`MODELS` (``quick``: one tiny one) in each
-    mode on ``device`` (default: the first CUDA GPU) and write the step
-    profile to ``output`` after each measurement (atomically, so an
-    interrupted run keeps what it measured); returns the profile."""
+            device: str | None = None, power: bool = False, cp_blocks: bool = False,
+            long_attention: bool = True) -> dict:
+    """Time every model of :data:`MODELS` (:data:`TITAN_MODELS` for the
+    torchtitan modes; ``quick``: one tiny one) in each mode on ``device``
+    (default: the first CUDA GPU) and write the step profile to ``output``
+    after each measurement (atomically, so an interrupted run keeps what it
+    measured); returns the profile.  ``power`` adds NVML power and clock
+    readings, ``cp_blocks`` the context-parallel attention blocks."""
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise ValueError(f"modes must be some of {', '.join(MODES)}; got {modes!r}")
     _import_torch()
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if dev.type == "cuda":
@@ -330,34 +668,62 @@ def measure(output: str, *, quick: bool = False, modes: tuple = ("eager", "compi
         gpu, sms, mem = props.name, props.multi_processor_count, props.total_memory
     else:
         gpu, sms, mem = "cpu", 0, 0
+    if power and dev.type != "cuda":
+        raise ValueError("--power reads an NVIDIA GPU's sensors: it needs a CUDA device")
+    meter = Power(dev.index or 0) if power else None
+    recipe = ("bf16 weights and activations, fp32 master weights and gradients, fused "
+              "AdamW, fp32 cross-entropy, one GPU, no FSDP")
+    if any(m in TITAN_MODES for m in modes):
+        recipe += ("; titan modes: torchtitan 9dec370's block (op-level selective or full "
+                   "checkpointing, each block compiled alone, eager loss, FlashAttention-2); "
+                   "titan-fsdp: FSDP2 on a group of one GPU, fp32 parameters, foreach AdamW")
     doc = {"format": FORMAT, "device": gpu, "nvidia_smi": _smi(), "multiprocessors": sms, "memory_bytes": mem,
            "torch": torch.__version__, "cuda": torch.version.cuda or "",
            "date": datetime.date.today().isoformat(),
            "allocator_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
-           "recipe": "bf16 weights and activations, fp32 master weights and gradients, fused "
-                     "AdamW, fp32 cross-entropy, one GPU, no FSDP",
-           "samples": []}
-    doc["attention"] = measure_long_attention(dev, quick)
+           "recipe": recipe, "samples": []}
+    if meter is not None:
+        doc["power"] = measure_power(dev, meter, quick)
+        _write(output, doc)
+    if cp_blocks:
+        doc["cp_blocks"] = measure_cp_blocks(dev, quick)
+        _write(output, doc)
+    doc["attention"] = measure_long_attention(dev, quick) if long_attention else []
     _write(output, doc)
-    for spec in (QUICK if quick else MODELS):
+    plain = tuple(m for m in modes if m not in TITAN_MODES)
+    titan = tuple(m for m in modes if m in TITAN_MODES)
+    runs = [(spec, plain) for spec in (QUICK if quick else MODELS)] if plain else []
+    runs += [(spec, titan) for spec in (QUICK if quick else TITAN_MODELS)] if titan else []
+    for spec, spec_modes in runs:
         for seq, mb in spec[8]:
-            for mode in modes:
+            for mode in spec_modes:
                 try:
                     row = measure_one(spec, seq, mb, mode, dev, steps=3 if quick else 8,
-                                      warmup=2 if quick else 3)
+                                      warmup=2 if quick else 3, power=meter)
                 except Exception as e:  # noqa: BLE001 - out of memory, a missing backend
                     print(f"{spec[0]} seq {seq} {mode}: {type(e).__name__}: {e}", file=sys.stderr)
                     if dev.type == "cuda":
                         torch.cuda.empty_cache()
                     continue
                 doc["samples"].append(row)
-                print(f"{spec[0]:14s} seq {seq:6d} mb {mb} {mode:8s} "
+                pw = row.get("power")
+                print(f"{spec[0]:14s} seq {seq:6d} mb {mb} {mode:10s} "
                       f"{row['step_seconds'] * 1e3:9.2f} ms/step "
+                      f"(fwd+bwd {row['fwd_bwd_seconds'] * 1e3:8.2f}) "
                       f"{row['tokens_per_second']:10,.0f} tokens/s "
                       f"kernels {row.get('kernels_per_step', 0):7.0f} "
                       f"busy {row.get('kernel_seconds', 0) * 1e3:9.2f} ms "
-                      f"first {row['first_step_seconds']:6.1f} s", flush=True)
+                      f"peak {row.get('peak_reserved_bytes', 0) / 2**30:5.1f} GiB "
+                      f"first {row['first_step_seconds']:6.1f} s"
+                      + (f" {pw['power_watts']:.0f} W {pw['sm_clock_mhz']:.0f} MHz" if pw else "")
+                      + f" {row.get('attention_kernels', [''])[:1]}", flush=True)
                 _write(output, doc)
+    try:
+        import torch.distributed as dist
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except ImportError:
+        pass
     return doc
 
 
@@ -366,14 +732,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-o", "--output", required=True, help="the step profile to write (JSON)")
     ap.add_argument("--quick", action="store_true", help="one tiny model (a smoke test)")
     ap.add_argument("--modes", default="eager,compile",
-                    help="comma-separated: eager, compile (default: both)")
+                    help=f"comma-separated: {', '.join(MODES)} (default: eager,compile)")
     ap.add_argument("--device", help="a torch device (default: cuda if present, else cpu)")
+    ap.add_argument("--power", action="store_true",
+                    help="sample board power and SM clocks through NVML (NVIDIA GPUs)")
+    ap.add_argument("--cp-blocks", action="store_true",
+                    help="time one rank's context-parallel attention blocks")
+    ap.add_argument("--no-long-attention", action="store_true",
+                    help="skip the long-sequence causal attention sweep")
     a = ap.parse_args(argv)
     modes = tuple(m.strip() for m in a.modes.split(",") if m.strip())
-    bad = [m for m in modes if m not in ("eager", "compile")]
+    bad = [m for m in modes if m not in MODES]
     if bad or not modes:
-        ap.error(f"--modes takes eager and/or compile, got {a.modes!r}")
-    measure(a.output, quick=a.quick, modes=modes, device=a.device)
+        ap.error(f"--modes takes {', '.join(MODES)}, got {a.modes!r}")
+    measure(a.output, quick=a.quick, modes=modes, device=a.device, power=a.power,
+            cp_blocks=a.cp_blocks, long_attention=not a.no_long_attention)
     return 0
 
 
