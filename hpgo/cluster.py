@@ -682,6 +682,32 @@ class Cluster:
                        + (f" (slowed {1 / v:.3g}x)" if v < 1 else ""))
         return "\n".join(out)
 
+    def with_power_limit(self, watts: float) -> "Cluster":
+        """This cluster with its GPUs held to ``watts`` of board power (0:
+        none): compute-bound kernels run at the clock the limit leaves
+        (Hopper SXM dies; ``ValueError`` for others, and for a cluster of
+        several GPU types: set it on a part)."""
+        if self.parts:
+            raise ValueError("power_limit is per GPU type: set it on a part before combining")
+        if isinstance(watts, bool) or not isinstance(watts, (int, float)):
+            raise TypeError("power limit must be a number of watts")
+        c = dataclasses.replace(self, gpu=dataclasses.replace(self.gpu,
+                                                              power_limit=float(watts)))
+        c.kernel_time(1.0, 0)      # the core's checks (the die, the least limit)
+        return c
+
+    def clock_factor(self) -> float:
+        """The rate of compute-bound kernels as a share of what the GPU's
+        curves describe: below 1 where ``gpu.power_limit`` leaves a lower
+        clock (docs/training-model.md, "Power limits"), else 1."""
+        if not self.gpu.power_limit:
+            return 1.0
+        free = dataclasses.replace(self, gpu=dataclasses.replace(self.gpu, power_limit=0.0),
+                                   parts=(), join=None, speeds=()) if not self.parts else None
+        if free is None:
+            raise ValueError("clock_factor is per GPU type: ask a part (cluster.parts[i])")
+        return free.kernel_time(1e15, 0) / self.kernel_time(1e15, 0)
+
     def _describe_one(self) -> str:
         g = self.gpu
         out = [f"{self.name}: {self.nodes} node(s) x {self.gpus_per_node} {g.name} = "
@@ -690,6 +716,10 @@ class Cluster:
                f"dense peaks bf16 {g.bf16_flops / 1e12:g}, fp8 {g.fp8_flops / 1e12:g}, "
                f"tf32 {g.tf32_flops / 1e12:g}, fp32 {g.fp32_flops / 1e12:g} TFLOP/s; "
                f"{'measured' if g.name.endswith('(measured)') else 'preset'} efficiency curves"]
+        if g.power_limit > 0:
+            out.append(f"  power limit {g.power_limit:g} W: compute-bound kernels at "
+                       f"{self.clock_factor():.3f} of the curves' clock (memory-bound ones "
+                       f"unchanged)")
         names = ["inside a node", "across nodes"] + [f"level {i}" for i in range(2, 8)]
         for i, lv in enumerate(self.levels):
             out.append(f"  {names[i]}: {lv.size} x, {lv.bandwidth / 1e9:g} GB/s per GPU "

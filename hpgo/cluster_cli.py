@@ -9,6 +9,7 @@
     hpgo cluster --combine dgx-h100:4 --combine dgx-a100-80gb:8 --join-gbps 200
                                                    several GPU types, joined by a network
     hpgo cluster dgx-h100 --speed 5=0.667          GPU 5 slowed 1.5x
+    hpgo cluster dgx-h100 --power-limit 500        GPUs held to 500 W
 """
 from __future__ import annotations
 
@@ -49,6 +50,9 @@ def add_cluster_subcommand(sub: Any) -> argparse.ArgumentParser:
     mix.add_argument("--speed", action="append", metavar="GPU=FACTOR",
                      help="GPU (a cluster index) runs at FACTOR times its type's rate "
                           "(0.667: slowed 1.5x); repeatable")
+    p.add_argument("--power-limit", type=float, metavar="W",
+                   help="the GPUs' board power limit in watts (Hopper SXM: compute-bound "
+                        "kernels run at the clock it leaves; 0: none)")
     p.add_argument("--schema", action="store_true",
                    help="print the JSON Schema of cluster files (every field and its unit)")
     p.set_defaults(func=run_cluster)
@@ -83,6 +87,8 @@ def run_cluster(args: Any, out: Any = None) -> int:
     _check_output(args.output, "-o")
     if c is None:
         c = cluster_from_args(args)
+    if args.power_limit is not None:
+        c = c.with_power_limit(args.power_limit)
     if args.speed:
         c = c.with_speed(_speeds(args.speed))
     if args.json:

@@ -95,8 +95,18 @@ def add_profile_subcommand(subparsers) -> argparse.ArgumentParser:
     st.add_argument("-o", "--output", required=True, help="step profile to write (JSON)")
     st.add_argument("--quick", action="store_true", help="one tiny model (a smoke test)")
     st.add_argument("--modes", default="eager,compile",
-                    help="comma-separated: eager, compile (default: both)")
+                    help="comma-separated: eager, compile, titan, titan-full, titan-fsdp "
+                         "(torchtitan's December 2024 block: op-level or full checkpointing, "
+                         "FlashAttention-2, eager loss; -fsdp: FSDP2 on one GPU) "
+                         "(default: eager,compile)")
     st.add_argument("--device", help="a torch device (default: cuda if present, else cpu)")
+    st.add_argument("--power", action="store_true",
+                    help="sample board power and SM clocks through NVML (NVIDIA GPUs; needs "
+                         "nvidia-ml-py)")
+    st.add_argument("--cp-blocks", action="store_true",
+                    help="time one rank's context-parallel attention blocks (FlashAttention-2)")
+    st.add_argument("--no-long-attention", action="store_true",
+                    help="skip the long-sequence causal attention sweep")
     p.set_defaults(func=run_profile)
     return p
 
@@ -212,9 +222,11 @@ def _run_step(args) -> int:
     from .profiler import step
 
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
-    if not modes or any(m not in ("eager", "compile") for m in modes):
-        raise _UsageError(f"--modes takes eager and/or compile, got {args.modes!r}")
-    doc = step.measure(args.output, quick=args.quick, modes=modes, device=args.device)
+    if not modes or any(m not in step.MODES for m in modes):
+        raise _UsageError(f"--modes takes {', '.join(step.MODES)}, got {args.modes!r}")
+    doc = step.measure(args.output, quick=args.quick, modes=modes, device=args.device,
+                       power=args.power, cp_blocks=args.cp_blocks,
+                       long_attention=not args.no_long_attention)
     print(f"{len(doc['samples'])} steps timed on {doc['device']} -> {args.output}")
     return 0
 

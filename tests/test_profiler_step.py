@@ -14,7 +14,7 @@ from optional_deps import need
 
 def test_cli_refuses_unknown_modes(capsys):
     assert cli.main(["profile", "step", "-o", "x.json", "--modes", "eager,jit"]) == 2
-    assert "--modes takes eager and/or compile" in capsys.readouterr().err
+    assert "--modes takes eager, compile, titan" in capsys.readouterr().err
 
 
 def test_cpu_smoke_run_writes_what_it_returns(tmp_path):

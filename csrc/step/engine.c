@@ -37,7 +37,22 @@
 
 double hpgo_step_optimizer_bytes(const hpgo_parplan_t *p)
 {
-    return p->kernels == HPGO_KS_TE ? 46 : 40;
+    if (p->kernels == HPGO_KS_TE)
+        return 46;
+    /* PyTorch's AdamW on fp32 weights, gradients and moments.  Fused
+     * (torchtitan from 2025, optimizer.implementation "fused"): one pass
+     * reading the four and writing three, 28 bytes a parameter.  torchtitan
+     * at 9dec370 (compile-blocks) left optimizer.fused off, so foreach=True:
+     * torch.optim.adamw's _multi_tensor_adamw runs the weight decay (8
+     * bytes), lerp of the first moment (12), mul and addcmul of the second
+     * (8 + 16), sqrt, division and eps add of the denominator (8 each) and the
+     * addcdiv into the weight (16) as separate passes: 84 bytes, what the
+     * foreach step of a group of one took on an H100 (57.0 ms for 1.92e9
+     * parameters, profiles/h100-sxm5-torchtitan-steps.json: 84 B at 2.8 TB/s
+     * is 57.4 ms).  Without FSDP2 (ZeRO below 3) the bf16 gradients are cast
+     * to fp32 first and the fp32 weights copied back to bf16 after (6 + 6). */
+    double adam = p->kernels == HPGO_KS_COMPILE_BLOCKS ? 84 : 28;
+    return adam + (p->zero >= 3 ? 0 : 12);
 }
 
 double hpgo_step_optimizer_time(const hpgo_cluster_t *c, const hpgo_parplan_t *p, double params)
@@ -956,8 +971,27 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                      * copies the gathered buffer out into the parameters on the
                      * compute stream (foreach_all_gather_copy_out,
                      * split_with_sizes_copy): 2 + 2 bytes per gathered parameter */
+                    double cbytes = 4 * st->params;
+                    if (p->kernels != HPGO_KS_TE) {
+                        /* FSDP2's copy-in reads the fp32 shard and writes it in
+                         * bf16 (6 bytes per shard parameter); on its own stream,
+                         * but its elementwise kernels take SMs from the compute
+                         * beside them: on one H100 the copies of FSDP2 on a group
+                         * of one cost their full time (profiles/h100-sxm5-
+                         * torchtitan-steps.json, titan-fsdp against titan) */
+                        double shards = (double)v->p.dp * (double)v->p.cp;
+                        cbytes += 6 * st->params / (shards > 1 ? shards : 1);
+                    }
                     dur += hpgo_gpu_op_time(&v->c->gpu, HPGO_DT_BF16, HPGO_OP_VECTOR, 0,
-                                            4 * st->params) / v->speed;
+                                            cbytes) / v->speed;
+                }
+                if (per_mb_rs && p->kernels != HPGO_KS_TE && op.kind != HPGO_OP_B) {
+                    /* FSDP2's reduce-scatter copy-in (foreach_reduce: _chunk_cat of
+                     * the bf16 gradients into the fp32 reduce_dtype buffer, 2 bytes
+                     * read and 4 written per parameter, each micro-batch), on the
+                     * reduce-scatter stream but taking SMs as the copy-in above */
+                    dur += hpgo_gpu_op_time(&v->c->gpu, HPGO_DT_BF16, HPGO_OP_VECTOR, 0,
+                                            6 * st->params) / v->speed;
                 }
                 if (p->offload_activations > 0 && op.kind != HPGO_OP_W) {
                     double mv = p->offload_activations * st->act /

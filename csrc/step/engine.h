@@ -115,9 +115,10 @@ double hpgo_step_optimizer_time(const hpgo_cluster_t *c, const hpgo_parplan_t *p
  * 2.4): Megatron's Adam on fp32 master weights, gradients and moments (16
  * read, 12 written), the copy of the master into the 16-bit weight (6),
  * the inf/NaN check and gradient norm (8) and zeroing the gradient buffer
- * (4): 46; PyTorch's fused AdamW on fp32 master weights (torchtitan's
- * default; compile and eager) 28, the 16-bit gradients cast to fp32 (2 + 4)
- * and the master copied back to the 16-bit weights (4 + 2): 40. */
+ * (4): 46; PyTorch's fused AdamW on fp32 weights (compile, eager,
+ * compile-fa2) 28, or its foreach AdamW (compile-blocks: torchtitan at
+ * 9dec370) 84; below ZeRO 3 (no FSDP2) the 16-bit gradients cast to fp32
+ * (2 + 4) and the master copied back to the 16-bit weights (4 + 2) add 12. */
 double hpgo_step_optimizer_bytes(const hpgo_parplan_t *p);
 /* The plan's optimizer step: on the GPU as above, or on the host with
  * offload_optimizer (28 bytes a parameter over the node's CPU memory
