@@ -1032,6 +1032,7 @@ class StepResult:
     headroom: float = 0.0
     tokens: float | None = None
     price: float | None = None
+    gpu_notes: tuple[str, ...] = ()
 
     # -- rates and the cost of a training run -------------------------------
     @property
@@ -1086,6 +1087,7 @@ class StepResult:
         if bf16 is not None and self.precision == "fp8":
             parts.append(f"bf16-peak MFU {bf16 * 100:.1f} %")
         parts.append(f"{self.headroom * 100:g} % of each GPU's memory kept free")
+        parts.extend(self.gpu_notes)
         if self.tokens is not None:
             parts.append(f"{self.tokens:.3g} tokens")
         if self.price is not None:
@@ -1455,4 +1457,7 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         memory=mems, stages=tuple(d["stages"]),
         events=Timeline(d["events"]) if d["events"] is not None else None,
         precision=precision, peak_flops=peak, bf16_peak_flops=bf16, headroom=room,
-        tokens=tokens, price=price)
+        tokens=tokens, price=price,
+        gpu_notes=tuple(f"{q.gpu.name} held to {q.gpu.power_limit:g} W: compute at "
+                        f"{q.clock_factor():.3f} of its curves' clock"
+                        for q in (c.parts or (c,)) if q.gpu.power_limit > 0))

@@ -33,6 +33,30 @@ def test_cpu_smoke_run_writes_what_it_returns(tmp_path):
     assert all(a["fwd_bwd_seconds"] > 0 for a in doc["attention"])
 
 
+def test_cpu_smoke_run_of_the_torchtitan_modes(tmp_path):
+    """torchtitan's block (op-level checkpointing, compiled, flash SDPA, eager
+    loss) with and without FSDP2 on a group of one, and the context-parallel
+    blocks, on the CPU: every row written with its compile count and the
+    forward + backward part."""
+    need("torch")
+    from hpgo.profiler import step
+    out = tmp_path / "titan.json"
+    doc = step.measure(str(out), quick=True, modes=("titan", "titan-fsdp"), device="cpu",
+                       cp_blocks=True, long_attention=False)
+    assert json.loads(out.read_text()) == doc
+    assert [r["mode"] for r in doc["samples"]] == ["titan", "titan-fsdp"]
+    assert all(r["compiled_graphs"] >= 1 and r["fwd_bwd_seconds"] > 0 for r in doc["samples"])
+    assert doc["attention"] == [] and "titan modes" in doc["recipe"]
+    kinds = [b["kind"] for b in doc["cp_blocks"]]
+    assert kinds == ["diagonal", "all-queries-half-keys", "half-queries-all-keys",
+                     "merge-half-rows"]
+    with pytest.raises(ValueError, match="--power reads an NVIDIA GPU"):
+        step.measure(str(tmp_path / "p.json"), quick=True, modes=("eager",), device="cpu",
+                     power=True)
+    with pytest.raises(ValueError, match="modes must be some of"):
+        step.measure(str(tmp_path / "p.json"), quick=True, modes=("jit",), device="cpu")
+
+
 def _model(s):
     return hpgo.transformer(hidden=s["hidden"], ffn=s["ffn"], heads=s["heads"],
                             kv_heads=s["kv_heads"], layers=s["layers"], vocab=s["vocab"],

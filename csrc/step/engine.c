@@ -985,7 +985,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                     dur += hpgo_gpu_op_time(&v->c->gpu, HPGO_DT_BF16, HPGO_OP_VECTOR, 0,
                                             cbytes) / v->speed;
                 }
-                if (per_mb_rs && p->kernels != HPGO_KS_TE && op.kind != HPGO_OP_B) {
+                if (per_mb_rs && p->kernels != HPGO_KS_TE &&
+                    (op.kind == HPGO_OP_W || op.kind == HPGO_OP_BW)) {
                     /* FSDP2's reduce-scatter copy-in (foreach_reduce: _chunk_cat of
                      * the bf16 gradients into the fp32 reduce_dtype buffer, 2 bytes
                      * read and 4 written per parameter, each micro-batch), on the
