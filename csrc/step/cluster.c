@@ -252,7 +252,7 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
          * (benchmarks/llama3_h100_202412_torchtitan.md): 8 H100 with 96 GB
          * HBM2e at 2.4 TB/s, 500 W power limit, NVLink, 400 Gb/s per GPU.  The
          * SXM5 curves at the clock the 500 W limit leaves (hpgo_gpu_clock_factor:
-         * 0.864 of the 700 W part's, from the power measured on an H100 SXM5;
+         * 0.869 of the 700 W part's, from the power measured on H100 SXM5s;
          * the HBM2e part's memory power is taken as the HBM3 part's, ASSUMED);
          * HBM-bound kernels see the lower bandwidth.  NVLink and NIC
          * efficiencies as DGX H100 (ASSUMED); host side not published (0: no

@@ -115,17 +115,18 @@ typedef struct hpgo_gpu_speed {
     double speed;
 } hpgo_gpu_speed_t;
 
-/* The Hopper SXM die's power, measured on an H100 SXM5 at its 700 W limit
- * (profiles/h100-sxm5-torchtitan-steps.json, `hpgo profile step --power`):
- * the idle board draws 73.8 W; a bf16 GEMM at full speed would draw 955 W
- * (from the power of bursts that leave the GPU idle 37 % and 54 % of the
- * time, where the GEMM runs at its uncapped rate), and held to 700 W it
- * runs at 0.866 of that rate, so board power grows as speed^2.42 above the
- * idle draw; a training step of torchtitan's Llama 3 8B block draws 681 W
- * at that limit. */
+/* The Hopper SXM die's power, measured on H100 SXM5s at their 700 W limit
+ * (profiles/h100-sxm5-torchtitan-steps.json, `hpgo profile step --power`,
+ * two machines): the idle board draws 73.8 W; a bf16 GEMM at full speed
+ * would draw 955 / 923 W (from the power of bursts that leave the GPU idle
+ * 37 % and 54 % of the time, where the GEMM runs at its uncapped rate), and
+ * held to 700 W it runs at 0.866 / 0.889 of that rate, so board power above
+ * the idle draw grows as speed^2.42 / speed^2.63 (mean 2.52); a training
+ * step of torchtitan's Llama 3 8B block draws 681.0 / 682.5 W at that
+ * limit. */
 #define HPGO_HOPPER_IDLE_W 73.8
-#define HPGO_HOPPER_STEP_W 681.0
-#define HPGO_HOPPER_POWER_EXP 2.42
+#define HPGO_HOPPER_STEP_W 681.7
+#define HPGO_HOPPER_POWER_EXP 2.52
 
 /* The rate of compute-bound kernels (matrix, fp8, attention) on `g` as a
  * share of the rate its curves describe: 1 without a power limit; with one
