@@ -113,7 +113,7 @@ void hpgo_step_device_load(const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc,
         l.work += st->f + st->b + st->w;
         l.params += st->params;
         l.expert_params += st->expert_params;
-        l.state_bytes += st->fp8_state;
+        l.state_bytes += st->fp8_state + st->held;
         double per_layer = st->n_layers > 0 ? (st->params - st->emb_params) / st->n_layers : 0;
         if (per_layer > l.max_layer_params)
             l.max_layer_params = per_layer;

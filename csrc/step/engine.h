@@ -97,7 +97,8 @@ typedef struct hpgo_device_load {
     double work, params, max_layer_params, transient, min_act, sum_act;
     double expert_params; /* part of params in routed experts */
     double max_act;       /* largest activation bytes of one of its chunks' micro-batch */
-    double state_bytes;   /* persistent bytes besides the model states (fp8 scaling state) */
+    double state_bytes;   /* persistent bytes besides the model states (fp8 scaling state,
+                           * FSDP2's gathered root parameters) */
 } hpgo_device_load_t;
 
 /* Parameters of a device's optimizer shard: ZeRO >= 1 divides the dense

@@ -1185,6 +1185,35 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
 
 /* ---- context parallelism (spec stack-mechanisms 4) ---- */
 
+/* Bytes _templated_ring_attention (forward) or its backward holds at its
+ * fullest beyond the layer's own tensors (torch/distributed/tensor/
+ * experimental/_attention.py at the torch of 2024-12-23), for N output and
+ * Nkv K + V elements on the rank (K and V repeated to the query heads),
+ * kv the gathered K/V, E bytes an element; the larger of the two passes
+ * (one runs at a time: the forward's rotater and merger are freed when it
+ * returns, and full recomputation runs the forward again before the
+ * backward gathers anew).
+ * Forward, at a merging step after the first: the gathered K/V (the
+ * all-gather rotater keeps its one buffer until the call returns; the
+ * contiguous copies of K and V made at step 0 are dropped once key and
+ * value are views of it), _SDPAMerger's fp32 output, the step's 16-bit
+ * block output and its fp32 copy, and out - sigmoid(lse diff) x (out -
+ * block_out): its product and result beside the old output -- 16 B + E an
+ * output element.
+ * Backward, at a step after the first on a rank > 0 (i <= rank: the
+ * partial update of dK/dV): the gathered K/V, the concatenation of the
+ * step's K and V handed to the rotater (kept in next_kv to the next step),
+ * the fp32 dQ, SDPA's 16-bit gradients (dQ whole, dK/dV of half the keys),
+ * and four fp32 dK/dV buffers: the one the permute received (the rotater
+ * still holds it), _partial_update's new concatenation, the concatenation
+ * sent (next_grad_kv) and the permute's output allocated beside them. */
+static double torch_cp_buffers(double E, double N, double Nkv, double kv)
+{
+    double fwd = kv + (16 + E) * N;
+    double bwd = kv + E * Nkv + 4 * N + E * (N + 0.5 * Nkv) + 16 * Nkv;
+    return fwd > bwd ? fwd : bwd;
+}
+
 /* PyTorch's context parallelism around SDPA (cp_comm torch_sdpa; torch.
  * distributed.tensor.experimental._attention: _templated_ring_attention and
  * its backward, rotate_method "allgather", torchtitan's default at 9dec370
@@ -1250,11 +1279,7 @@ static void torch_cp_core(const hpgo_cluster_t *c, const hpgo_parplan_t *p, cons
     double step_b = ob.t + mb.t;
     *xf += ag > d.t ? ag - d.t : 0;
     *xb += (ag > db.t ? ag - db.t : 0) + (cp - 1) * (dkv > step_b ? dkv - step_b : 0) + dkv;
-    /* held while the layer's attention runs: the gathered K/V, and the fp32
-     * output with two temporaries (forward) or the fp32 dQ and three dK/dV
-     * buffers (accumulator, received, concatenated; backward) */
-    double fwd_buf = kv + 12 * N, bwd_buf = kv + 4 * N + 12 * Nkv;
-    *buf += fwd_buf > bwd_buf ? fwd_buf : bwd_buf;
+    *buf += torch_cp_buffers(E, N, Nkv, kv);
 }
 
 /* The attention core of a layer under context parallelism, forward and
@@ -1882,6 +1907,60 @@ static double eager_loss_bytes(double tp)
     return tp > 1 ? 16 : 12;
 }
 
+/* Bytes per logit the caching allocator reserves beyond eager_loss_bytes
+ * (c10/cuda/CUDACachingAllocator.cpp: a request takes the smallest cached
+ * free block that holds it, adjacent free blocks merge, and a request no
+ * free block holds maps new memory; so does the stock allocator with a new
+ * segment).  Without pipelining the training loop frees the 16-bit logits
+ * (`del pred`, train.py) and cross_entropy its fp32 copy before the
+ * backward: on one rank they leave 6 B a logit free beside the saved fp32
+ * log-softmax; nll_loss_backward's zeroed fp32 gradient takes 4 of them and
+ * the log-softmax backward's fp32 result (4 B) finds only 2, so it is mapped
+ * anew.  Under loss parallelism (torch/distributed/tensor/parallel/loss.py)
+ * the 16-bit logits, the fp32 copy and the shifted logits leave 10 B (exp()
+ * is freed before the result takes its block); the fused backward's zeroed
+ * grad_input and exp(x) take 8 and grad_input + exp(x) finds only 2.  Either
+ * way the reserved peak is 2 B a logit above the allocated one.  Not so under
+ * pipelining (the stage keeps the logits, and what is freed is used up), or
+ * when the forward left a free block of 4 B a logit (the largest layer
+ * working set, `work`, freed and cached, is at least `fp32_logits` bytes). */
+static double eager_loss_hole(int pipelined, double work, double fp32_logits)
+{
+    return pipelined || work >= fp32_logits ? 0 : 2;
+}
+
+/* Bytes per element of its input that torchtitan's final RMSNorm saves for
+ * the backward when it runs eager (models/norms.py at 9dec370, outside the
+ * compiled blocks: x.float() * rsqrt(mean(x^2) + eps), cast back, times the
+ * weight): the fp32 input (read by pow's and mul's backward), the 16-bit
+ * normalized value (mul by the weight) and the 16-bit output (the output
+ * layer's input). */
+static double eager_norm_bytes(void)
+{
+    return 4 + 2 + 2;
+}
+
+/* Bytes FSDP2 keeps gathered through the whole step for a model stage whose
+ * embedding / output-layer parameters are emb_params: the module fully_shard
+ * wraps last (torchtitan's apply_fsdp: each block, then the whole model part,
+ * which owns the embedding, the final norm and the output layer) is the root,
+ * and the root is not resharded after forward "since for training, the
+ * parameters would be freed and all-gathered immediately" (FSDPState.
+ * _lazy_init sets its group's post_forward_mesh_info to None): its 16-bit
+ * unsharded parameters live from the root's forward to its post-backward.
+ * Only where FSDP2 shards (the torch.compile kernel sets, as memory.c's
+ * FSDP2 states; a shard group above 1) and reshards after forward (without,
+ * memory.c counts every parameter gathered). */
+static double fsdp2_root_bytes(const hpgo_parplan_t *p, int32_t precision, double emb_params)
+{
+    int fsdp2 = p->zero >= 3 && precision != HPGO_PREC_FP32 &&
+                (p->kernels == HPGO_KS_COMPILE || p->kernels == HPGO_KS_COMPILE_BLOCKS ||
+                 p->kernels == HPGO_KS_COMPILE_FA2);
+    if (!fsdp2 || !p->reshard_after_forward || hpgo_parplan_shard(p) <= 1)
+        return 0;
+    return 2 * emb_params;
+}
+
 static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
                          const int32_t *split, hpgo_stage_cost_t *out, hpgo_work_cache_t *cache,
                          hpgo_err_t *err)
@@ -1954,14 +2033,30 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
             /* final norm + the logits: fp32 (Megatron); the bf16 logits and
              * their gradient (torch.compile); eager_loss_bytes (eager, and the
              * uncompiled loss of compile-blocks) -- spec stack-mechanisms 2.3 */
-            double per_logit = p->kernels == HPGO_KS_EAGER || p->kernels == HPGO_KS_COMPILE_BLOCKS
-                                   ? eager_loss_bytes(s.t)
-                                   : 4;
+            int eager_loss = p->kernels == HPGO_KS_EAGER || p->kernels == HPGO_KS_COMPILE_BLOCKS;
+            double per_logit = eager_loss ? eager_loss_bytes(s.t) : 4;
+            double norm = 4; /* bytes the final norm saves per element of its input */
             if (p->cross_entropy == HPGO_CE_UNFUSED)
                 /* the bf16 logits beside their fp32 copy (forward); the saved
                  * fp32 softmax beside the bf16 gradient (backward) */
                 per_logit = 6;
-            o->transient += (4 * s.T * s.h + per_logit * s.T * s.V) / s.t;
+            else if (eager_loss) {
+                per_logit += eager_loss_hole(K > 1, o->transient, 4 * s.T * s.V / s.t);
+                norm = eager_norm_bytes();
+            }
+            double head = (norm * s.T * s.h + per_logit * s.T * s.V) / s.t;
+            /* without pipelining the head's forward and backward run back to
+             * back (torchtitan's train.py: model(), loss_fn, del pred,
+             * loss.backward(); Megatron's forward_backward_no_pipelining): its
+             * tensors are freed before the last layer's backward starts and
+             * allocated after the last layer's forward ended, so the head's
+             * working set and a layer's are never held together.  Under
+             * pipelining another chunk's passes can run between them
+             * (interleaving, GPipe), and both are counted. */
+            if (K == 1)
+                o->transient = head > o->transient ? head : o->transient;
+            else
+                o->transient += head;
             if (K > 1 && p->kernels != HPGO_KS_TE)
                 /* torch.distributed.pipelining keeps every micro-batch's
                  * output of the last stage, the 16-bit logits, to merge them
@@ -1972,6 +2067,7 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
             o->hw_flops += xp->hf.flops + xp->hb.flops + xp->hw.flops;
             add_layers(o, &xp->mtp, (double)w->x.mtp);
         }
+        o->held = fsdp2_root_bytes(p, w->precision, o->emb_params);
         if (p->optimizer_impl == HPGO_OPT_DEEPSPEED_BF16 && w->precision != HPGO_PREC_FP32) {
             /* DeepSpeed's BF16_Optimizer after every micro-batch's backward
              * (bf16_optimizer.py clear_lp_grads, update_hp_grads; the

@@ -107,6 +107,7 @@ typedef struct hpgo_stage_cost {
     double expert_params;    /* part of params in routed experts (sharded over ep x etp, reduced over edp) */
     double ep_f, ep_b;       /* seconds of expert-parallel all-to-all (and etp gathers) inside f and b */
     double fp8_state;        /* bytes of fp8 scaling state (persistent; 0 unless fp8) */
+    double held;             /* other bytes held through the step (FSDP2's gathered root parameters) */
     double model_flops;      /* per micro-batch per GPU, model FLOPs (no recomputation) */
     double hw_flops;         /* per micro-batch per GPU, executed FLOPs */
 } hpgo_stage_cost_t;
