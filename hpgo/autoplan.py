@@ -50,6 +50,8 @@ def setup_line(model: Any, cluster: Cluster, *, precision: str, global_batch: in
     curves = "measured curves" if cluster.gpu.name.endswith("(measured)") else "preset curves"
     kinds = cluster.parts or (cluster,)
     gpus = " + ".join(f"{q.gpus} x {q.gpu.name}, {q.gpu.memory_bytes / 1e9:.0f} GB"
+                      + (f" held to {q.gpu.power_limit:g} W (compute at {q.clock_factor():.3f})"
+                         if q.gpu.power_limit > 0 else "")
                       for q in kinds)
     slow = f", {len(cluster.speeds)} GPU(s) at another speed" if cluster.speeds else ""
     out = f"{name}{seq}, {precision} on {cluster.name} ({gpus}, {curves}{slow})"

@@ -64,6 +64,9 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
                         "with --per-node, per node")
     g.add_argument("--per-node", action="store_true",
                    help="--inter-node-gbps is the whole node's, shared by its GPUs")
+    g.add_argument("--power-limit", type=float, metavar="W",
+                   help="the GPUs' board power limit in watts, below their own (Hopper SXM: "
+                        "compute-bound kernels run at the clock it leaves; 0: none)")
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -110,6 +113,12 @@ def model_from_args(args: Any) -> Any:
 
 
 def cluster_from_args(args: Any) -> Any:
+    c = _cluster_from_args(args)
+    watts = getattr(args, "power_limit", None)
+    return c if watts is None else c.with_power_limit(watts)
+
+
+def _cluster_from_args(args: Any) -> Any:
     import hpgo
     from .cluster import resolve
 

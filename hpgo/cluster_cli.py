@@ -50,9 +50,6 @@ def add_cluster_subcommand(sub: Any) -> argparse.ArgumentParser:
     mix.add_argument("--speed", action="append", metavar="GPU=FACTOR",
                      help="GPU (a cluster index) runs at FACTOR times its type's rate "
                           "(0.667: slowed 1.5x); repeatable")
-    p.add_argument("--power-limit", type=float, metavar="W",
-                   help="the GPUs' board power limit in watts (Hopper SXM: compute-bound "
-                        "kernels run at the clock it leaves; 0: none)")
     p.add_argument("--schema", action="store_true",
                    help="print the JSON Schema of cluster files (every field and its unit)")
     p.set_defaults(func=run_cluster)

@@ -88,6 +88,11 @@ def test_cli_power_limit(capsys):
     from hpgo import cli
     assert cli.main(["cluster", "dgx-h100", "--power-limit", "500"]) == 0
     assert f"at {factor(500):.3f} of the curves' clock" in capsys.readouterr().out
+    # every command that takes a cluster takes the limit, and its tables say so
+    assert cli.main(["autoplan", "--model", "llama3-8b", "--cluster", "dgx-h100",
+                     "--global-batch", "16", "--power-limit", "450", "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"held to 450 W (compute at {factor(450):.3f})" in out
     assert cli.main(["cluster", "dgx-a100-80gb", "--power-limit", "300"]) == 2
     assert "Hopper SXM die only" in capsys.readouterr().err
 
