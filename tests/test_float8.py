@@ -127,6 +127,15 @@ def test_fp8_all_gather_field_checks_and_round_trip():
         p.with_(fp8_all_gather=1)
     with pytest.raises(ValueError, match="fp8_all_gather.*precision fp8"):
         sim(llama8(), p, "bf16")
-    moe = hpgo.transformer("qwen3-30b-a3b")
-    with pytest.raises(ValueError, match="Float8Linear"):
-        sim(moe, hpgo.ParallelPlan(ep=8, dp=8, global_batch=8, kernels="compile"))
+
+
+def test_torchtitan_export_refuses_the_float8_all_gather():
+    """torchtitan 0.3.0 offers rowwise float8 recipes only: the tensorwise
+    recipe and its FSDP float8 all-gather were removed (#3127)."""
+    from hpgo import frameworks as F
+    m = hpgo.transformer("llama3-8b")
+    p = hpgo.ParallelPlan(dp=8, global_batch=64, zero=3, kernels="compile", fp8_all_gather=True)
+    assert any("#3127" in b for b in F.problems("torchtitan", p, m, "fp8"))
+    with pytest.raises(ValueError, match="does not run"):
+        p.torchtitan_config(m, precision="fp8")
+    assert not F.problems("torchtitan", p.with_(fp8_all_gather=False), m, "fp8")

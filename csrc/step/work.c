@@ -451,7 +451,8 @@ static void shape(const hpgo_xformer_t *x, const hpgo_parplan_t *p, int32_t prec
      * input in fp8 and Float8Linear saves that gathered fp8 input for the
      * weight gradient, as async TP saves its gathered input */
     s->gathered = (p->tp_overlap == HPGO_TPO_ASYNC ||
-                   (precision == HPGO_PREC_FP8 && p->kernels != HPGO_KS_TE)) &&
+                   (precision == HPGO_PREC_FP8 && p->kernels != HPGO_KS_TE && x->experts == 0 &&
+                    !x->mla && !x->parallel_block)) &&
                   s->sp;
     s->pb = x->parallel_block != 0;
     /* Megatron's bias_swiglu (jit-fused) and Inductor keep the SwiGLU's input
@@ -1516,8 +1517,18 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
     double keys = attn_keys(x, s, kind, 1);
     /* the kernel's sequence: the window, or the whole sequence */
     double len = (kind & K_WINDOW) ? (double)x->window : s->s;
-    const kctx_t kb = k16(k), kw = kwgrad(k);
     int moe = (kind & K_MOE) != 0;
+    kctx_t kq;
+    if (k->tao && (moe || s->mla || s->pb)) {
+        /* torchao's casts are priced per linear of a dense block (tao_*);
+         * mixture-of-experts, latent-attention and parallel blocks keep the
+         * per-GEMM quantization passes */
+        kq = *k;
+        kq.tao = 0;
+        kq.quant = 1;
+        k = &kq;
+    }
+    const kctx_t kb = k16(k), kw = kwgrad(k);
     acc_t core = {0, 0, 0}, cb = {0, 0, 0};
     double cp_f = 0, cp_b = 0;
     if (p->cp > 1) {
@@ -1812,11 +1823,6 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     if (p->fp8_all_gather && !f8)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "fp8_all_gather (torchao's float8 all-gather) needs precision fp8");
-    if (tao && (x->experts > 0 || x->mla || x->parallel_block))
-        return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                            "fp8 with a PyTorch kernel set (torchao's Float8Linear) is priced for "
-                            "dense blocks: no experts, latent attention or parallel block (use "
-                            "kernels te)");
     if (p->recompute == HPGO_RC_OP &&
         (x->experts > 0 || x->mla || x->parallel_block || !x->flash))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
