@@ -74,6 +74,9 @@ def test_saved_fp8_weights_and_inputs():
     te = sim(m, p.with_(kernels="te")).stages[0]
     assert tao["activation_bytes_layers"] - te["activation_bytes_layers"] == \
         pytest.approx(m.layers * sum(weights(m)), rel=1e-9)
+    # under the float8 all-gather the saved weight is FSDP2's gathered parameter
+    ag = sim(m, p.with_(kernels="compile", fp8_all_gather=True)).stages[0]
+    assert ag["activation_bytes_layers"] == te["activation_bytes_layers"]
     full = p.with_(kernels="compile", recompute="full")
     assert sim(m, full).stages[0]["activation_bytes_layers"] == \
         sim(m, full.with_(kernels="te")).stages[0]["activation_bytes_layers"]

@@ -1742,10 +1742,13 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
         o->rc_t = r.t, o->rc_fl = r.flops;
     }
     layer_act(s, kind, &o->act, &o->act_w);
-    if (k->tao && (s->rc == HPGO_RC_NONE || s->rc == HPGO_RC_SELECTIVE)) {
-        /* _scaled_mm's autograd function saves each weight's fp8 copy (the
-         * gathered one under fp8_all_gather) until the block's backward; a
-         * checkpointed block recomputes the casts instead */
+    if (k->tao && !k->fp8ag && (s->rc == HPGO_RC_NONE || s->rc == HPGO_RC_SELECTIVE)) {
+        /* _scaled_mm's autograd function saves each weight's fp8 cast until
+         * the block's backward; a checkpointed block recomputes the casts
+         * instead.  Under fp8_all_gather the saved weight is FSDP2's
+         * gathered fp8 parameter itself (fsdp_post_all_gather wraps the
+         * all-gather output; resharding frees its storage and the backward's
+         * all-gather refills it): no copy beyond the gather buffers */
         o->act += o->lin_p;
         o->act_w += o->lin_p;
     }
