@@ -956,9 +956,11 @@ static void rope(const kctx_t *k, acc_t *a, const xshape_t *s, double nq, double
 enum { AMAX_KNOWN = 0, AMAX_FUSED = 1, AMAX_PASS = 2 };
 
 /* One cast of n elements of hp bytes each to fp8.  Eager PyTorch runs
- * every op as its own kernel: abs (hp read, hp written), max (hp), four
- * one-element scale ops, then to(float32) (hp + 4), * scale (8), clamp (8)
- * and to(float8) (4 + 1), a row-major result only.  Under torch.compile,
+ * every op as its own kernel: abs (hp read, hp written), max (hp), then
+ * to(float32) (hp + 4), * scale (8), clamp (8) and to(float8) (4 + 1), a
+ * row-major result only, and six one-element kernels (the max's second
+ * pass and the scale's ops: twelve kernels a cast, as measured on an H100,
+ * profiles/h100-sxm5-float8-casts.json).  Under torch.compile,
  * as torchao's own roofline model of that version prices it
  * (torchao/float8/roofline_utils.py get_tensor_memory_traffic_bytes,
  * "dynamic"): the amax's first reduction stage fused into the kernel that
@@ -976,7 +978,7 @@ static void tao_cast(const kctx_t *k, acc_t *a, double n, double hp, int amax)
         if (amax != AMAX_KNOWN) {
             vec(k, a, n, 1, 2 * hp * n); /* abs */
             vec(k, a, n, 1, hp * n);     /* max */
-            for (int i = 0; i < 4; i++)  /* to(float64), clamp, division, to(float32) */
+            for (int i = 0; i < 6; i++)
                 vec(k, a, 1, 1, 16);
         }
         vec(k, a, n, 0, (hp + 4) * n); /* to(float32) */
