@@ -142,3 +142,30 @@ def test_torchtitan_export_refuses_the_float8_all_gather():
     with pytest.raises(ValueError, match="does not run"):
         p.torchtitan_config(m, precision="fp8")
     assert not F.problems("torchtitan", p.with_(fp8_all_gather=False), m, "fp8")
+
+
+def test_casts_against_the_h100_measurement():
+    """The compiled casts as priced (7 B an element with the amax pass, 5 B
+    with the scale known, the amax fused into an Inductor producer costing
+    only the cast) against an H100 SXM5's measured device time
+    (benchmarks/gpu_float8_casts.py); fp8 GEMMs against bf16."""
+    import json
+    import pathlib
+    path = pathlib.Path(__file__).parent.parent / "profiles" / "h100-sxm5-float8-casts.json"
+    d = json.loads(path.read_text())
+    for t in d["tensors"]:
+        n = t["rows"] * t["cols"]
+        dyn = vec(n, 2 * n) + vec(1, 16) + vec(3 * n, 5 * n)
+        known = vec(3 * n, 5 * n)
+        assert dyn == pytest.approx(t["dynamic"]["seconds"], rel=0.05), t["name"]
+        assert known == pytest.approx(t["known_scale"]["seconds"], rel=0.05), t["name"]
+        assert t["dynamic"]["kernels"] == 3 and t["known_scale"]["kernels"] == 1
+        fused = t["norm_dynamic"]["seconds"] - t["norm"]["seconds"]
+        assert fused < 1.05 * known  # the amax rides on the norm's kernel
+    for g in d["gemms"]:
+        m, k, n = g["m"], g["k"], g["n"]
+        fl = 2 * m * k * n
+        b16 = NODE.kernel_time(fl, 2 * (m * k + k * n + m * n), dtype="bf16")
+        f8 = NODE.kernel_time(fl, m * k + k * n + 2 * m * n, dtype="fp8")
+        measured = g["bf16"]["seconds"] / g["fp8"]["seconds"]
+        assert b16 / f8 == pytest.approx(measured, rel=0.06), g["name"]
