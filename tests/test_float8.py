@@ -169,3 +169,17 @@ def test_casts_against_the_h100_measurement():
         f8 = NODE.kernel_time(fl, m * k + k * n + 2 * m * n, dtype="fp8")
         measured = g["bf16"]["seconds"] / g["fp8"]["seconds"]
         assert b16 / f8 == pytest.approx(measured, rel=0.06), g["name"]
+
+
+def test_scales_precomputed_once_per_step():
+    """precompute_float8_dynamic_scale_for_fsdp after the optimizer: the
+    infinity norm of every fp32 weight shard (4 B a local parameter), one
+    all-reduce of the maxima over the shard group, five one-element kernels."""
+    m = llama8()
+    p = hpgo.ParallelPlan(dp=8, global_batch=8, zero=3, kernels="compile")
+    a, b = sim(m, p), sim(m, p.with_(fp8_all_gather=True))
+    shard = m.layers * sum(weights(m)) / 8
+    want = (NODE.kernel_time(0, 4 * shard, dtype="fp32", kind="vector")
+            + NODE.collective_time("all_reduce", 8, 4 * 7 * m.layers) + 5 * 8e-6)
+    got = b.devices[0]["optimizer"] - a.devices[0]["optimizer"]
+    assert got == pytest.approx(want, rel=1e-6)

@@ -33,7 +33,7 @@
  * two fp32 moments (8 B): 16 B a parameter where a distributed optimizer
  * holds a 16-bit weight beside an fp32 master (18 B); the 16-bit weights
  * exist only gathered (2 B each, also in fp8: torchao's float8 linears
- * cast the gathered weight per GEMM and keep no fp8 copy).
+ * keep no fp8 copy; under fp8_all_gather FSDP2 gathers them in fp8, 1 B).
  * Offloaded optimizer states (ZeRO-Offload) and activations are counted in
  * `host`, not in the GPU's total; the plan fits only if a node's GPUs'
  * `host` bytes fit its CPU memory.  The verdict compares the total with the

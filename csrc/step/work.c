@@ -27,8 +27,11 @@
  * one crossing per node a token reaches, cost.h), overlapped phase by phase
  * with another micro-batch's compute on request; latent attention
  * (MLA) replaces the QKV GEMM by down- and up-projections.  fp8 runs the
- * linear GEMMs at the fp8 rate after Transformer Engine's quantization
- * passes and keeps the attention core, router and head in 16 bits.
+ * linear GEMMs at the fp8 rate and keeps the attention core, router and
+ * head in 16 bits: under kernels te after Transformer Engine's quantization
+ * passes, under the PyTorch kernel sets with torchao's Float8Linear casts,
+ * priced per linear of a dense block (tao_*: inputs, weights, output
+ * gradients, fp8 tensor-parallel gathers, FSDP2's float8 all-gather).
  *
  * A chain (profile) layer has measured forward and backward times; its
  * backward splits evenly into B and W, its stored bytes are its profile's.
