@@ -228,7 +228,7 @@ def _step_p2p_time(cluster: tuple[Any, ...], level: int, nbytes: float, /) -> fl
 def _step_kernel_time(cluster: tuple[Any, ...], dtype: int, op: int, flops: float,
                       nbytes: float, /) -> float: ...
 def _step_model_params(model: tuple[Any, ...], /) -> tuple[float, float]: ...
-# plan: 33 items (step_glue.c to_plan), the last the stage groups: None or a
+# plan: 34 items (step_glue.c to_plan), the last the stage groups: None or a
 # tuple of (part, tp, dp, first_gpu or -1, shares tuple or None, gpus tuple or
 # None[, parts tuple or None]) -- part -1 with parts (one a replica): a group
 # whose replicas span GPU types; each device dict of the result has "part"

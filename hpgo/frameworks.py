@@ -228,6 +228,11 @@ TORCHTITAN = Framework(
         Rule("no fp8-only weights (torchao's float8 training keeps the high-precision weight)",
              f"{_TT} torchtitan/components/quantization/float8.py",
              lambda p, m, pr: p.fp8_params),
+        Rule("no float8 all-gather in FSDP (fp8_all_gather): Float8LinearConverter offers the "
+             "rowwise recipes only", f"{_TT} torchtitan/components/quantization/float8.py: "
+             "enable_fsdp_float8_all_gather and the tensorwise recipe removed by #3127 "
+             "(2026-04-27)",
+             lambda p, m, pr: getattr(p, "fp8_all_gather", False)),
     ),
     defaults={
         # the export turns torch.compile on ([compile] enable)

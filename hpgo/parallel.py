@@ -451,6 +451,12 @@ class ParallelPlan:
     Engine's fused kernel under ``kernels="te"``) or ``"unfused"``
     (Megatron's fp32 ``vocab_parallel_cross_entropy``, Megatron-LM's default
     without ``--cross-entropy-loss-fusion``; ``kernels="te"`` only).
+    ``fp8_all_gather`` (fp8 under a PyTorch kernel set with ``zero=3``):
+    torchao's ``enable_fsdp_float8_all_gather`` with
+    ``precompute_float8_dynamic_scale_for_fsdp`` -- each Float8Linear weight
+    cast to fp8 on its shard and gathered in 1 byte, its scale from one
+    all-reduce per step; ``False`` (torchtitan's default) gathers 16-bit
+    weights and casts them at every GEMM.
 
     Uneven plans (docs/uneven-plans.md): ``stages`` gives each pipeline
     stage a :class:`StageGroup` -- its layers, replicas, tensor
@@ -493,6 +499,7 @@ class ParallelPlan:
     attention: str = "auto"
     optimizer_impl: str = "megatron"
     cross_entropy: str = "auto"
+    fp8_all_gather: bool = False
 
     def __post_init__(self) -> None:
         if self.stages is not None:
@@ -517,7 +524,7 @@ class ParallelPlan:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}; "
                              f"got {self.recompute!r}")
         for f in ("sequence_parallel", "overlap_grad_reduce", "fp8_params",
-                  "reshard_after_forward", "offload_optimizer"):
+                  "reshard_after_forward", "offload_optimizer", "fp8_all_gather"):
             if not isinstance(getattr(self, f), bool):
                 raise TypeError(f"{f} must be a bool")
         object.__setattr__(self, "shard_size", _int("shard_size", self.shard_size, 0, 1 << 24))
@@ -552,6 +559,11 @@ class ParallelPlan:
         if self.cross_entropy == "unfused" and self.kernels != "te":
             raise ValueError("cross_entropy='unfused' (Megatron's vocab_parallel_cross_entropy) "
                              "needs kernels='te'")
+        if self.fp8_all_gather and (self.zero != 3 or self.kernels == "te"):
+            raise ValueError("fp8_all_gather (torchao's float8 all-gather in FSDP2) needs "
+                             "zero=3 and a PyTorch kernel set (kernels='compile', 'eager', "
+                             f"'compile-blocks' or 'compile-fa2'); got zero={self.zero}, "
+                             f"kernels={self.kernels!r}")
         if self.tp_overlap == "async" and self.kernels not in ("compile", "compile-blocks",
                                                                "compile-fa2"):
             raise ValueError("tp_overlap='async' (an Inductor pass) needs kernels='compile', "
@@ -676,7 +688,7 @@ class ParallelPlan:
                 KERNEL_SETS[self.kernels], TP_OVERLAPS[self.tp_overlap], CP_COMMS[self.cp_comm],
                 self.recompute_layers, RECOMPUTE_METHODS[self.recompute_method],
                 ATTENTIONS[self.attention], OPTIMIZER_IMPLS[self.optimizer_impl],
-                CROSS_ENTROPIES[self.cross_entropy],
+                CROSS_ENTROPIES[self.cross_entropy], int(self.fp8_all_gather),
                 self._groups_tuple(cluster))  # the stage groups: always the last item
 
     def _groups_tuple(self, cluster: Any) -> tuple | None:
@@ -921,6 +933,8 @@ class ParallelPlan:
             parts.append(f"optimizer={self.optimizer_impl}")
         if self.cross_entropy != "auto":
             parts.append(f"cross-entropy={self.cross_entropy}")
+        if self.fp8_all_gather:
+            parts.append("fp8-all-gather")
         return " ".join(parts)
 
     def __repr__(self) -> str:

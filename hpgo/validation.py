@@ -341,6 +341,7 @@ class MeasuredRun:
     overlap_grad_reduce: bool = True
     optimizer_impl: str = "megatron"
     cross_entropy: str = "auto"
+    fp8_all_gather: bool = False
 
     def transformer(self) -> Any:
         """The model: ``arch`` is a family (``gpt``: LayerNorm, biases, GeLU,
@@ -413,6 +414,7 @@ class MeasuredRun:
                             overlap_grad_reduce=self.overlap_grad_reduce,
                             optimizer_impl=self.optimizer_impl,
                             cross_entropy=self.cross_entropy,
+                            fp8_all_gather=self.fp8_all_gather,
                             # FSDP under pipelining keeps the gathered weights to the
                             # backward: torchtitan's default reshard policy is
                             # "not pp_enabled" (torchtitan/distributed/fsdp.py)
@@ -550,6 +552,13 @@ def load_runs(path: Any) -> list[MeasuredRun]:
 # efficient, math; cuDNN only on B200) -> "compile-fa2".
 _COMPILE_BLOCKS_SOURCES = ("TT-",)
 _COMPILE_FA2_NOTES = "June 2025"
+# torchao's float8 all-gather in FSDP2 for torchtitan's fp8 rows: the 405B
+# runs' train config sets enable_fsdp_float8_all_gather and
+# precompute_float8_dynamic_scale_for_fsdp (train_configs/llama3_405b.toml at
+# 9dec370); the benchmark file names only "Float8" for the 8B and 70B rows,
+# and torchtitan's float8 how-to of that commit (docs/float8.md) launches with
+# both flags -- ASSUMED for those rows.
+_TORCHTITAN_FP8_ALL_GATHER = True
 
 
 def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
@@ -580,7 +589,9 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     ``--cross-entropy-loss-fusion`` (off by default in Megatron-LM's
     arguments.py; the fused loss did not exist before 2024, and
     Megatron-DeepSpeed calls the unfused one).  "op-level selective AC"
-    (torchtitan's SAC) turns a selective recomputation into "selective-op"."""
+    (torchtitan's SAC) turns a selective recomputation into "selective-op".
+    torchtitan's fp8 runs under FSDP gather their Float8Linear weights in fp8
+    (``fp8_all_gather``, ``_TORCHTITAN_FP8_ALL_GATHER``)."""
     import dataclasses
     import re
     by_id = {r.source_id: r for r in runs}
@@ -607,7 +618,10 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     deepspeed = "DeepSpeed" in text
     no_overlap = run.source_id.startswith("MS-") or deepspeed
     bf16_opt = deepspeed and run.precision == "bf16" and run.zero == 1
+    f8ag = (_TORCHTITAN_FP8_ALL_GATHER and torch and run.precision == "fp8" and run.zero == 3
+            and run.source_id.startswith(_COMPILE_BLOCKS_SOURCES))
     return dataclasses.replace(run, kernels=kernels, tp_overlap=tpo, recompute=rc,
+                               fp8_all_gather=f8ag,
                                cp_comm="torch_sdpa" if torch else "p2p",
                                attention="flash2" if torch else "auto",
                                overlap_grad_reduce=not no_overlap,

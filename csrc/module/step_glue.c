@@ -371,7 +371,7 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
  *        ep_outer, overlap_moe_comm, moe_dispatcher, fp8_params, overlap_share,
  *        reshard_after_forward, shard_size, offload_optimizer, offload_activations,
  *        kernels, tp_overlap, cp_comm, recompute_layers, recompute_method, attention,
- *        optimizer_impl, cross_entropy, groups)
+ *        optimizer_impl, cross_entropy, fp8_all_gather, groups)
  *        (the stage groups stay the last item when fields are added before them)
  *        with split None or a tuple of pp * vstages + 1 ints, groups None or a
  *        tuple of pp (part, tp, dp, first_gpu, shares, gpus) with first_gpu -1
@@ -501,7 +501,7 @@ static int to_groups(PyObject *gs, hpgo_parplan_t *p, void **gmem)
 
 static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split, void **gmem)
 {
-    const Py_ssize_t N = 33;
+    const Py_ssize_t N = 34;
     memset(p, 0, sizeof *p);
     *split = NULL;
     *gmem = NULL;
@@ -533,7 +533,8 @@ static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split, void **gmem)
         get_i32(t, 28, N, "recompute_method", &p->recompute_method) < 0 ||
         get_i32(t, 29, N, "attention", &p->attention) < 0 ||
         get_i32(t, 30, N, "optimizer_impl", &p->optimizer_impl) < 0 ||
-        get_i32(t, 31, N, "cross_entropy", &p->cross_entropy) < 0)
+        get_i32(t, 31, N, "cross_entropy", &p->cross_entropy) < 0 ||
+        get_i32(t, 32, N, "fp8_all_gather", &p->fp8_all_gather) < 0)
         return -1;
     PyObject *gs = PyTuple_GET_ITEM(t, N - 1); /* the stage groups: always the last item */
     if (gs != Py_None && to_groups(gs, p, gmem) < 0)

@@ -325,6 +325,32 @@ static double grad_coll(const eng_t *e, const devview_t *v, int op, double param
     return t;
 }
 
+/* Seconds of torchao's precompute_float8_dynamic_scale_for_fsdp after the
+ * optimizer step (torchao/float8/fsdp_utils.py at eab345c): the infinity
+ * norm of every Float8Linear weight's fp32 shard (torch._foreach_norm: a
+ * read of 4 B per local parameter), one all-reduce of their maxima (one
+ * fp32 per weight, at most 7 a block) over the shard group, and a few
+ * one-element kernels for the scales. */
+static double fp8_precompute(const eng_t *e, const devview_t *v, const hpgo_stage_cost_t *sc,
+                             int32_t d)
+{
+    const hpgo_parplan_t *p = &v->p;
+    double lin = 0, layers = 0;
+    for (int32_t ch = 0; ch < p->vstages; ch++) {
+        const hpgo_stage_cost_t *st = &sc[hpgo_sched_stage(p->schedule, p->pp, p->vstages, d, ch)];
+        lin += st->fp8_linear_params;
+        layers += st->n_layers;
+    }
+    if (!(lin > 0))
+        return 0;
+    double shard = hpgo_step_shard_params(p, lin, 0), bytes = 4 * shard;
+    double rd = hpgo_gpu_op_time(&v->c->gpu, HPGO_DT_FP32, HPGO_OP_VECTOR, 0, bytes);
+    /* the scale's one-element kernels (stack, clamp, to(float64), division,
+     * to(float32)) at the 8 us host floor of a launch (work.c
+     * HOST_PER_KERNEL, profiles/h100-sxm5-kernels.json) */
+    return rd + dp_coll(e, v, HPGO_COLL_ALLREDUCE, 4 * 7 * layers) + 5 * 8e-6;
+}
+
 /* The slowest speed factor of cluster GPUs [lo, hi) (1 when none is listed). */
 static double min_speed(const hpgo_cluster_t *c, int64_t lo, int64_t hi)
 {
@@ -960,7 +986,10 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                      * prefetch); the first layer's gather has nothing before it
                      * to hide behind (MegaScale section 3.2: the first
                      * all-gather is the exposed part) */
-                    double ag = grad_coll(&e, v, HPGO_COLL_ALLGATHER, st->params,
+                    /* torchao's float8 all-gather: Float8Linear weights cross
+                     * in fp8 (1 B), the rest in 16 bits -- (P - L / 2) x 2 B */
+                    double f8 = p->fp8_all_gather ? st->fp8_linear_params / 2 : 0;
+                    double ag = grad_coll(&e, v, HPGO_COLL_ALLGATHER, st->params - f8,
                                           st->expert_params, 2);
                     if (ag > dur)
                         dur = ag;
@@ -971,7 +1000,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                      * copies the gathered buffer out into the parameters on the
                      * compute stream (foreach_all_gather_copy_out,
                      * split_with_sizes_copy): 2 + 2 bytes per gathered parameter */
-                    double cbytes = 4 * st->params;
+                    double cbytes = 4 * (st->params - f8); /* fp8 weights: 1 + 1 */
                     if (p->kernels != HPGO_KS_TE) {
                         /* FSDP2's copy-in reads the fp32 shard and writes it in
                          * bf16 (6 bytes per shard parameter); on its own stream,
@@ -980,7 +1009,10 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                          * of one cost their full time (profiles/h100-sxm5-
                          * torchtitan-steps.json, titan-fsdp against titan) */
                         double shards = (double)v->p.dp * (double)v->p.cp;
-                        cbytes += 6 * st->params / (shards > 1 ? shards : 1);
+                        /* under the float8 all-gather the Float8Linear shards are
+                         * cast to fp8 instead (fsdp_pre_all_gather: 4 read, 1
+                         * written) */
+                        cbytes += (6 * st->params - 2 * f8) / (shards > 1 ? shards : 1);
                     }
                     dur += hpgo_gpu_op_time(&v->c->gpu, HPGO_DT_BF16, HPGO_OP_VECTOR, 0,
                                             cbytes) / v->speed;
@@ -1182,6 +1214,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
             if (tq > t_opt)
                 t_opt = tq;
         }
+        if (p->fp8_all_gather)
+            t_opt += fp8_precompute(&e, v, sc, d);
         if (!p->offload_optimizer)
             t_opt /= v->speed; /* the step's kernels run at the GPU's speed */
         double t_ag = 0;

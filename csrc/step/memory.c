@@ -33,7 +33,7 @@
  * two fp32 moments (8 B): 16 B a parameter where a distributed optimizer
  * holds a 16-bit weight beside an fp32 master (18 B); the 16-bit weights
  * exist only gathered (2 B each, also in fp8: torchao's float8 linears
- * cast the gathered weight per GEMM and keep no fp8 copy).
+ * keep no fp8 copy; under fp8_all_gather FSDP2 gathers them in fp8, 1 B).
  * Offloaded optimizer states (ZeRO-Offload) and activations are counted in
  * `host`, not in the GPU's total; the plan fits only if a node's GPUs'
  * `host` bytes fit its CPU memory.  The verdict compares the total with the
@@ -58,6 +58,14 @@ void hpgo_memory_breakdown2(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
         wb = 4, gb = 4, ob = 8; /* FSDP2: the fp32 parameter is the master */
         wgather = 2;
     }
+    /* torchao's float8 all-gather: FSDP2's all-gather buffers and unsharded
+     * weights hold fp8 (1 B) -- taken for every gathered parameter, though
+     * the norms, the embedding and the output layer stay 16-bit (under
+     * 0.1 % of a Llama block; without resharding the embedding's and the
+     * output layer's second byte is not counted) */
+    double gunsharded = wgather; /* the layer's unsharded 16-bit gradient */
+    if (p->fp8_all_gather)
+        wgather = 1;
     double d = (double)hpgo_parplan_shard(p); /* ZeRO shards over its group of replicas */
     int64_t edp = hpgo_parplan_edp(p);
     double de = edp > 0 ? (double)edp : 1; /* ... and an expert's over its replicas */
@@ -85,7 +93,7 @@ void hpgo_memory_breakdown2(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
             run += 3 * layer * wgather;
         else
             run += dense * wgather + layer * wgather;
-        run += layer * (wgather + 2 * gb);
+        run += layer * (gunsharded + 2 * gb);
         if (p->pp > 1 && m > 1)
             run += dense * gb;
     } else if (p->zero == 2 && d > 1) {

@@ -198,6 +198,12 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
                             "recompute must be none, selective, full or selective-op");
     if (p->zero < 0 || p->zero > 3)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "zero must be 0, 1, 2 or 3");
+    if (p->fp8_all_gather != 0 &&
+        (p->fp8_all_gather != 1 || p->zero != 3 || p->kernels == HPGO_KS_TE))
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "fp8_all_gather (0 or 1: torchao's float8 all-gather in FSDP2) "
+                            "needs zero 3 and a PyTorch kernel set (compile, eager, "
+                            "compile-blocks, compile-fa2)");
     if ((p->reshard_after_forward != 0 && p->reshard_after_forward != 1) ||
         (p->offload_optimizer != 0 && p->offload_optimizer != 1))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,

@@ -153,6 +153,13 @@ typedef struct hpgo_parplan {
      * Megatron's unfused fp32 vocab_parallel_cross_entropy (Megatron-LM
      * without --cross-entropy-loss-fusion, its default) under kernels te */
     int32_t cross_entropy;
+    /* fp8 under a PyTorch kernel set with FSDP2 (zero 3): 1 = torchao's
+     * enable_fsdp_float8_all_gather with
+     * precompute_float8_dynamic_scale_for_fsdp (each Float8Linear weight
+     * cast to fp8 on its shard before the all-gather, its scale from one
+     * all-reduce per step), 0 = gathered in 16 bits and cast at every
+     * GEMM (torchtitan's default) */
+    int32_t fp8_all_gather;
 } hpgo_parplan_t;
 
 /* COMPILE_BLOCKS: torch.compile of each transformer block only, the final

@@ -27,8 +27,11 @@
  * one crossing per node a token reaches, cost.h), overlapped phase by phase
  * with another micro-batch's compute on request; latent attention
  * (MLA) replaces the QKV GEMM by down- and up-projections.  fp8 runs the
- * linear GEMMs at the fp8 rate after Transformer Engine's quantization
- * passes and keeps the attention core, router and head in 16 bits.
+ * linear GEMMs at the fp8 rate and keeps the attention core, router and
+ * head in 16 bits: under kernels te after Transformer Engine's quantization
+ * passes, under the PyTorch kernel sets with torchao's Float8Linear casts,
+ * priced per linear of a dense block (tao_*: inputs, weights, output
+ * gradients, fp8 tensor-parallel gathers, FSDP2's float8 all-gather).
  *
  * A chain (profile) layer has measured forward and backward times; its
  * backward splits evenly into B and W, its stored bytes are its profile's.
@@ -76,6 +79,9 @@ typedef struct kctx {
     double e;       /* bytes per activation element */
     int quant;      /* fp8: a GEMM's left operand is quantized first (forward input,
                        backward output gradient; the weight gradient reuses both) */
+    int tao;        /* fp8 under a PyTorch kernel set: torchao's Float8Linear, its casts
+                       priced per linear (tao_*), not per GEMM */
+    int fp8ag;      /* ... with FSDP2's float8 all-gather (weights arrive in fp8) */
     int ks;         /* kernel set, HPGO_KS_* */
     int att;        /* fused attention kernel, HPGO_ATT_* (FLASH2 also under the
                        compile-blocks and compile-fa2 kernel sets) */
@@ -444,7 +450,13 @@ static void shape(const hpgo_xformer_t *x, const hpgo_parplan_t *p, int32_t prec
                 ? HPGO_KS_COMPILE
                 : p->kernels;
     s->rope = !x->learned_pos && !x->mla;
-    s->gathered = p->tp_overlap == HPGO_TPO_ASYNC && s->sp;
+    /* torchao's Float8ColwiseParallel / PrepareFloat8ModuleInput gather the
+     * input in fp8 and Float8Linear saves that gathered fp8 input for the
+     * weight gradient, as async TP saves its gathered input */
+    s->gathered = (p->tp_overlap == HPGO_TPO_ASYNC ||
+                   (precision == HPGO_PREC_FP8 && p->kernels != HPGO_KS_TE && x->experts == 0 &&
+                    !x->mla && !x->parallel_block)) &&
+                  s->sp;
     s->pb = x->parallel_block != 0;
     /* Megatron's bias_swiglu (jit-fused) and Inductor keep the SwiGLU's input
      * and recompute the SiLU; eager silu + mul also stores the SiLU output */
@@ -565,6 +577,7 @@ typedef struct lcost {
     double act, act_w, full_act;  /* stored bytes, held until W, working set under full recompute */
     double buf;                   /* transient bytes while it runs: all-to-all send / receive buffers */
     double fp8_state;             /* fp8 scaling state of its GEMMs (persistent) */
+    double lin_p;                 /* parameters of its Float8Linear weights on the rank */
     double lp, ep_p;              /* parameters on the rank, part in routed experts */
     double mfl;                   /* model FLOPs per micro-batch on the rank */
 } lcost_t;
@@ -927,6 +940,162 @@ static void rope(const kctx_t *k, acc_t *a, const xshape_t *s, double nq, double
     }
 }
 
+/* ---- torchao's Float8Linear as torchtitan ran it (fp8, PyTorch kernel sets) ---- */
+
+/* torchao at eab345c (2024-12-23, the torchao of torchtitan's December 2024
+ * benchmarks; torchao/float8/float8_linear.py) with tensorwise dynamic
+ * scaling, every scale computed from the tensor it scales: Float8Linear
+ * casts its input (e4m3) and weight (e4m3) in the forward and runs
+ * manual_float8_matmul_with_args_in_float8 -- torch._scaled_mm, which
+ * saves the fp8 input and the fp8 weight for the backward -- and casts the
+ * output gradient (e5m2) in the backward (NoopFwToFloat8BwDynamic); the
+ * input- and weight-gradient GEMMs reuse those casts.  A cast is
+ * hp_tensor_to_float8_dynamic: tensor_to_amax (max(abs(x)) over the whole
+ * tensor), amax_to_scale (a few one-element ops), then
+ * _ToFloat8ConstrFunc (x.to(float32) * scale, clamp, .to(float8)).
+ * _scaled_mm wants its left operand row-major and its right one
+ * column-major (float8_ops.py preprocess_addmm copies them otherwise).
+ * Where the amax comes from: */
+enum { AMAX_KNOWN = 0, AMAX_FUSED = 1, AMAX_PASS = 2 };
+
+/* One cast of n elements of hp bytes each to fp8.  Eager PyTorch runs
+ * every op as its own kernel: abs (hp read, hp written), max (hp), then
+ * to(float32) (hp + 4), * scale (8), clamp (8) and to(float8) (4 + 1), a
+ * row-major result only, and six one-element kernels (the max's second
+ * pass and the scale's ops: twelve kernels a cast, as measured on an H100,
+ * profiles/h100-sxm5-float8-casts.json).  Under torch.compile,
+ * as torchao's own roofline model of that version prices it
+ * (torchao/float8/roofline_utils.py get_tensor_memory_traffic_bytes,
+ * "dynamic"): the amax's first reduction stage fused into the kernel that
+ * produced the tensor when that kernel is Inductor's (AMAX_FUSED) or a
+ * read of its own (AMAX_PASS: the producer is an extern kernel -- SDPA, a
+ * GEMM -- or another compiled graph), a one-element second stage, and one
+ * cast kernel that reads the tensor and writes it in fp8 row-major and
+ * column-major (the two layouts the GEMMs need), with one more fp8 read
+ * Inductor's generated kernel makes (pytorch/pytorch#130015, the roofline's
+ * model_torch_compile_limitations): hp + 3 bytes an element.  AMAX_KNOWN:
+ * the scale is at hand (precomputed, or a recomputation that saved it). */
+static void tao_cast(const kctx_t *k, acc_t *a, double n, double hp, int amax)
+{
+    if (k->ks == HPGO_KS_EAGER) {
+        if (amax != AMAX_KNOWN) {
+            vec(k, a, n, 1, 2 * hp * n); /* abs */
+            vec(k, a, n, 1, hp * n);     /* max */
+            for (int i = 0; i < 6; i++)
+                vec(k, a, 1, 1, 16);
+        }
+        vec(k, a, n, 0, (hp + 4) * n); /* to(float32) */
+        vec(k, a, n, 1, 8 * n);        /* * scale */
+        vec(k, a, n, 2, 8 * n);        /* clamp */
+        vec(k, a, n, 0, 5 * n);        /* to(float8) */
+        return;
+    }
+    if (amax == AMAX_PASS)
+        vec(k, a, n, 1, hp * n);
+    if (amax != AMAX_KNOWN)
+        vec(k, a, 1, 1, 16);
+    vec(k, a, n, 3, (hp + 3) * n);
+}
+
+/* A copy of n fp8 elements into the other layout (1 B read, 1 written). */
+static void tao_transpose(const kctx_t *k, acc_t *a, double n) { vec(k, a, n, 0, 2 * n); }
+
+/* The weight matrices of a dense block on the rank, torchtitan's order
+ * (wq, wk, wv, wo, w1, w3, w2; no w3 for a GeLU MLP), and the elements of
+ * each one's input and output on the rank (T: tokens; inputs gathered under
+ * sequence parallelism). */
+static int tao_linears(const xshape_t *s, double *w, double *in, double *out)
+{
+    double T = s->T, t = s->t, h = s->h, f = s->f;
+    int n = 0;
+    const double widths[3] = {s->q, s->kw, s->vw};
+    for (int i = 0; i < 3; i++, n++)
+        w[n] = h * widths[i] / t, in[n] = T * h, out[n] = T * widths[i] / t;
+    w[n] = s->o * h / t, in[n] = T * s->o / t, out[n] = T * h, n++;
+    for (int i = 0; i < (s->swiglu ? 2 : 1); i++, n++)
+        w[n] = h * f / t, in[n] = T * h, out[n] = T * f / t;
+    w[n] = f * h / t, in[n] = T * f / t, out[n] = T * h, n++;
+    return n;
+}
+
+/* Parameters of a dense block's Float8Linear weights on the rank. */
+static double tao_params(const xshape_t *s)
+{
+    double w[7], in[7], out[7], p = 0;
+    int n = tao_linears(s, w, in, out);
+    for (int i = 0; i < n; i++)
+        p += w[i];
+    return p;
+}
+
+/* The forward's casts of a dense block (recompute: what op-level
+ * checkpointing redoes in the backward -- every cast, its amax saved, as
+ * torchtitan's save list keeps abs and max).  The attention's input is
+ * cast once under torch.compile (the casts of wq, wk and wv read the same
+ * tensor with the same ops: AOTAutograd's common-subexpression pass merges
+ * them; with tensor parallelism PrepareFloat8ModuleInput casts it once on
+ * the sequence shard before the fp8 all-gather, float8_tensor_parallel.py),
+ * three times in eager mode; likewise the MLP's input for w1 and w3.  The
+ * norms' and the activation's outputs come from Inductor kernels (amax
+ * fused), the attention output from SDPA (its own pass).  Weights: the
+ * gathered 16-bit weight (FSDP2's copy-out, outside the graph: its own
+ * pass) at every forward, unless FSDP2 gathered it in fp8.  Under tensor
+ * parallelism each amax of a sharded DTensor is all-reduced over tp: *ar
+ * counts them. */
+static void tao_fwd_casts(const kctx_t *k, acc_t *a, const xshape_t *s, int recompute,
+                          double *ar)
+{
+    double T = s->T, tl = s->tl, t = s->t, h = s->h, E = s->E;
+    int eager = k->ks == HPGO_KS_EAGER, tp = t > 1;
+    int fused = recompute ? AMAX_KNOWN : AMAX_FUSED, own = recompute ? AMAX_KNOWN : AMAX_PASS;
+    int nqkv = eager && !tp ? 3 : 1, nfc1 = eager && !tp && s->swiglu ? 2 : 1;
+    for (int i = 0; i < nqkv; i++)
+        tao_cast(k, a, tl * h, E, fused);
+    tao_cast(k, a, T * s->o / t, E, own);
+    for (int i = 0; i < nfc1; i++)
+        tao_cast(k, a, tl * h, E, fused);
+    tao_cast(k, a, T * s->f / t, E, fused);
+    *ar = recompute || !tp ? 0 : 4;
+    if (k->fp8ag)
+        return;
+    double w[7], in[7], out[7];
+    int n = tao_linears(s, w, in, out);
+    for (int i = 0; i < n; i++)
+        tao_cast(k, a, w[i], E, own);
+    if (!recompute && tp)
+        *ar += n;
+}
+
+/* The input-gradient pass's casts of a dense block: each linear's output
+ * gradient (e5m2; wq's and wk's from the rotary backward and wo's from the
+ * second norm's backward and the residual, fused; wv's from SDPA's backward
+ * and w2's from the next block's graph, their own pass; w1's and w3's from
+ * the activation's backward, fused), cast before the fp8 all-gather of
+ * Float8RowwiseParallel's output gradient under tensor parallelism.
+ * Compiled, the casts wrote both layouts; FSDP2's fp8-gathered weight is
+ * row-major and its input-gradient GEMM wants it column-major: one copy
+ * per weight.  Eager, preprocess_addmm copies the weight, the output
+ * gradient and the input into the layouts the two GEMMs want. */
+static void tao_bwd_casts(const kctx_t *k, acc_t *a, const xshape_t *s, double *ar)
+{
+    double w[7], in[7], out[7];
+    int n = tao_linears(s, w, in, out), eager = k->ks == HPGO_KS_EAGER;
+    for (int i = 0; i < n; i++) {
+        int row = i == 3 || i == n - 1; /* wo, w2: the output gradient is sequence-split */
+        double go = row ? out[i] / (s->sp ? s->t : 1) : out[i];
+        int amax = i == 2 || i == n - 1 || (i < 2 && !s->rope) ? AMAX_PASS : AMAX_FUSED;
+        tao_cast(k, a, go, s->E, amax);
+        if (eager) {
+            tao_transpose(k, a, w[i]);
+            tao_transpose(k, a, out[i]);
+            tao_transpose(k, a, in[i]);
+        } else if (k->fp8ag) {
+            tao_transpose(k, a, w[i]);
+        }
+    }
+    *ar = s->t > 1 ? n : 0;
+}
+
 /* What op-level checkpointing (op_sac_stored) recomputes in a block's
  * backward: both norms (compile fuses the residual add into the second),
  * wk, the rotary embeddings, wo (unless its reduce-scatter's output was
@@ -945,6 +1114,10 @@ static void op_sac_recompute(const kctx_t *k, acc_t *a, const xshape_t *s)
     if (s->swiglu)
         mm(k, a, T, h, s->f / t);
     act_fwd(k, a, s, T * s->f / t);
+    if (k->tao) {
+        double ar;
+        tao_fwd_casts(k, a, s, 1, &ar);
+    }
     host_bound(a);
 }
 
@@ -1138,6 +1311,12 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
 {
     const kctx_t kw = kwgrad(k);
     const hpgo_gpu_t *g = k->g;
+    /* torchao's float8 tensor parallelism (Float8ColwiseParallel,
+     * Float8RowwiseParallel, PrepareFloat8ModuleInput) casts before it
+     * gathers: the forward input and the backward output gradient cross in
+     * fp8, 1 B an element; reduce-scatters stay 16-bit.  The gathered fp8
+     * input is saved, so no backward re-gather. */
+    double Xg = k->tao ? X / s->E : X;
     double cd = gemm_time(k, col_d.m, col_d.kk, col_d.n);
     double cw = gemm_time(&kw, col_w.m, col_w.kk, col_w.n);
     if (!s->sp) {
@@ -1146,10 +1325,10 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
         *b += bulk(g, cw, ar);
         return;
     }
-    double ag = tp_coll(c, HPGO_COLL_ALLGATHER, s, X);
+    double ag = tp_coll(c, HPGO_COLL_ALLGATHER, s, Xg);
     double rs = tp_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X);
     /* full recomputation re-gathers the input in its forward: no backward gather */
-    double regather = s->rc == HPGO_RC_FULL ? 0 : bulk(g, cd, ag);
+    double regather = s->rc == HPGO_RC_FULL || k->tao ? 0 : bulk(g, cd, ag);
     switch (p->tp_overlap) {
     case HPGO_TPO_TE:
         /* the forward's gathered input is gathered again in the backward
@@ -1174,8 +1353,8 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
          * (micro_pipeline_tp.py _find_producer_matmul takes mm, _scaled_mm
          * or a reshaped one) and its reduce-scatter stays NCCL's, issued
          * after the weight gradients, exposed. */
-        *f += ring_ag(k, c, s, col_f, X, 1) + p2p_rs(k, c, s, row_f, X);
-        *b += ring_ag(k, c, s, row_d, X, 1) + rs;
+        *f += ring_ag(k, c, s, col_f, Xg, 1) + p2p_rs(k, c, s, row_f, X);
+        *b += ring_ag(k, c, s, row_d, Xg, 1) + rs;
         break;
     default:
         *f += ag + rs;
@@ -1368,8 +1547,18 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
     double keys = attn_keys(x, s, kind, 1);
     /* the kernel's sequence: the window, or the whole sequence */
     double len = (kind & K_WINDOW) ? (double)x->window : s->s;
-    const kctx_t kb = k16(k), kw = kwgrad(k);
     int moe = (kind & K_MOE) != 0;
+    kctx_t kq;
+    if (k->tao && (moe || s->mla || s->pb)) {
+        /* torchao's casts are priced per linear of a dense block (tao_*);
+         * mixture-of-experts, latent-attention and parallel blocks keep the
+         * per-GEMM quantization passes */
+        kq = *k;
+        kq.tao = 0;
+        kq.quant = 1;
+        k = &kq;
+    }
+    const kctx_t kb = k16(k), kw = kwgrad(k);
     acc_t core = {0, 0, 0}, cb = {0, 0, 0};
     double cp_f = 0, cp_b = 0;
     if (p->cp > 1) {
@@ -1454,6 +1643,16 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
     }
     norm_bwd(k, &o->bi, s, tl); /* norm 1 */
     mm(&kw, &o->bw, s->o / s->t, T, h);
+    if (k->tao) {
+        /* torchao's casts, and the one-element all-reduce of each amax of a
+         * tensor-parallel DTensor (its scale must be the whole tensor's) */
+        double arf, arb, one = s->t > 1 ? tp_coll(c, HPGO_COLL_ALLREDUCE, s, 4) : 0;
+        tao_fwd_casts(k, &o->fw, s, 0, &arf);
+        tao_bwd_casts(k, &o->bi, s, &arb);
+        o->tp_f += arf * one;
+        o->tp_b += arb * one;
+        o->lin_p = tao_params(s);
+    }
     host_bound(&o->fw);
     host_bound(&o->bi);
     host_bound(&o->bw);
@@ -1539,7 +1738,7 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
         if (gs > 1) /* the permuted copies sent, and the expert outputs received back */
             o->buf += 2 * send;
     }
-    if (k->dtype == HPGO_DT_FP8) {
+    if (k->dtype == HPGO_DT_FP8 && !k->tao) {
         /* Transformer Engine's per-GEMM scaling state: an amax history, a
          * scale and its inverse (fp32) for the input, the weight and the
          * output gradient of every fp8 GEMM */
@@ -1573,6 +1772,16 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
         o->rc_t = r.t, o->rc_fl = r.flops;
     }
     layer_act(s, kind, &o->act, &o->act_w);
+    if (k->tao && !k->fp8ag && (s->rc == HPGO_RC_NONE || s->rc == HPGO_RC_SELECTIVE)) {
+        /* _scaled_mm's autograd function saves each weight's fp8 cast until
+         * the block's backward; a checkpointed block recomputes the casts
+         * instead.  Under fp8_all_gather the saved weight is FSDP2's
+         * gathered fp8 parameter itself (fsdp_post_all_gather wraps the
+         * all-gather output; resharding frees its storage and the backward's
+         * all-gather refills it): no copy beyond the gather buffers */
+        o->act += o->lin_p;
+        o->act_w += o->lin_p;
+    }
     if (s->rc == HPGO_RC_FULL || s->rc == HPGO_RC_OP) {
         /* a block's backward works on what it recomputed beside what it stored */
         xshape_t s2 = *s;
@@ -1614,7 +1823,8 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     xshape_t s;
     shape(x, p, w->precision, &s);
     int dt = (int)dtype_of(w->precision);
-    kctx_t k = {&c->gpu, dt, dt == HPGO_DT_FP8 ? HPGO_DT_BF16 : dt, s.E, dt == HPGO_DT_FP8,
+    int f8 = dt == HPGO_DT_FP8, tao = f8 && p->kernels != HPGO_KS_TE;
+    kctx_t k = {&c->gpu, dt, f8 ? HPGO_DT_BF16 : dt, s.E, f8 && !tao, tao, p->fp8_all_gather != 0,
                 s.ks,
                 p->attention == HPGO_ATT_FLASH2 || p->kernels == HPGO_KS_COMPILE_BLOCKS ||
                         p->kernels == HPGO_KS_COMPILE_FA2
@@ -1643,6 +1853,9 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
                             "cp_comm a2a (Ulysses) splits the heads: cp=%d must divide the %lld "
                             "heads per tp rank",
                             (int)p->cp, (long long)(x->heads / p->tp));
+    if (p->fp8_all_gather && !f8)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "fp8_all_gather (torchao's float8 all-gather) needs precision fp8");
     if (p->recompute == HPGO_RC_OP &&
         (x->experts > 0 || x->mla || x->parallel_block || !x->flash))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
@@ -1828,6 +2041,7 @@ static void add_layers(hpgo_stage_cost_t *o, const lcost_t *l, double n)
     if (l->full_act + l->buf > o->transient)
         o->transient = l->full_act + l->buf;
     o->fp8_state += n * l->fp8_state;
+    o->fp8_linear_params += n * l->lin_p;
     o->params += n * l->lp;
     o->expert_params += n * l->ep_p;
     o->model_flops += n * l->mfl;
@@ -1848,6 +2062,7 @@ static int same_pieces(const hpgo_parplan_t *a, const hpgo_parplan_t *b)
            a->recompute_method == b->recompute_method &&
            a->recompute == b->recompute && a->attention == b->attention &&
            a->optimizer_impl == b->optimizer_impl && a->cross_entropy == b->cross_entropy &&
+           a->fp8_all_gather == b->fp8_all_gather &&
            (a->pp * a->vstages > 1) == (b->pp * b->vstages > 1);
 }
 
@@ -2175,6 +2390,10 @@ int hpgo_work_stage_costs_cached(const hpgo_work_t *w, const hpgo_cluster_t *c,
     if (p->cp > 1 && w->kind != HPGO_WORK_TRANSFORMER)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "context parallelism splits attention: it needs a transformer model");
+    if (p->fp8_all_gather && w->kind != HPGO_WORK_TRANSFORMER)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "fp8_all_gather gathers Float8Linear weights: it needs a transformer "
+                            "model");
     if (p->tp > hpgo_cluster_unit(c, 0))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "tp=%d is larger than a node (%lld GPUs): tensor parallelism stays "

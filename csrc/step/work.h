@@ -108,6 +108,9 @@ typedef struct hpgo_stage_cost {
     double ep_f, ep_b;       /* seconds of expert-parallel all-to-all (and etp gathers) inside f and b */
     double fp8_state;        /* bytes of fp8 scaling state (persistent; 0 unless fp8) */
     double held;             /* other bytes held through the step (FSDP2's gathered root parameters) */
+    double fp8_linear_params; /* part of params in torchao's Float8Linear weights (fp8 under a
+                                 PyTorch kernel set; 0 otherwise): FSDP2 gathers them in fp8
+                                 under fp8_all_gather */
     double model_flops;      /* per micro-batch per GPU, model FLOPs (no recomputation) */
     double hw_flops;         /* per micro-batch per GPU, executed FLOPs */
 } hpgo_stage_cost_t;

@@ -1,0 +1,185 @@
+"""torchao's Float8Linear as torchtitan ran it (fp8 under a PyTorch kernel
+set): the casts per linear, FSDP2's float8 all-gather, float8 tensor
+parallelism and the tensors saved for the backward
+(docs/training-model.md, "torchao's float8 linears")."""
+import dataclasses
+
+import pytest
+
+import hpgo
+
+NODE = hpgo.Cluster.preset("dgx-h100", nodes=1)
+GAP = 1e-6  # work.c KERNEL_GAP: device seconds between back-to-back kernels
+
+
+def llama8(layers=2):
+    return dataclasses.replace(hpgo.transformer("llama3-8b"), layers=layers)
+
+
+def sim(m, p, precision="fp8", c=NODE):
+    return hpgo.simulate(m, c, p, precision=precision, timeline=False)
+
+
+def weights(m):
+    """The seven weight matrices of a Llama block (wq, wk, wv, wo, w1, w3, w2)."""
+    h, f, hd = m.hidden, m.ffn, m.hidden // m.heads
+    return [h * h, h * m.kv_heads * hd, h * m.kv_heads * hd, h * h, h * f, h * f, f * h]
+
+
+def vec(n, nbytes):
+    return NODE.kernel_time(n, nbytes, dtype="fp8", kind="vector") + GAP
+
+
+def test_weight_casts_per_gemm_or_once_per_gather():
+    """Without the float8 all-gather every forward reads each gathered 16-bit
+    weight for its amax, then casts it (2 B read, two 1 B layouts written, one
+    more fp8 read: 5 B); with it the weights arrive in fp8 and the backward
+    copies each into the column-major layout its input-gradient GEMM wants."""
+    m = llama8()
+    p = hpgo.ParallelPlan(dp=8, global_batch=8, zero=3, kernels="compile")
+    no, ag = sim(m, p).stages[0], sim(m, p.with_(fp8_all_gather=True)).stages[0]
+    want_f = sum(vec(w, 2 * w) + vec(1, 16) + vec(3 * w, 5 * w) for w in weights(m))
+    got_f = (no["forward"] - ag["forward"]) / m.layers
+    assert got_f == pytest.approx(want_f, rel=1e-6)
+    want_b = sum(vec(0, 2 * w) for w in weights(m))
+    got_b = (ag["backward_input"] - no["backward_input"]) / m.layers
+    assert got_b == pytest.approx(want_b, rel=1e-6)
+
+
+def test_input_casts_and_kernel_sets():
+    """Compiled: one cast per distinct input (wq, wk, wv share theirs; w1 and
+    w3 theirs) and per output gradient; eager PyTorch casts every linear's
+    input alone, each cast ten kernels, and copies operands into _scaled_mm's
+    layouts: more time than compiled, and more than the bf16 step's share."""
+    m = llama8()
+    comp = hpgo.ParallelPlan(dp=8, global_batch=8, zero=3, kernels="compile",
+                             fp8_all_gather=True)
+    eag = comp.with_(kernels="eager")
+    c8, e8 = sim(m, comp).stages[0], sim(m, eag).stages[0]
+    b16 = dict(fp8_all_gather=False)
+    c16 = sim(m, comp.with_(**b16), "bf16").stages[0]
+    e16 = sim(m, eag.with_(**b16), "bf16").stages[0]
+    assert c8["forward"] < c16["forward"] and c8["backward_input"] < c16["backward_input"]
+    assert e8["forward"] - c8["forward"] > e16["forward"] - c16["forward"]
+    assert e8["backward_input"] - c8["backward_input"] > \
+        e16["backward_input"] - c16["backward_input"]
+
+
+def test_saved_fp8_weights_and_inputs():
+    """_scaled_mm's autograd function saves each weight's fp8 copy (1 B a
+    parameter) beside the fp8 input; a checkpointed block recomputes them."""
+    m = llama8()
+    p = hpgo.ParallelPlan(dp=8, global_batch=8, zero=3)
+    tao = sim(m, p.with_(kernels="compile")).stages[0]
+    te = sim(m, p.with_(kernels="te")).stages[0]
+    assert tao["activation_bytes_layers"] - te["activation_bytes_layers"] == \
+        pytest.approx(m.layers * sum(weights(m)), rel=1e-9)
+    # under the float8 all-gather the saved weight is FSDP2's gathered parameter
+    ag = sim(m, p.with_(kernels="compile", fp8_all_gather=True)).stages[0]
+    assert ag["activation_bytes_layers"] == te["activation_bytes_layers"]
+    full = p.with_(kernels="compile", recompute="full")
+    assert sim(m, full).stages[0]["activation_bytes_layers"] == \
+        sim(m, full.with_(kernels="te")).stages[0]["activation_bytes_layers"]
+
+
+def test_float8_all_gather_halves_the_gathered_buffers():
+    """FSDP2's all-gather buffers and gathered weights hold fp8: three
+    layers' worth (the one computing, the prefetched one, the buffer) at 1 B
+    instead of 2; the step gets faster (half the gathered bytes)."""
+    m = llama8(4)
+    p = hpgo.ParallelPlan(dp=8, global_batch=8, zero=3, kernels="compile")
+    a, b = sim(m, p), sim(m, p.with_(fp8_all_gather=True))
+    layer = sum(weights(m)) + 2 * m.hidden  # the two RMSNorm weights
+    assert a.memory[0].other - b.memory[0].other == pytest.approx(3 * layer, rel=1e-9)
+    # across nodes the gathers dominate: fp8 all-gather saves time
+    c = hpgo.Cluster.preset("dgx-h100", nodes=4)
+    p4 = p.with_(dp=32, global_batch=32)
+    assert sim(m, p4.with_(fp8_all_gather=True), c=c).iteration_time < \
+        sim(m, p4, c=c).iteration_time
+
+
+def test_float8_tensor_parallel_gathers_in_fp8():
+    """Float8ColwiseParallel and Float8RowwiseParallel cast before they
+    gather: the forward input and the backward output gradient cross tp in
+    1 B; reduce-scatters stay 16-bit; each amax of a sharded DTensor is
+    all-reduced (4 in the forward)."""
+    m = hpgo.transformer("llama3-70b")
+    c = hpgo.Cluster.preset("dgx-h100", nodes=8)
+    p = hpgo.ParallelPlan(tp=8, pp=8, global_batch=8, sequence_parallel=True,
+                          kernels="compile", recompute="full")
+    st = sim(m, p, c=c).stages[1]
+    x = 2 * m.seq * m.hidden
+    ag = c.collective_time("all_gather", 8, x / 2)
+    rs = c.collective_time("reduce_scatter", 8, x)
+    ar = c.collective_time("all_reduce", 8, 4)
+    # forward: 2 gathers, 2 scatters, 4 input amaxes and 7 weight amaxes
+    assert st["tp_forward"] / st["layers"] == pytest.approx(2 * (ag + rs) + 11 * ar, rel=1e-9)
+
+
+def test_fp8_all_gather_field_checks_and_round_trip():
+    p = hpgo.ParallelPlan(dp=8, global_batch=8, zero=3, kernels="compile-blocks",
+                          fp8_all_gather=True)
+    assert hpgo.ParallelPlan.from_dict(p.to_dict()) == p
+    assert "fp8-all-gather" in p.describe()
+    assert "fp8-all-gather" not in p.with_(fp8_all_gather=False).describe()
+    with pytest.raises(ValueError, match="fp8_all_gather"):
+        p.with_(zero=1)
+    with pytest.raises(ValueError, match="fp8_all_gather"):
+        p.with_(kernels="te")
+    with pytest.raises(TypeError, match="fp8_all_gather"):
+        p.with_(fp8_all_gather=1)
+    with pytest.raises(ValueError, match="fp8_all_gather.*precision fp8"):
+        sim(llama8(), p, "bf16")
+
+
+def test_torchtitan_export_refuses_the_float8_all_gather():
+    """torchtitan 0.3.0 offers rowwise float8 recipes only: the tensorwise
+    recipe and its FSDP float8 all-gather were removed (#3127)."""
+    from hpgo import frameworks as F
+    m = hpgo.transformer("llama3-8b")
+    p = hpgo.ParallelPlan(dp=8, global_batch=64, zero=3, kernels="compile", fp8_all_gather=True)
+    assert any("#3127" in b for b in F.problems("torchtitan", p, m, "fp8"))
+    with pytest.raises(ValueError, match="does not run"):
+        p.torchtitan_config(m, precision="fp8")
+    assert not F.problems("torchtitan", p.with_(fp8_all_gather=False), m, "fp8")
+
+
+def test_casts_against_the_h100_measurement():
+    """The compiled casts as priced (7 B an element with the amax pass, 5 B
+    with the scale known, the amax fused into an Inductor producer costing
+    only the cast) against an H100 SXM5's measured device time
+    (benchmarks/gpu_float8_casts.py); fp8 GEMMs against bf16."""
+    import json
+    import pathlib
+    path = pathlib.Path(__file__).parent.parent / "profiles" / "h100-sxm5-float8-casts.json"
+    d = json.loads(path.read_text())
+    for t in d["tensors"]:
+        n = t["rows"] * t["cols"]
+        dyn = vec(n, 2 * n) + vec(1, 16) + vec(3 * n, 5 * n)
+        known = vec(3 * n, 5 * n)
+        assert dyn == pytest.approx(t["dynamic"]["seconds"], rel=0.05), t["name"]
+        assert known == pytest.approx(t["known_scale"]["seconds"], rel=0.05), t["name"]
+        assert t["dynamic"]["kernels"] == 3 and t["known_scale"]["kernels"] == 1
+        fused = t["norm_dynamic"]["seconds"] - t["norm"]["seconds"]
+        assert fused < 1.05 * known  # the amax rides on the norm's kernel
+    for g in d["gemms"]:
+        m, k, n = g["m"], g["k"], g["n"]
+        fl = 2 * m * k * n
+        b16 = NODE.kernel_time(fl, 2 * (m * k + k * n + m * n), dtype="bf16")
+        f8 = NODE.kernel_time(fl, m * k + k * n + 2 * m * n, dtype="fp8")
+        measured = g["bf16"]["seconds"] / g["fp8"]["seconds"]
+        assert b16 / f8 == pytest.approx(measured, rel=0.06), g["name"]
+
+
+def test_scales_precomputed_once_per_step():
+    """precompute_float8_dynamic_scale_for_fsdp after the optimizer: the
+    infinity norm of every fp32 weight shard (4 B a local parameter), one
+    all-reduce of the maxima over the shard group, five one-element kernels."""
+    m = llama8()
+    p = hpgo.ParallelPlan(dp=8, global_batch=8, zero=3, kernels="compile")
+    a, b = sim(m, p), sim(m, p.with_(fp8_all_gather=True))
+    shard = m.layers * sum(weights(m)) / 8
+    want = (NODE.kernel_time(0, 4 * shard, dtype="fp32", kind="vector")
+            + NODE.collective_time("all_reduce", 8, 4 * 7 * m.layers) + 5 * 8e-6)
+    got = b.devices[0]["optimizer"] - a.devices[0]["optimizer"]
+    assert got == pytest.approx(want, rel=1e-6)
