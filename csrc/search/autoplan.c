@@ -210,9 +210,14 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
             act = n0 * sc[0].act + sc[K - 1].act;
         }
         hpgo_mem_t mem;
-        hpgo_memory_breakdown2(S->c, &p, S->w->precision, params, load.expert_params, maxlayer,
+        /* the engine's own figures for what it does not track in time
+         * (hpgo_step_accum_params, the stage buffers in state_bytes): what
+         * it adds in time (outputs kept, input gradients) only raises its
+         * peak above this bound */
+        hpgo_memory_breakdown3(S->c, &p, S->w->precision, params, load.expert_params, maxlayer,
                                act + transient, load.max_act + transient,
-                               S->overhead + load.state_bytes, &mem);
+                               S->overhead + load.state_bytes,
+                               hpgo_step_accum_params(&p, sc, d, m), &mem);
         if (mem.total > mem.capacity * (1 + 1e-9))
             fits = 0;
         /* the device's lowest stage is d: nothing reaches it before the

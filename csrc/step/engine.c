@@ -137,6 +137,44 @@ double hpgo_step_shard_params(const hpgo_parplan_t *p, double params, double exp
            expert_params / (double)(edp > 0 ? edp : 1);
 }
 
+int hpgo_step_torch_pipeline(const hpgo_parplan_t *p)
+{
+    return p->pp > 1 && p->kernels != HPGO_KS_TE;
+}
+
+/* FSDP2 under torch.distributed.pipelining (torch/distributed/pipelining/
+ * stage.py, backward_maybe_with_nosync, PyTorch of December 2024 and
+ * 2.5 / 2.6): every backward but a stage's last runs with
+ * set_requires_gradient_sync(False) and set_reshard_after_backward(False),
+ * and the last one calls each FSDP group's post_backward by hand after the
+ * whole backward.  So the gradients accumulate unsharded in the reduce
+ * dtype from the stage's first backward (_fsdp_param.py
+ * to_accumulated_grad_if_needed) until that post_backward reduce-scatters
+ * them and drops the buffer.  A device holds the buffers of the chunks
+ * whose backwards overlap: the interleaved schedule with m <= p micro-
+ * batches (one round; Megatron's and torch's ScheduleInterleaved1F1B)
+ * runs all backwards of one chunk before the next chunk's first, so one
+ * chunk's at a time; every other case holds them all together. */
+int hpgo_step_fsdp_accumulates(const hpgo_parplan_t *p, int64_t m)
+{
+    return p->zero >= 3 && p->pp > 1 && m > 1;
+}
+
+double hpgo_step_accum_params(const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc, int32_t d,
+                              int64_t m)
+{
+    if (!hpgo_step_torch_pipeline(p) || !hpgo_step_fsdp_accumulates(p, m))
+        return -1;
+    double sum = 0, most = 0;
+    for (int32_t ch = 0; ch < p->vstages; ch++) {
+        const hpgo_stage_cost_t *st = &sc[hpgo_sched_stage(p->schedule, p->pp, p->vstages, d, ch)];
+        double dense = st->params - st->expert_params;
+        sum += dense;
+        most = dense > most ? dense : most;
+    }
+    return p->schedule == HPGO_PS_INTERLEAVED && m <= p->pp ? most : sum;
+}
+
 void hpgo_step_result_free(hpgo_step_result_t *r)
 {
     if (!r)
@@ -247,6 +285,7 @@ typedef struct devstate {
     double dp_free;            /* ZeRO-2/3: end of the per-micro-batch gradient reduce-scatters */
     int64_t idx, count, peak_count;
     int64_t *wdone;            /* per chunk: weight gradients done */
+    int64_t *fdone;            /* per chunk: forwards done */
     double *final_start, *final_dur; /* per chunk: the op that completed its gradients */
 } devstate_t;
 
@@ -349,6 +388,19 @@ static double fp8_precompute(const eng_t *e, const devview_t *v, const hpgo_stag
      * to(float32)) at the 8 us host floor of a launch (work.c
      * HOST_PER_KERNEL, profiles/h100-sxm5-kernels.json) */
     return rd + dp_coll(e, v, HPGO_COLL_ALLREDUCE, 4 * 7 * layers) + 5 * 8e-6;
+}
+
+/* Seconds of FSDP2's gradient accumulation after one micro-batch's
+ * backward of a pipelined stage (_fsdp_param_group.py post_backward with
+ * reduce_grads off): the first backward casts each 16-bit gradient to the
+ * fp32 reduce dtype (to_accumulated_grad_if_needed: 2 bytes read, 4
+ * written a parameter), every later one adds it into that buffer
+ * (accumulate_unsharded_grad_if_needed: 4 + 2 read, 4 written), on the
+ * compute stream. */
+static double fsdp2_accum_time(const devview_t *v, double params, int first)
+{
+    double bytes = (first ? 6 : 10) * params;
+    return hpgo_gpu_op_time(&v->c->gpu, HPGO_DT_BF16, HPGO_OP_VECTOR, 0, bytes) / v->speed;
 }
 
 /* The slowest speed factor of cluster GPUs [lo, hi) (1 when none is listed). */
@@ -827,7 +879,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     memset(&e, 0, sizeof e);
     devstate_t *ds = NULL;
     hpgo_op_t **ops = NULL;
-    int64_t *n_ops = NULL, *wd_all = NULL;
+    int64_t *n_ops = NULL, *wd_all = NULL, *fd_all = NULL;
     double *fs_all = NULL;
     double *fb = NULL;
     int32_t *order = NULL;
@@ -876,11 +928,12 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     ops = calloc((size_t)P, sizeof *ops);
     n_ops = calloc((size_t)P, sizeof *n_ops);
     wd_all = calloc((size_t)K, sizeof *wd_all);
+    fd_all = calloc((size_t)K, sizeof *fd_all);
     fs_all = calloc(2 * (size_t)K, sizeof *fs_all);
     fb = malloc(3 * (size_t)K * sizeof *fb);
     order = malloc((size_t)V * sizeof *order);
     if (!e.fend || !e.bend || !e.act_arr || !e.grad_arr || !ds || !ops || !n_ops || !wd_all ||
-        !fs_all || !fb || !order) {
+        !fd_all || !fs_all || !fb || !order) {
         rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory simulating %lld ops",
                           (long long)km);
         goto fail;
@@ -894,6 +947,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
             goto fail;
         }
         ds[i].wdone = wd_all + (int64_t)i * V;
+        ds[i].fdone = fd_all + (int64_t)i * V;
         ds[i].final_start = fs_all + 2 * (int64_t)i * V;
         ds[i].final_dur = ds[i].final_start + V;
     }
@@ -949,6 +1003,12 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
      * (later releases) is not modelled.  torch.distributed.pipelining
      * (torchtitan: the compile and eager kernel sets) sends asynchronously. */
     int block_p2p = p->kernels == HPGO_KS_TE;
+    /* torch.distributed.pipelining with FSDP2 accumulating over the
+     * micro-batches (hpgo_step_fsdp_accumulates; stage.py's
+     * backward_maybe_with_nosync, read at PyTorch 2.5 / 2.6 and in the
+     * December 2024 nightly torchtitan's benchmarks ran) */
+    int tpipe = hpgo_step_torch_pipeline(p);
+    int accum = tpipe && hpgo_step_fsdp_accumulates(p, m);
     while (total > 0) {
         int64_t ran = 0;
         if (hpgo_cancelled(cancel)) {
@@ -979,8 +1039,19 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                                                     : st->b + st->w;
                 /* ZeRO-3 gathers the weights before the forward, and again before
                  * the backward when they were resharded after the forward */
-                if (p->zero >= 3 && v->replicas &&
-                    (op.kind == HPGO_OP_F || (op.kind != HPGO_OP_W && p->reshard_after_forward))) {
+                int gather = p->zero >= 3 && v->replicas &&
+                             (op.kind == HPGO_OP_F ||
+                              (op.kind != HPGO_OP_W && p->reshard_after_forward));
+                /* without resharding after forward, torch's pipelining also
+                 * keeps the weights gathered after every backward but the
+                 * stage's last (set_reshard_after_backward(False)): the
+                 * chunk's first forward of the step gathers them, the
+                 * others find them gathered (torchtitan's apply_fsdp:
+                 * "do not reshard after forward to avoid per-microbatch
+                 * all-gathers") */
+                if (gather && accum && !p->reshard_after_forward && s->fdone[op.chunk] > 0)
+                    gather = 0;
+                if (gather) {
                     /* gathered layer by layer, each prefetched behind the one
                      * before (FSDP2's implicit forward and explicit backward
                      * prefetch); the first layer's gather has nothing before it
@@ -1026,6 +1097,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                     dur += hpgo_gpu_op_time(&v->c->gpu, HPGO_DT_BF16, HPGO_OP_VECTOR, 0,
                                             6 * st->params) / v->speed;
                 }
+                if (accum && v->replicas && (op.kind == HPGO_OP_W || op.kind == HPGO_OP_BW))
+                    dur += fsdp2_accum_time(v, st->params, s->wdone[op.chunk] == 0);
                 if (p->offload_activations > 0 && op.kind != HPGO_OP_W) {
                     double mv = p->offload_activations * st->act /
                                 (e.uneven ? v->c->sys.host_bandwidth : host_bw);
@@ -1048,7 +1121,14 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                     goto fail;
                 if (op.kind == HPGO_OP_F) {
                     e.fend[x] = end;
+                    s->fdone[op.chunk]++;
                     s->alive += st->act;
+                    /* torch's pipelining appends every stage's output to
+                     * output_chunks, cleared when the next step starts
+                     * (PipelineStage.forward_one_chunk, clear_runtime_states);
+                     * the last stage's, the logits, are in its transient */
+                    if (tpipe && k + 1 < K)
+                        s->alive += st->send_bytes;
                     s->count++;
                     if (s->alive > s->peak)
                         s->peak = s->alive;
@@ -1075,6 +1155,14 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                             if (block_p2p && a > s->t)
                                 s->t = a;
                         }
+                    }
+                    /* the stage input's gradient stays in the .grad of its
+                     * receive buffer (stage_backward: autograd.backward, then
+                     * val.grad) until the next step clears it */
+                    if (tpipe && k > 0 && op.kind != HPGO_OP_W) {
+                        s->alive += sc[k - 1].send_bytes;
+                        if (s->alive > s->peak)
+                            s->peak = s->alive;
                     }
                     if (op.kind == HPGO_OP_B)
                         s->alive -= st->act - st->act_w;
@@ -1179,11 +1267,23 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                 int32_t nb = st->n_layers > 0 ? st->n_layers : 1;
                 double tb = grad_coll(&e, v, op_sync, st->params / nb, st->expert_params / nb,
                                       gbytes);
+                /* torch's pipelining calls each FSDP group's post_backward
+                 * after the stage's whole last backward (stage.py,
+                 * run_post_backward): the reduce-scatters start when that
+                 * backward ends, each after foreach_reduce's copy of the
+                 * fp32 accumulated gradients into its input (_chunk_cat, 4
+                 * bytes read and 4 written a parameter) on the
+                 * reduce-scatter stream */
+                int after_last = accum;
+                if (after_last)
+                    tb += hpgo_gpu_op_time(&v->c->gpu, HPGO_DT_BF16, HPGO_OP_VECTOR, 0,
+                                           8 * st->params / nb) / v->speed;
                 if (layer1 == 0)
                     layer1 = st->params / nb;
                 for (int32_t bi = 0; bi < nb; bi++) {
-                    double ready = overlap ? s->final_start[ch] + s->final_dur[ch] * (bi + 1) / nb
-                                           : s->t;
+                    double ready = after_last ? s->final_start[ch] + s->final_dur[ch]
+                                   : overlap ? s->final_start[ch] + s->final_dur[ch] * (bi + 1) / nb
+                                             : s->t;
                     double st0 = free_at > ready ? free_at : ready;
                     free_at = st0 + tb;
                     if ((rc = add_event(&e, st0, tb, d,
@@ -1234,9 +1334,10 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
         o->params = params;
         o->part = e.uneven ? p->groups[d].part : 0;
         o->speed = v->speed;
-        hpgo_memory_breakdown2(v->c, &v->p, w->precision, params, load.expert_params, maxlayer,
+        double accum_p = hpgo_step_accum_params(p, sc, d, m);
+        hpgo_memory_breakdown3(v->c, &v->p, w->precision, params, load.expert_params, maxlayer,
                                s->peak + transient, load.max_act + transient,
-                               overhead + load.state_bytes, &o->mem);
+                               overhead + load.state_bytes, accum_p, &o->mem);
         if (v->mixed) {
             /* memory per GPU type: each part's largest replica, its
              * activations scaled from the stage's; the least relative
@@ -1253,10 +1354,11 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                 r->stages[d] = save;
                 double scale = save.act > 0 ? v->mix_cost[pq].act / save.act : 1;
                 hpgo_mem_t mq;
-                hpgo_memory_breakdown2(hpgo_cluster_part(c, pq), &v->p, w->precision, lq.params,
+                hpgo_memory_breakdown3(hpgo_cluster_part(c, pq), &v->p, w->precision, lq.params,
                                        lq.expert_params, lq.max_layer_params,
                                        s->peak * scale + lq.transient, lq.max_act + lq.transient,
-                                       overhead + lq.state_bytes, &mq);
+                                       overhead + lq.state_bytes,
+                                       hpgo_step_accum_params(p, r->stages, d, m), &mq);
                 all_fit &= mq.fits;
                 double rel = mq.capacity > 0 ? mq.margin / mq.capacity : mq.margin;
                 if (rel < worst)
@@ -1331,6 +1433,7 @@ fail:
     free(n_ops);
     free(ds);
     free(wd_all);
+    free(fd_all);
     free(fs_all);
     free(fb);
     free(order);

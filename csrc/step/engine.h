@@ -108,6 +108,17 @@ double hpgo_step_shard_params(const hpgo_parplan_t *p, double params, double exp
 void hpgo_step_device_load(const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc, int32_t d,
                            hpgo_device_load_t *out);
 
+/* Whether the plan runs torch.distributed.pipelining (pp > 1 under a
+ * PyTorch kernel set), and whether its FSDP accumulates gradients over
+ * the micro-batches (ZeRO 3, pp > 1, m > 1). */
+int hpgo_step_torch_pipeline(const hpgo_parplan_t *p);
+int hpgo_step_fsdp_accumulates(const hpgo_parplan_t *p, int64_t m);
+/* Parameters whose gradients device d holds unsharded at once under
+ * FSDP2 with torch.distributed.pipelining (engine.c says when), or -1
+ * where memory.c's rule (every dense parameter) applies. */
+double hpgo_step_accum_params(const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc, int32_t d,
+                              int64_t m);
+
 /* Seconds of the optimizer step of `params` local parameters under the
  * plan's kernel set, its bytes per parameter read or written at the GPU's
  * memory bandwidth (hpgo_step_optimizer_bytes).  Thread-safe. */

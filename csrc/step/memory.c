@@ -16,7 +16,11 @@
  *    parallelism with several micro-batches the gradients accumulate
  *    unsharded in the reduce dtype until the stage's last backward
  *    (torch/distributed/pipelining/stage.py, perform_reduce_grad; Llama 3
- *    section 3.3.2: fp32 accumulation across micro-batches).
+ *    section 3.3.2: fp32 accumulation across micro-batches); FSDP2 allocates
+ *    that buffer at a stage's first backward and frees it at the stage's
+ *    reduce-scatter, so the caller may give the parameters accumulated at
+ *    once (hpgo_memory_breakdown3: one chunk at a time where the schedule
+ *    runs the chunks' backwards one after the other).
  *  - ZeRO-2 (DeepSpeed stage_1_and_2.py): the contiguous 16-bit gradient
  *    bucket of reduce_bucket_size = 5e8 elements (zero/config.py), two with
  *    overlap_comm ("double buffers"), never more than the gradients.
@@ -45,9 +49,10 @@
 /* DeepSpeed ZeRO-1/2 reduce_bucket_size default (zero/config.py), elements */
 #define DS_REDUCE_BUCKET 5e8
 
-void hpgo_memory_breakdown2(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
+void hpgo_memory_breakdown3(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
                             double params, double expert_params, double max_layer_params,
-                            double activations, double act_one, double other, hpgo_mem_t *out)
+                            double activations, double act_one, double other,
+                            double accum_params, hpgo_mem_t *out)
 {
     double wb, gb, ob;
     hpgo_work_state_bytes(precision, p->fp8_params, &wb, &gb, &ob);
@@ -95,7 +100,7 @@ void hpgo_memory_breakdown2(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
             run += dense * wgather + layer * wgather;
         run += layer * (gunsharded + 2 * gb);
         if (p->pp > 1 && m > 1)
-            run += dense * gb;
+            run += (accum_params >= 0 ? accum_params : dense) * gb;
     } else if (p->zero == 2 && d > 1) {
         double bucket = DS_REDUCE_BUCKET < dense ? DS_REDUCE_BUCKET : dense;
         run += (p->overlap_grad_reduce ? 2 : 1) * bucket * wb;
@@ -111,6 +116,14 @@ void hpgo_memory_breakdown2(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
     /* what a node's GPUs offload must fit its CPU memory */
     if (out->host > 0 && out->host * (double)c->levels[0].size > c->sys.host_memory)
         out->fits = 0;
+}
+
+void hpgo_memory_breakdown2(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
+                            double params, double expert_params, double max_layer_params,
+                            double activations, double act_one, double other, hpgo_mem_t *out)
+{
+    hpgo_memory_breakdown3(c, p, precision, params, expert_params, max_layer_params, activations,
+                           act_one, other, -1, out);
 }
 
 void hpgo_memory_breakdown(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,

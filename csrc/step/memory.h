@@ -51,4 +51,12 @@ void hpgo_memory_breakdown2(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
                             double params, double expert_params, double max_layer_params,
                             double activations, double act_one, double other, hpgo_mem_t *out);
 
+/* The same with the parameters whose gradients a pipelined FSDP stage
+ * accumulates unsharded at once (`accum_params`, >= 0; negative: every
+ * dense parameter of the device, as hpgo_memory_breakdown2 counts them). */
+void hpgo_memory_breakdown3(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
+                            double params, double expert_params, double max_layer_params,
+                            double activations, double act_one, double other,
+                            double accum_params, hpgo_mem_t *out);
+
 #endif

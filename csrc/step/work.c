@@ -2166,6 +2166,23 @@ static double eager_norm_bytes(void)
  * Only where FSDP2 shards (the torch.compile kernel sets, as memory.c's
  * FSDP2 states; a shard group above 1) and reshards after forward (without,
  * memory.c counts every parameter gathered). */
+/* torch.distributed.pipelining's receive buffers (stage.py, PipelineStage
+ * _prepare_forward_infra and _create_grad_recv_info): at its first step a
+ * stage allocates one buffer per micro-batch for its input (all but the
+ * first stage) and one for the gradient of its output (all but the last),
+ * `x` bytes each, and keeps them.  The input buffer is the tensor the
+ * stage's first layer stores for its backward, so a micro-batch in flight
+ * adds no second copy of it (taken out of the stage's stored bytes).  The
+ * outputs kept in output_chunks and the inputs' gradients, which grow
+ * during the step, are counted by the engine as they appear. */
+static void torch_stage_buffers(hpgo_stage_cost_t *o, double x, int has_in, int has_out,
+                                double m)
+{
+    o->held += m * x * ((has_in ? 1 : 0) + (has_out ? 1 : 0));
+    if (has_in && o->act >= x)
+        o->act -= x;
+}
+
 static double fsdp2_root_bytes(const hpgo_parplan_t *p, int32_t precision, double emb_params)
 {
     int fsdp2 = p->zero >= 3 && precision != HPGO_PREC_FP32 &&
@@ -2283,6 +2300,9 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
             add_layers(o, &xp->mtp, (double)w->x.mtp);
         }
         o->held = fsdp2_root_bytes(p, w->precision, o->emb_params);
+        if (K > 1 && p->kernels != HPGO_KS_TE)
+            torch_stage_buffers(o, X / (s.sp ? s.t : 1), kk > 0, kk + 1 < K,
+                                (double)hpgo_parplan_microbatches(p));
         if (p->optimizer_impl == HPGO_OPT_DEEPSPEED_BF16 && w->precision != HPGO_PREC_FP32) {
             /* DeepSpeed's BF16_Optimizer after every micro-batch's backward
              * (bf16_optimizer.py clear_lp_grads, update_hp_grads; the
