@@ -1156,17 +1156,16 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                                 s->t = a;
                         }
                     }
-                    /* the stage input's gradient stays in the .grad of its
-                     * receive buffer (stage_backward: autograd.backward, then
-                     * val.grad) until the next step clears it */
-                    if (tpipe && k > 0 && op.kind != HPGO_OP_W) {
-                        s->alive += sc[k - 1].send_bytes;
-                        if (s->alive > s->peak)
-                            s->peak = s->alive;
-                    }
                     if (op.kind == HPGO_OP_B)
                         s->alive -= st->act - st->act_w;
-                    else {
+                    /* the stage input's gradient stays in the .grad of its
+                     * receive buffer (stage_backward: autograd.backward, then
+                     * val.grad) until the next step clears it; it is written
+                     * as the pass ends, when the layers' stored tensors are
+                     * freed */
+                    double in_grad = tpipe && k > 0 && op.kind != HPGO_OP_W
+                                         ? sc[k - 1].send_bytes : 0;
+                    if (op.kind != HPGO_OP_B) {
                         s->alive -= op.kind == HPGO_OP_W ? st->act_w : st->act;
                         s->count--;
                         if (++s->wdone[op.chunk] == m) {
@@ -1197,6 +1196,11 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                                                 op.mb, -1)) != HPGO_OK)
                                 goto fail;
                         }
+                    }
+                    if (in_grad > 0) {
+                        s->alive += in_grad;
+                        if (s->alive > s->peak)
+                            s->peak = s->alive;
                     }
                 }
                 s->idx++;

@@ -1,0 +1,121 @@
+"""torch.distributed.pipelining with FSDP2 as torchtitan runs it
+(docs/training-model.md, "torchtitan as its benchmarks ran"): the weights
+gathered once a step, the fp32 gradient accumulation after every
+micro-batch's backward, the reduce-scatter after the stage's last
+backward, one chunk's accumulation buffer at a time where the schedule
+allows, and the buffers a pipeline stage keeps."""
+import pytest
+
+import hpgo
+
+H100 = hpgo.Cluster.preset("dgx-h100", nodes=1)
+LLAMA8 = hpgo.transformer("llama3-8b")
+
+
+def plan(**kw):
+    base = dict(pp=2, dp=4, zero=3, micro_batch=1, global_batch=16, kernels="compile",
+                recompute="full", reshard_after_forward=False)
+    base.update(kw)
+    return hpgo.ParallelPlan(**base)
+
+
+def sim(p, timeline=True):
+    return hpgo.simulate(LLAMA8, H100, p, timeline=timeline)
+
+
+def passes(r, device, kind):
+    """Durations of a device's compute events of one kind, by micro-batch."""
+    return {mb: dur for start, dur, dev, k, lane, stage, mb, _ in r.events
+            if dev == device and lane == 0 and k == kind}
+
+
+def test_weights_are_gathered_at_the_first_forward_only():
+    """Without resharding after forward, torch's pipelining keeps FSDP2's
+    gathered weights through every backward but the last
+    (set_reshard_after_backward(False)): only micro-batch 0's forward pays
+    the all-gather and its copies; with resharding every forward does."""
+    r = sim(plan())
+    f = passes(r, 0, "forward")
+    base = r.stages[0]["forward"]
+    assert f[0] > base * 1.01
+    assert all(f[mb] == pytest.approx(base, rel=1e-12) for mb in (1, 2, 3))
+    r = sim(plan(reshard_after_forward=True))
+    f = passes(r, 0, "forward")
+    assert f[1] == pytest.approx(f[0], rel=1e-12) and f[1] > base * 1.01
+
+
+def test_gradients_accumulate_in_fp32_after_every_backward():
+    """FSDP2 with gradient sync off: the first backward casts the 16-bit
+    gradients into the fp32 buffer (6 B a parameter), every later one adds
+    into it (10 B), on the compute stream; Megatron's stack (te) has no
+    such pass."""
+    r = sim(plan())
+    st = r.stages[0]
+    b = passes(r, 0, "backward")
+    base = st["backward_input"] + st["backward_weight"]
+    first, later = b[0] - base, b[2] - base
+    assert first > 0 and later == pytest.approx(10 / 6 * first, rel=0.02)
+    assert b[1] == pytest.approx(b[3], rel=1e-12)
+    bw = st["params"] * 10 / later
+    assert 1.5e12 < bw < H100.gpu.memory_bandwidth  # a memory-bound pass, not more
+    r = sim(plan(kernels="te"))
+    st = r.stages[0]
+    b = passes(r, 0, "backward")
+    assert all(b[mb] == pytest.approx(st["backward_input"] + st["backward_weight"], rel=1e-12)
+               for mb in b)
+
+
+def test_reduce_scatter_starts_after_the_stages_last_backward():
+    """The last backward's post_backward runs by hand after the whole pass
+    (stage.py run_post_backward): the stage's whole reduce-scatter and its
+    copy-in follow the backward; Megatron's overlaps it layer by layer."""
+    r = sim(plan(), timeline=False)
+    d = r.devices[0]
+    whole = H100.collective_time("reduce_scatter", 4, 4 * r.stages[0]["params"])
+    tail = d["sync_end"] - d["compute_end"]
+    assert tail > whole
+    r = sim(plan(kernels="te"), timeline=False)
+    d = r.devices[0]
+    assert d["sync_end"] - d["compute_end"] < whole / 5
+
+
+def test_interleaved_holds_one_chunks_accumulation_when_m_equals_p():
+    """With m = p the interleaved schedule runs every backward of one chunk
+    before the next chunk's first, and FSDP2 frees a chunk's fp32 buffer at
+    its reduce-scatter: one chunk's 4 B a parameter at a time; with m = 2p
+    the chunks' backwards interleave and every chunk's buffer is held."""
+    def other(mb):
+        p = plan(virtual_stages=2, schedule="interleaved-1f1b", global_batch=4 * mb)
+        r = sim(p, timeline=False)
+        return r.memory[0].other, r.stages
+    o2, st = other(2)
+    o4, _ = other(4)
+    x = st[0]["send_bytes"]
+    c2 = st[2]["params"]
+    # device 0 holds chunks 0 and 2; chunk 0 (with the embedding) is the larger
+    assert st[0]["params"] > c2
+    # m = 4 adds chunk 2's buffer and two more micro-batches' receive buffers
+    # (chunk 0: its output's gradient; chunk 2: its input and output's gradient)
+    assert o4 - o2 == pytest.approx(4 * c2 + 2 * x * 3, rel=1e-9)
+
+
+def test_a_stage_keeps_its_receive_buffers_outputs_and_input_gradients():
+    """Per micro-batch a stage keeps a receive buffer for its input (also
+    what its first layer stores: counted once) and one for its output's
+    gradient, its output in output_chunks and its input's gradient in the
+    buffer's .grad until the next step.  1F1B, pp 2, m 4, full
+    recomputation: device 0 peaks at its last forward with 2 micro-batches
+    in flight and 4 outputs kept; device 1 after 3 backwards with one in
+    flight."""
+    r = sim(plan(), timeline=False)
+    s0, s1 = r.stages
+    x = s0["send_bytes"]
+    assert s1["activation_bytes"] == pytest.approx(s1["activation_bytes_layers"] - x,
+                                                   rel=1e-12)
+    m0, m1 = r.memory
+    assert m0.activations == pytest.approx(2 * s0["activation_bytes"] + 4 * x
+                                           + s0["transient_bytes"], rel=1e-9)
+    assert m1.activations == pytest.approx(s1["activation_bytes"] + 3 * x
+                                           + s1["transient_bytes"], rel=1e-9)
+    te = sim(plan(kernels="te"), timeline=False).stages[1]
+    assert te["activation_bytes"] == pytest.approx(te["activation_bytes_layers"], rel=1e-12)
