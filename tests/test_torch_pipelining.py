@@ -119,3 +119,86 @@ def test_a_stage_keeps_its_receive_buffers_outputs_and_input_gradients():
                                            + s1["transient_bytes"], rel=1e-9)
     te = sim(plan(kernels="te"), timeline=False).stages[1]
     assert te["activation_bytes"] == pytest.approx(te["activation_bytes_layers"], rel=1e-12)
+
+
+def torch_interleaved_grid(p, v, m, rank):
+    """ScheduleInterleaved1F1B's time steps of one rank (PyTorch 2.6,
+    _calculate_single_rank_operations and _get_1f1b_rank_ops): None or
+    (kind, stage, micro-batch)."""
+    rounds = max(1, m // p)
+    per = m // rounds
+    warm = min((v - 1) * per + 2 * (p - 1 - rank), m * v)
+    pairs = v * m - warm
+    fmb, bmb, out = {}, {}, [None] * rank
+
+    def fwd(step):
+        s = ((step // per) % v) * p + rank
+        fmb[s] = fmb.get(s, -1) + 1
+        return ("F", s, fmb[s])
+
+    def bwd(step):
+        s = (v - 1 - ((step - warm) // per) % v) * p + rank
+        bmb[s] = bmb.get(s, -1) + 1
+        return ("B", s, bmb[s])
+    for op in range(warm + pairs + warm):
+        if op < warm:
+            out.append(fwd(op))
+            if op == warm - 1:
+                out.extend([None] * ((v * p + 2 * (p - 1 - rank)) - (warm + rank)))
+        elif op < warm + pairs:
+            out += [fwd(op), bwd(op)]
+        else:
+            out += [None, bwd(op)]
+    return out
+
+
+def test_interleaved_ranks_leave_each_time_step_with_their_partners():
+    """torch's multi-stage schedules walk a grid of time steps; at each step
+    a rank waits for one batch of the sends of its action and the receives
+    matching its neighbours' actions, so partners leave the step together.
+    The engine's step equals that lock-step walk over its own pass times,
+    and is longer than the same op order run on data dependencies alone."""
+    p, v, m = 4, 2, 4
+    r = sim(plan(pp=p, dp=1, zero=0, virtual_stages=v, schedule="interleaved-1f1b",
+                 global_batch=m, reshard_after_forward=True))
+    K = p * v
+    dur = {}
+    xfer = max(d for _s, d, _dev, kind, *_ in r.events if kind == "send")
+    for start, d, dev, kind, lane, stage, mb, _ in r.events:
+        if lane == 0 and kind in ("forward", "backward"):
+            dur[(kind[0].upper(), stage, mb)] = d
+    grid = [torch_interleaved_grid(p, v, m, rank) for rank in range(p)]
+    n = max(len(g) for g in grid)
+    T = [0.0] * p
+    for t in range(n):
+        act = [g[t] if t < len(g) else None for g in grid]
+        C = [T[q] + (dur[act[q]] if act[q] else 0) for q in range(p)]
+        peers = [set() for _ in range(p)]
+        for q, a in enumerate(act):
+            if a:
+                kind, s, _ = a
+                to = s + 1 if kind == "F" else s - 1
+                if 0 <= to < K and to % p != q:
+                    peers[q].add(to % p)
+                    peers[to % p].add(q)
+        T = [max([C[q]] + [C[o] for o in peers[q]]) + (xfer if peers[q] else 0)
+             for q in range(p)]
+    ends = [dev["compute_end"] for dev in r.devices]
+    assert ends == pytest.approx(T, rel=1e-9)
+    # the same passes on data dependencies alone (sends asynchronous)
+    fend, bend, free, left = {}, {}, [0.0] * p, [[a for a in g if a] for g in grid]
+    while any(left):
+        for q in range(p):
+            while left[q]:
+                kind, s, mb = left[q][0]
+                if kind == "F":
+                    dep = 0.0 if s == 0 else fend.get((s - 1, mb))
+                else:
+                    dep = fend.get((s, mb)) if s == K - 1 else bend.get((s + 1, mb))
+                if dep is None:
+                    break
+                if (kind == "F" and s > 0) or (kind == "B" and s < K - 1):
+                    dep += xfer
+                free[q] = max(free[q], dep) + dur[left[q].pop(0)]
+                (fend if kind == "F" else bend)[(s, mb)] = free[q]
+    assert max(T) > max(free) * 1.01

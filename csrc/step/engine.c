@@ -861,6 +861,182 @@ static int uneven_views(eng_t *e, const hpgo_work_t *w, hpgo_stage_cost_t *sc, d
     return HPGO_OK;
 }
 
+/* torch.distributed.pipelining's multi-stage schedules
+ * (PipelineScheduleMulti._step_microbatches, PyTorch 2.5 / 2.6 and the
+ * December 2024 nightly; torchtitan's Interleaved1F1B) run a grid of time
+ * steps that every rank walks: ScheduleInterleaved1F1B's
+ * _calculate_single_rank_operations gives rank r r empty steps, its
+ * warm-up forwards, (v p + 2 (p - 1 - r)) - (warm-up + r) empty steps,
+ * then a forward and a backward step per 1F1B pair, then an empty step
+ * before each cool-down backward.  At each step a rank runs its action,
+ * then posts the sends of that action and the receives that match its
+ * neighbours' actions of the same step in one batch_isend_irecv and
+ * waits for it.  A send completes only when its receiver has posted the
+ * receive, so neighbours that exchange at a step leave it together: the
+ * step of rank r ends at the latest end of its own action and of the
+ * actions of the ranks it exchanges with, plus the transfer.  The engine
+ * runs the same op order (Megatron's interleaved order is torch's) and
+ * starts each op no earlier than the end of its rank's previous step. */
+typedef struct lockstep {
+    int32_t P;
+    int64_t n;       /* time steps */
+    int64_t *slot;   /* per device, per op index: its time step (P x cap) */
+    int32_t *op_at;  /* P x n: the op index at the step, or -1 */
+    double *C, *T;   /* P x n: end of the step's action, end of the step (NAN: unknown) */
+    int64_t *known;  /* per rank: the last step whose end is known */
+} lockstep_t;
+
+static void lock_free(lockstep_t *L)
+{
+    free(L->slot);
+    free(L->op_at);
+    free(L->C);
+    free(L->T);
+    free(L->known);
+}
+
+/* The time steps of each device's ops; 0 when an op list is not of the
+ * interleaved form (warm-up forwards, forward-backward pairs, cool-down
+ * backwards), HPGO_E_NOMEM when out of memory. */
+static int lock_build(lockstep_t *L, int32_t P, int32_t V, hpgo_op_t **ops, const int64_t *n_ops,
+                      int64_t cap)
+{
+    memset(L, 0, sizeof *L);
+    L->P = P;
+    if (!(L->slot = malloc((size_t)P * (size_t)cap * sizeof *L->slot)))
+        return HPGO_E_NOMEM;
+    int64_t n = 0;
+    for (int32_t d = 0; d < P; d++) {
+        const hpgo_op_t *o = ops[d];
+        int64_t *sl = L->slot + (int64_t)d * cap, nf = 0, w = 0;
+        for (int64_t i = 0; i < n_ops[d]; i++)
+            nf += o[i].kind == HPGO_OP_F;
+        while (w < n_ops[d] && o[w].kind == HPGO_OP_F)
+            w++;
+        if (w < nf && w > 0) /* the last leading forward opens the first pair */
+            w--;
+        int64_t fb = nf - w, post = (int64_t)V * P + 2 * (int64_t)(P - 1 - d) - (w + d);
+        if (post < 0)
+            post = 0;
+        if (n_ops[d] != nf + nf)
+            return 0;
+        int64_t base = d + w + post;
+        for (int64_t i = 0; i < n_ops[d]; i++) {
+            int64_t at;
+            if (i < w)
+                at = d + i;
+            else if (i < w + 2 * fb) {
+                if (o[i].kind != ((i - w) % 2 ? HPGO_OP_BW : HPGO_OP_F))
+                    return 0;
+                at = base + (i - w);
+            } else {
+                if (o[i].kind != HPGO_OP_BW)
+                    return 0;
+                at = base + 2 * fb + 2 * (i - w - 2 * fb) + 1;
+            }
+            sl[i] = at;
+            if (at + 1 > n)
+                n = at + 1;
+        }
+    }
+    L->n = n;
+    size_t pn = (size_t)P * (size_t)n;
+    L->op_at = malloc(pn * sizeof *L->op_at);
+    L->C = malloc(pn * sizeof *L->C);
+    L->T = malloc(pn * sizeof *L->T);
+    L->known = malloc((size_t)P * sizeof *L->known);
+    if (!L->op_at || !L->C || !L->T || !L->known)
+        return HPGO_E_NOMEM;
+    for (size_t x = 0; x < pn; x++)
+        L->op_at[x] = -1, L->C[x] = L->T[x] = NAN;
+    for (int32_t d = 0; d < P; d++) {
+        L->known[d] = -1;
+        for (int64_t i = 0; i < n_ops[d]; i++)
+            L->op_at[(int64_t)d * n + L->slot[(int64_t)d * cap + i]] = (int32_t)i;
+    }
+    return 1;
+}
+
+/* End of rank r's action at step t (NAN while unknown). */
+static double lock_c(const lockstep_t *L, int32_t r, int64_t t)
+{
+    int64_t x = (int64_t)r * L->n + t;
+    if (L->op_at[x] >= 0)
+        return L->C[x];
+    return t == 0 ? 0 : L->known[r] >= t - 1 ? L->T[x - 1] : NAN;
+}
+
+/* The rank the action of rank r at step t sends to (-1: none), and the
+ * seconds of that transfer. */
+static int32_t lock_dest(const eng_t *e, hpgo_op_t **ops, const lockstep_t *L, int32_t r,
+                         int64_t t, double *secs)
+{
+    int32_t i = L->op_at[(int64_t)r * L->n + t];
+    *secs = 0;
+    if (i < 0)
+        return -1;
+    hpgo_op_t op = ops[r][i];
+    int32_t k = hpgo_sched_stage(e->schedule, e->P, e->V, r, op.chunk), to;
+    double bytes;
+    if (op.kind == HPGO_OP_F) {
+        if (k + 1 >= e->K)
+            return -1;
+        to = dev_of(e, k + 1), bytes = e->sc[k].send_bytes;
+    } else {
+        if (k == 0)
+            return -1;
+        to = dev_of(e, k - 1), bytes = e->sc[k - 1].send_bytes;
+    }
+    if (to == r)
+        return -1;
+    *secs = hpgo_cost_p2p(e->c, hpgo_cost_level_between(e->c, rank_of(e, r), rank_of(e, to)),
+                          bytes);
+    return to;
+}
+
+/* Resolve the ends of every step whose actions and partners are known. */
+static void lock_advance(const eng_t *e, hpgo_op_t **ops, lockstep_t *L)
+{
+    int32_t P = L->P;
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int32_t r = 0; r < P; r++) {
+            while (L->known[r] + 1 < L->n) {
+                int64_t t = L->known[r] + 1;
+                double c = lock_c(L, r, t);
+                if (isnan(c))
+                    break;
+                double end = c, xfer = 0, xs;
+                int ok = 1;
+                int32_t to = lock_dest(e, ops, L, r, t, &xs);
+                if (to >= 0) {
+                    double cq = lock_c(L, to, t);
+                    ok = !isnan(cq);
+                    end = cq > end ? cq : end;
+                    xfer = xs;
+                }
+                int32_t nb[2] = {(r + P - 1) % P, (r + 1) % P};
+                for (int j = 0; j < 2 && ok; j++) {
+                    int32_t q = nb[j];
+                    if (q == r || (j == 1 && q == nb[0]))
+                        continue;
+                    if (lock_dest(e, ops, L, q, t, &xs) != r)
+                        continue;
+                    double cq = lock_c(L, q, t);
+                    ok = !isnan(cq);
+                    end = cq > end ? cq : end;
+                    xfer = xs > xfer ? xs : xfer;
+                }
+                if (!ok)
+                    break;
+                L->T[(int64_t)r * L->n + t] = end + xfer;
+                L->known[r] = t;
+                progress = 1;
+            }
+        }
+    }
+}
+
 int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_parplan_t *p,
                        const hpgo_step_opts_t *opts, hpgo_step_result_t **out, hpgo_err_t *err)
 {
@@ -884,6 +1060,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     double *fb = NULL;
     int32_t *order = NULL;
     double *gbuf = NULL;
+    lockstep_t L;
+    memset(&L, 0, sizeof L);
     if (!r)
         return hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory for a step result");
     r->stages = calloc((size_t)K, sizeof *r->stages);
@@ -1009,6 +1187,13 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
      * December 2024 nightly torchtitan's benchmarks ran) */
     int tpipe = hpgo_step_torch_pipeline(p);
     int accum = tpipe && hpgo_step_fsdp_accumulates(p, m);
+    int lock = 0;
+    if (tpipe && p->schedule == HPGO_PS_INTERLEAVED && !e.uneven && P > 1) {
+        if ((lock = lock_build(&L, P, V, ops, n_ops, cap)) == HPGO_E_NOMEM) {
+            rc = hpgo_err_set(err, HPGO_E_NOMEM, 0, "out of memory for the pipeline's time steps");
+            goto fail;
+        }
+    }
     while (total > 0) {
         int64_t ran = 0;
         if (hpgo_cancelled(cancel)) {
@@ -1032,6 +1217,15 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                     ready = k == K - 1 ? e.fend[x] : e.grad_arr[x];
                 if (isinf(ready))
                     break;
+                int64_t slot = lock ? L.slot[(int64_t)d * cap + s->idx] : 0;
+                if (lock && slot > 0) {
+                    if (L.known[d] < slot - 1)
+                        lock_advance(&e, ops, &L);
+                    if (L.known[d] < slot - 1)
+                        break;
+                    double ts = L.T[(int64_t)d * L.n + slot - 1];
+                    ready = ts > ready ? ts : ready;
+                }
                 const hpgo_stage_cost_t *st = &sc[k];
                 double dur = op.kind == HPGO_OP_F   ? st->f
                              : op.kind == HPGO_OP_B ? st->b
@@ -1114,6 +1308,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                 }
                 double start = s->t > ready ? s->t : ready, end = start + dur;
                 s->t = end;
+                if (lock)
+                    L.C[(int64_t)d * L.n + slot] = end;
                 s->busy += dur;
                 static const int kinds[4] = {HPGO_EV_FORWARD, HPGO_EV_BACKWARD_INPUT,
                                              HPGO_EV_BACKWARD_WEIGHT, HPGO_EV_BACKWARD};
@@ -1212,6 +1408,13 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
             rc = hpgo_err_set(err, HPGO_E_INTERNAL, 0, "the schedule's op order deadlocks");
             goto fail;
         }
+    }
+
+    if (lock) { /* each rank leaves its last step when its exchanges end */
+        lock_advance(&e, ops, &L);
+        for (int32_t d = 0; d < P; d++)
+            if (L.known[d] == L.n - 1 && L.T[(int64_t)d * L.n + L.n - 1] > ds[d].t)
+                ds[d].t = L.T[(int64_t)d * L.n + L.n - 1];
     }
 
     /* gradient synchronisation, optimizer step, verdicts */
@@ -1448,6 +1651,7 @@ fail:
     free(e.views);
     free(e.mixbuf);
     free(gbuf);
+    lock_free(&L);
     hpgo_sim_result_free(e.tl);
     hpgo_step_result_free(r);
     return rc;
