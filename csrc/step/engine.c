@@ -25,7 +25,15 @@
  * prices each replica on its own part, runs its collectives as one ring at
  * the slowest link the ring uses (the join between parts), and judges its
  * memory on every type it uses (each type's largest replica; ZeRO shards
- * evenly over all replicas, whatever their type). */
+ * evenly over all replicas, whatever their type).
+ *
+ * torch.distributed.pipelining (pp > 1 under a PyTorch kernel set) adds
+ * what its stage and FSDP2 do around each pass (hpgo_step_fsdp_accumulates:
+ * one gather a step, the fp32 accumulation after each backward, the
+ * reduce-scatter after the last; a stage's kept outputs and input
+ * gradients in the memory sweep), and its interleaved schedule walks
+ * torch's grid of time steps in lock step (lockstep_t: O(p x steps) memory,
+ * each step's end resolved once). */
 #include "engine.h"
 
 #include <math.h>
