@@ -202,3 +202,27 @@ def test_interleaved_ranks_leave_each_time_step_with_their_partners():
                 free[q] = max(free[q], dep) + dur[left[q].pop(0)]
                 (fend if kind == "F" else bend)[(s, mb)] = free[q]
     assert max(T) > max(free) * 1.01
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pruned_search_equals_exhaustive_under_torch_pipelining(seed):
+    """The accumulation buffers and stage buffers go through autoplan's
+    memory bound and the lock step through its time bound: no bound
+    exceeds a simulated plan, and pruning finds the exhaustive ranking."""
+    import random
+    rng = random.Random(900 + seed)
+    heads = rng.choice([8, 16])
+    h = heads * 64
+    model = hpgo.transformer(hidden=h, ffn=4 * h, heads=heads, kv_heads=heads // 2,
+                             layers=rng.choice([8, 12]), seq=1024, vocab=32000, mlp="swiglu",
+                             flash=True)
+    cluster = hpgo.Cluster.preset("dgx-h100", nodes=rng.choice([1, 2]))
+    cluster = cluster.with_gpu(memory_bytes=rng.choice([3e9, 6e9, 16e9]))
+    kw = dict(kernels=rng.choice(["compile", "compile-blocks"]), reshard_after_forward=None,
+              zero=3, pp=2, schedule=rng.choice(["1f1b", "interleaved-1f1b"]))
+    fast = hpgo.autoplan(model, cluster, 16, top=10, threads=1, **kw)
+    slow = hpgo.autoplan(model, cluster, 16, top=10, exhaustive=True, threads=1, **kw)
+    assert slow.stats["bounds_broken"] == 0
+    assert [(rp.plan, rp.result.iteration_time) for rp in fast] == \
+        [(rp.plan, rp.result.iteration_time) for rp in slow]
+    assert len(slow) > 0 and all(rp.plan.pp == 2 and rp.plan.zero == 3 for rp in slow)
