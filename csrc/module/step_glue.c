@@ -251,8 +251,8 @@ static PyObject *from_cluster(const hpgo_cluster_t *c)
     const hpgo_gpu_t *g = &c->gpu;
     const hpgo_system_t *y = &c->sys;
     /* a preset: no parts, no join, no slowed GPUs */
-    return Py_BuildValue("(ss(dddd)dddNNNNNN(id)(dddddi)()O())", c->name, g->name, g->peak[0], g->peak[1],
-                         g->peak[2], g->peak[3], g->vector_flops, g->hbm_bytes, g->hbm_bandwidth,
+    return Py_BuildValue("(ss(dddd)dddNNNNNN(id)(dddddi)()O())", c->name, g->name, g->peak[0],
+                         g->peak[1], g->peak[2], g->peak[3], g->vector_flops, g->hbm_bytes, g->hbm_bandwidth,
                          steps_tuple(g, HPGO_EFF_MATRIX), steps_tuple(g, HPGO_EFF_VECTOR),
                          steps_tuple(g, HPGO_EFF_MEMORY), lv, steps_tuple(g, HPGO_EFF_FP8),
                          steps_tuple(g, HPGO_EFF_ATTENTION), (int)g->sms, g->power_limit,

@@ -107,7 +107,8 @@ typedef struct hpgo_stage_cost {
     double expert_params;    /* part of params in routed experts (sharded over ep x etp, reduced over edp) */
     double ep_f, ep_b;       /* seconds of expert-parallel all-to-all (and etp gathers) inside f and b */
     double fp8_state;        /* bytes of fp8 scaling state (persistent; 0 unless fp8) */
-    double held;             /* other bytes held through the step (FSDP2's gathered root parameters) */
+    double held;             /* other bytes held through the step (FSDP2's gathered root
+                                parameters) */
     double fp8_linear_params; /* part of params in torchao's Float8Linear weights (fp8 under a
                                  PyTorch kernel set; 0 otherwise): FSDP2 gathers them in fp8
                                  under fp8_all_gather */

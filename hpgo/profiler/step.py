@@ -327,6 +327,8 @@ def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps
         row.update(_kernels(step))
     if power is not None:
         row["power"] = power.during(step, device)
+        if mode == "titan":
+            row["power_duty"] = _step_duty(step, device, power)
     del model, opt, master, weights
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -554,6 +556,38 @@ def _duty_cycles(x: Any, w: Any, device: Any, power: Power, quick: bool) -> list
         row["duty"] = sum(busy[keep:]) / sum(walls[keep:])
         row["gemm_seconds"] = statistics.median(busy[keep:]) / 12
         out.append(row)
+    return out
+
+
+def _step_duty(step: Any, device: Any, power: Power) -> list:
+    """The training step with the GPU idle for a gap after each: its time
+    (CUDA events) and the power drawn against the share of time busy, as
+    ``_duty_cycles`` does for a GEMM -- how the step's own power grows with
+    its rate."""
+    out = []
+    for frac in (0.0, 0.35, 0.7, 1.2):
+        times: list = []
+        walls: list = []
+
+        def burst() -> None:
+            t = time.perf_counter()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            step()
+            e1.record()
+            e1.synchronize()
+            times.append(e0.elapsed_time(e1) / 1e3)
+            if frac:
+                time.sleep(frac * times[-1])
+            walls.append(time.perf_counter() - t)
+        row = power.during(burst, device, seconds=5.0)
+        keep = len(times) // 4
+        row["gap_share"] = frac
+        row["duty"] = sum(times[keep:]) / sum(walls[keep:])
+        row["step_seconds"] = statistics.median(times[keep:])
+        out.append(row)
+        print(f"titan step at duty {row['duty']:.2f}: {row['power_watts']:6.1f} W, "
+              f"{row['step_seconds'] * 1e3:.1f} ms, SM {row['sm_clock_mhz']:.0f} MHz", flush=True)
     return out
 
 
