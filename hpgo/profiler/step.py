@@ -260,6 +260,7 @@ def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps
     freqs = _rope(seq, h // a, device)
     tokens = torch.randint(0, vocab, (mb, seq), device=device)
     labels = torch.randint(0, vocab, (mb, seq), device=device)
+
     def fwd_bwd() -> None:
         with _flash_only(device) if titan else contextlib.nullcontext():
             pred = model(tokens, freqs)
@@ -411,7 +412,7 @@ class Power:
             import pynvml
         except ImportError:
             raise ImportError("--power needs NVML's Python binding "
-                              "(pip install nvidia-ml-py)") from None
+                              "(pip install nvidia-ml-py, or 'hpgo[torch]')") from None
         pynvml.nvmlInit()
         self.nv = pynvml
         self.h = pynvml.nvmlDeviceGetHandleByIndex(index)
