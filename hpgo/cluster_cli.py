@@ -71,6 +71,8 @@ def run_cluster(args: Any, out: Any = None) -> int:
     args.cluster = args.cluster or args.name
     if args.combine:
         c = _combined(args)
+        if args.power_limit is not None:   # refused: a limit is set on a part
+            c = c.with_power_limit(args.power_limit)
     elif args.join_gbps is not None:
         raise ValueError("--join-gbps links the parts of --combine")
     elif not args.cluster and not args.gpu:
@@ -83,9 +85,7 @@ def run_cluster(args: Any, out: Any = None) -> int:
         c = None
     _check_output(args.output, "-o")
     if c is None:
-        c = cluster_from_args(args)
-    if args.power_limit is not None:
-        c = c.with_power_limit(args.power_limit)
+        c = cluster_from_args(args)   # with --power-limit applied
     if args.speed:
         c = c.with_speed(_speeds(args.speed))
     if args.json:

@@ -528,34 +528,47 @@ def measure_power(device: Any, power: Power, quick: bool = False) -> dict:
     return out
 
 
+def _with_gaps(work: Any, gap: Any, device: Any, power: Power, seconds: float) -> dict:
+    """Run ``work()`` in bursts timed by CUDA events, the GPU idle for
+    ``gap(busy seconds)`` after each, under ``power.during``: its readings
+    with the share of time busy (``duty``) and the median burst time
+    (``busy_seconds``), both past the first quarter of the bursts."""
+    busy: list = []
+    walls: list = []
+
+    def burst() -> None:
+        t = time.perf_counter()
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        work()
+        e1.record()
+        e1.synchronize()
+        busy.append(e0.elapsed_time(e1) / 1e3)
+        g = gap(busy[-1])
+        if g:
+            time.sleep(g)
+        walls.append(time.perf_counter() - t)
+    row = power.during(burst, device, seconds=seconds)
+    keep = len(busy) // 4          # past the first second or so
+    row["duty"] = sum(busy[keep:]) / sum(walls[keep:])
+    row["busy_seconds"] = statistics.median(busy[keep:])
+    return row
+
+
 def _duty_cycles(x: Any, w: Any, device: Any, power: Power, quick: bool) -> list:
     """The same bf16 GEMM in bursts of 12 with the GPU idle for a gap after
     each: the share of time busy (duty) against the power drawn, the SM clock
     and the time one GEMM takes.  Under a power cap a lower duty lets the
     clock rise; how far it rises for a given duty is how the board's power
     grows with the clock (``duty x f^g`` stays constant while capped)."""
+    def gemms() -> None:
+        for _ in range(12):
+            torch.mm(x, w)
     out = []
     for gap in ((0.0, 0.004) if quick else (0.0, 0.004, 0.010, 0.020, 0.035)):
-        busy: list = []
-        walls: list = []
-
-        def burst() -> None:
-            t = time.perf_counter()
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            for _ in range(12):
-                torch.mm(x, w)
-            e1.record()
-            e1.synchronize()
-            busy.append(e0.elapsed_time(e1) / 1e3)
-            if gap:
-                time.sleep(gap)
-            walls.append(time.perf_counter() - t)
-        row = power.during(burst, device, seconds=2.0 if quick else 5.0)
-        keep = len(busy) // 4          # past the first second or so
+        row = _with_gaps(gemms, lambda _busy: gap, device, power, 2.0 if quick else 5.0)
         row["gap_seconds"] = gap
-        row["duty"] = sum(busy[keep:]) / sum(walls[keep:])
-        row["gemm_seconds"] = statistics.median(busy[keep:]) / 12
+        row["gemm_seconds"] = row.pop("busy_seconds") / 12
         out.append(row)
     return out
 
@@ -567,25 +580,9 @@ def _step_duty(step: Any, device: Any, power: Power) -> list:
     its rate."""
     out = []
     for frac in (0.0, 0.35, 0.7, 1.2):
-        times: list = []
-        walls: list = []
-
-        def burst() -> None:
-            t = time.perf_counter()
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            step()
-            e1.record()
-            e1.synchronize()
-            times.append(e0.elapsed_time(e1) / 1e3)
-            if frac:
-                time.sleep(frac * times[-1])
-            walls.append(time.perf_counter() - t)
-        row = power.during(burst, device, seconds=5.0)
-        keep = len(times) // 4
+        row = _with_gaps(step, lambda busy: frac * busy, device, power, 5.0)
         row["gap_share"] = frac
-        row["duty"] = sum(times[keep:]) / sum(walls[keep:])
-        row["step_seconds"] = statistics.median(times[keep:])
+        row["step_seconds"] = row.pop("busy_seconds")
         out.append(row)
         print(f"titan step at duty {row['duty']:.2f}: {row['power_watts']:6.1f} W, "
               f"{row['step_seconds'] * 1e3:.1f} ms, SM {row['sm_clock_mhz']:.0f} MHz", flush=True)
