@@ -107,6 +107,9 @@ def add_profile_subcommand(subparsers) -> argparse.ArgumentParser:
                     help="time one rank's context-parallel attention blocks (FlashAttention-2)")
     st.add_argument("--no-long-attention", action="store_true",
                     help="skip the long-sequence causal attention sweep")
+    st.add_argument("--tp-shards", action="store_true",
+                    help="also time one tensor-parallel rank's share of torchtitan's TP-8 runs "
+                         "(8B, 70B, 405B, 4 layers; --modes '' for these alone)")
     p.set_defaults(func=run_profile)
     return p
 
@@ -222,11 +225,11 @@ def _run_step(args) -> int:
     from .profiler import step
 
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
-    if not modes or any(m not in step.MODES for m in modes):
+    if not (modes or args.tp_shards) or any(m not in step.MODES for m in modes):
         raise _UsageError(f"--modes takes {', '.join(step.MODES)}, got {args.modes!r}")
     doc = step.measure(args.output, quick=args.quick, modes=modes, device=args.device,
                        power=args.power, cp_blocks=args.cp_blocks,
-                       long_attention=not args.no_long_attention)
+                       long_attention=not args.no_long_attention, tp_shards=args.tp_shards)
     print(f"{len(doc['samples'])} steps timed on {doc['device']} -> {args.output}")
     return 0
 

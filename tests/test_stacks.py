@@ -43,6 +43,32 @@ def test_baseline_exposes_six_of_the_ten_sequence_parallel_collectives():
     assert 0 < st["tp_backward"] / n < 2 * ar
 
 
+def test_torch_tensor_parallelism_copies_around_sequence_dim_collectives():
+    """PyTorch's tensor parallelism keeps activations batch-first, [b, s, h],
+    and NCCL gathers and scatters along dim 0: a reduce-scatter on the
+    sequence dim first copies its input's chunks into one tensor (always),
+    an all-gather copies its result into sequence order when the
+    micro-batch holds more than one sequence; each copy reads and writes the
+    whole tensor.  Megatron's [s, b, h] needs neither."""
+    m = hpgo.transformer("llama3-70b")
+    p = hpgo.ParallelPlan(tp=8, pp=8, global_batch=16, micro_batch=2, sequence_parallel=True,
+                          kernels="compile")
+    for b in (2, 1):
+        q = p.with_(micro_batch=b, global_batch=8 * b)
+        st, te = stage(m, H100, q, 1), stage(m, H100, q.with_(kernels="te"), 1)
+        n = st["layers"]
+        x = 2 * b * m.seq * m.hidden
+        ag = H100.collective_time("all_gather", 8, x)
+        rs = H100.collective_time("reduce_scatter", 8, x)
+        copy = H100.kernel_time(0, 2 * x, kind="vector") + 1e-6
+        assert te["tp_forward"] / n == pytest.approx(2 * (ag + rs), rel=1e-9)
+        assert st["tp_forward"] / n == pytest.approx(2 * (ag + rs + copy * (2 if b > 1 else 1)),
+                                                     rel=1e-9)
+        # the backward gathers and scatters as well: at least as many copies
+        assert st["tp_backward"] - te["tp_backward"] >= \
+            n * 2 * copy * (2 if b > 1 else 1) * (1 - 1e-9)
+
+
 def test_tp_overlap_hides_tensor_parallel_communication():
     m = hpgo.transformer("llama3-70b")
     p = hpgo.ParallelPlan(tp=8, pp=8, global_batch=8, sequence_parallel=True)

@@ -1355,10 +1355,42 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
          * after the weight gradients, exposed. */
         *f += ring_ag(k, c, s, col_f, Xg, 1) + p2p_rs(k, c, s, row_f, X);
         *b += ring_ag(k, c, s, row_d, Xg, 1) + rs;
+        if (k->ks != HPGO_KS_TE) {
+            /* batch-first activations (below): fused_matmul_reduce_scatter
+             * moves the scatter dim to the front, which copies its input
+             * once when b > 1 (_symmetric_memory: "Otherwise A needs to be
+             * copied once"), and the backward's unfused reduce-scatter
+             * copies its input's chunks */
+            double ab = row_f.m * row_f.kk * (k->dtype == HPGO_DT_FP8 ? 1 : s->E);
+            if (s->b > 1)
+                *f += hpgo_gpu_op_time(g, k->dtype, HPGO_OP_VECTOR, 0, 2 * ab) + KERNEL_GAP;
+            *b += hpgo_gpu_op_time(g, k->dtype, HPGO_OP_VECTOR, 0, 2 * X) + KERNEL_GAP;
+        }
         break;
-    default:
-        *f += ag + rs;
-        *b += ag + regather + bulk(g, cw, rs);
+    default: {
+        /* PyTorch's tensor parallelism (DTensor, torchtitan's Shard(1)
+         * sequence parallelism) holds activations batch-first, [b, s, h], and
+         * NCCL gathers and scatters along dim 0, so the functional
+         * collectives (torch/distributed/_functional_collectives.py) move
+         * the data around each one: a reduce-scatter on the sequence dim
+         * first copies its input's chunks into one contiguous tensor
+         * (torch.cat of torch.chunk, unconditionally), and an all-gather
+         * copies its dim-0 result into the sequence order
+         * (_maybe_view_chunk_cat: a view only when b = 1).  Each copy reads
+         * and writes the whole tensor on the compute stream, after or before
+         * its collective.  The backward runs the duals (the forward
+         * reduce-scatter's gradient is gathered, the all-gather's
+         * scattered), and a re-gather copies again.  Megatron's [s, b, h]
+         * needs none. */
+        double cg = 0, cr = 0;
+        if (k->ks != HPGO_KS_TE) {
+            cr = hpgo_gpu_op_time(g, k->dtype, HPGO_OP_VECTOR, 0, 2 * X) + KERNEL_GAP;
+            if (s->b > 1)
+                cg = hpgo_gpu_op_time(g, k->dtype, HPGO_OP_VECTOR, 0, 2 * Xg) + KERNEL_GAP;
+        }
+        *f += ag + rs + cg + cr;
+        *b += ag + regather + bulk(g, cw, rs) + cg + cr + (regather > 0 ? cg : 0);
+    }
     }
 }
 

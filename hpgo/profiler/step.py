@@ -78,6 +78,17 @@ MODELS = (
 QUICK = (("tiny", 256, 4, 2, 512, 2, 1000, True, ((128, 2),)),)
 # torchtitan's December 2024 8B runs: 8,192 tokens, local batch 2 (4 layers here)
 TITAN_MODELS = (("llama3-8b-4l", 4096, 32, 8, 14336, 4, 128256, False, ((8192, 2),)),)
+# One tensor-parallel rank's share of torchtitan's TP-8 runs (4 layers): the
+# heads, KV heads, FFN and vocabulary divided by 8 at head size 128, the
+# runs' local batch and checkpointing (the June 2025 8B and 70B async-TP
+# benchmark, the December 2024 405B run), each with its head size as a tenth
+# field and its one mode as an eleventh
+TP_SHARDS = (
+    ("llama3-8b-tp8-4l", 4096, 4, 1, 1792, 4, 16032, False, ((8192, 12),), 128, "titan"),
+    ("llama3-70b-tp8-4l", 8192, 8, 1, 3584, 4, 16032, False, ((8192, 16),), 128, "titan-full"),
+    ("llama3-405b-tp8-4l", 16384, 16, 1, 6656, 4, 16032, False, ((8192, 4),), 128, "titan-full"),
+)
+QUICK_SHARD = (("tiny-shard", 256, 2, 1, 256, 2, 1000, False, ((128, 2),), 64, "titan"),)
 MODES = ("eager", "compile", "titan", "titan-full", "titan-fsdp")
 TITAN_MODES = ("titan", "titan-full", "titan-fsdp")
 
@@ -111,8 +122,8 @@ def _rotate(x: Any, cos: Any, sin: Any) -> Any:
 
 
 def _model(h: int, a: int, kv: int, f: int, layers: int, vocab: int, tied: bool,
-           device: Any) -> Any:
-    d = h // a
+           device: Any, head_dim: int | None = None) -> Any:
+    d = head_dim or h // a
 
     class Block(nn.Module):
         def __init__(self) -> None:
@@ -223,14 +234,16 @@ def _flash_only(device: Any) -> Any:
 
 
 def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps: int = 8,
-                warmup: int = 3, power: Any = None) -> dict:
-    """Time ``steps`` training steps of one model, sequence and mode."""
+                warmup: int = 3, power: Any = None, detail: bool = False) -> dict:
+    """Time ``steps`` training steps of one model, sequence and mode
+    (``detail``: with its kernel and GEMM tables, :func:`_kernels`)."""
     import contextlib
-    name, h, a, kv, f, layers, vocab, tied, _ = spec
+    name, h, a, kv, f, layers, vocab, tied = spec[:8]
+    d = spec[9] if len(spec) > 9 else h // a
     torch.manual_seed(0)
     titan = mode in TITAN_MODES
     fsdp = mode == "titan-fsdp"
-    model = _model(h, a, kv, f, layers, vocab, tied, device)
+    model = _model(h, a, kv, f, layers, vocab, tied, device, d)
     if titan:
         for i, blk in enumerate(model.blocks):
             model.blocks[i] = _checkpointed(blk, full=mode == "titan-full")
@@ -257,7 +270,7 @@ def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps
         weights = list(model.parameters())
         master = [w.detach().float().requires_grad_() for w in weights]
         opt = torch.optim.AdamW(master, lr=1e-4, fused=device.type == "cuda")
-    freqs = _rope(seq, h // a, device)
+    freqs = _rope(seq, d, device)
     tokens = torch.randint(0, vocab, (mb, seq), device=device)
     labels = torch.randint(0, vocab, (mb, seq), device=device)
 
@@ -309,7 +322,8 @@ def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps
             step()
             walls.append(time.perf_counter() - t)
             parts.append((walls[-1], 0.0))
-    row = {"name": name, "mode": mode, "hidden": h, "heads": a, "kv_heads": kv, "ffn": f,
+    row = {"name": name, "mode": mode, "hidden": h, "heads": a, "kv_heads": kv, "head_dim": d,
+           "ffn": f,
            "layers": layers, "vocab": vocab, "tied": tied, "seq": seq, "micro_batch": mb,
            "parameters": sum(w.numel() for w in weights), "step_seconds": statistics.median(walls),
            "step_seconds_min": min(walls),
@@ -325,7 +339,7 @@ def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps
     if device.type == "cuda":
         row["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
         row["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
-        row.update(_kernels(step))
+        row.update(_kernels(step, detail=detail))
     if power is not None:
         row["power"] = power.during(step, device)
         if mode == "titan":
@@ -336,15 +350,19 @@ def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps
     return row
 
 
-def _kernels(step: Any, n: int = 2) -> dict:
-    """GPU kernels one step launches and their summed time (torch.profiler)."""
+def _kernels(step: Any, n: int = 2, detail: bool = False) -> dict:
+    """GPU kernels one step launches and their summed time (torch.profiler);
+    ``detail`` adds the 40 costliest kernels by name and the GEMM calls
+    (``aten::mm`` and its kin) by operand shapes, seconds and calls per step."""
     from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    acts = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if detail else [])
+    with profile(activities=acts, record_shapes=detail) as prof:
         for _ in range(n):
             step()
         torch.cuda.synchronize()
     count, busy = 0, 0.0
     attention: dict = {}
+    names: dict = {}
     for e in prof.events():
         if getattr(e, "device_type", None) is not None and str(e.device_type).endswith("CUDA"):
             count += 1
@@ -352,9 +370,25 @@ def _kernels(step: Any, n: int = 2) -> dict:
             low = e.name.lower()
             if any(w in low for w in ("flash", "fmha", "attention", "cudnn")):
                 attention[e.name[:80]] = attention.get(e.name[:80], 0.0) + e.device_time_total
+            if detail:
+                t, c = names.get(e.name[:100], (0.0, 0))
+                names[e.name[:100]] = (t + e.device_time_total, c + 1)
     top = sorted(attention, key=attention.get, reverse=True)[:3]
-    return {"kernels_per_step": count / n, "kernel_seconds": busy / 1e6 / n,
-            "attention_kernels": top}
+    out = {"kernels_per_step": count / n, "kernel_seconds": busy / 1e6 / n,
+           "attention_kernels": top}
+    if detail:
+        out["kernel_table"] = [{"kernel": k, "seconds": t / 1e6 / n, "calls": c / n}
+                               for k, (t, c) in sorted(names.items(), key=lambda kv: -kv[1][0])[:40]]
+        gemms = []
+        for ev in prof.key_averages(group_by_input_shape=True):
+            if ev.key in ("aten::mm", "aten::addmm", "aten::_scaled_mm", "aten::bmm"):
+                dev_t = getattr(ev, "device_time_total", None)
+                if dev_t is None:
+                    dev_t = getattr(ev, "cuda_time_total", 0.0)
+                gemms.append({"op": ev.key, "shapes": [list(x) for x in ev.input_shapes if x],
+                              "seconds": dev_t / 1e6 / n, "calls": ev.count / n})
+        out["gemms"] = sorted(gemms, key=lambda g: -g["seconds"])
+    return out
 
 
 # (heads, kv heads, head dim, sequences): causal attention at the sequence
@@ -683,15 +717,18 @@ def _write(path: str, doc: dict) -> None:
 
 def measure(output: str, *, quick: bool = False, modes: tuple = ("eager", "compile"),
             device: str | None = None, power: bool = False, cp_blocks: bool = False,
-            long_attention: bool = True) -> dict:
+            long_attention: bool = True, tp_shards: bool = False) -> dict:
     """Time every model of :data:`MODELS` (:data:`TITAN_MODELS` for the
     torchtitan modes; ``quick``: one tiny one) in each mode on ``device``
     (default: the first CUDA GPU) and write the step profile to ``output``
     after each measurement (atomically, so an interrupted run keeps what it
     measured); returns the profile.  ``power`` adds NVML power and clock
-    readings, ``cp_blocks`` the context-parallel attention blocks."""
+    readings, ``cp_blocks`` the context-parallel attention blocks,
+    ``tp_shards`` one tensor-parallel rank's share of torchtitan's TP-8 runs
+    (:data:`TP_SHARDS`, each in its own torchtitan mode; ``modes`` may then
+    be empty)."""
     bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
+    if bad or not (modes or tp_shards):
         raise ValueError(f"modes must be some of {', '.join(MODES)}; got {modes!r}")
     _import_torch()
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -705,7 +742,7 @@ def measure(output: str, *, quick: bool = False, modes: tuple = ("eager", "compi
     meter = Power(dev.index or 0) if power else None
     recipe = ("bf16 weights and activations, fp32 master weights and gradients, fused "
               "AdamW, fp32 cross-entropy, one GPU, no FSDP")
-    if any(m in TITAN_MODES for m in modes):
+    if tp_shards or any(m in TITAN_MODES for m in modes):
         recipe += ("; titan modes: torchtitan 9dec370's block (op-level selective or full "
                    "checkpointing, each block compiled alone, eager loss, FlashAttention-2); "
                    "titan-fsdp: FSDP2 on a group of one GPU, fp32 parameters, foreach AdamW")
@@ -726,12 +763,14 @@ def measure(output: str, *, quick: bool = False, modes: tuple = ("eager", "compi
     titan = tuple(m for m in modes if m in TITAN_MODES)
     runs = [(spec, plain) for spec in (QUICK if quick else MODELS)] if plain else []
     runs += [(spec, titan) for spec in (QUICK if quick else TITAN_MODELS)] if titan else []
+    if tp_shards:
+        runs += [(spec, (spec[10],)) for spec in (QUICK_SHARD if quick else TP_SHARDS)]
     for spec, spec_modes in runs:
         for seq, mb in spec[8]:
             for mode in spec_modes:
                 try:
                     row = measure_one(spec, seq, mb, mode, dev, steps=3 if quick else 8,
-                                      warmup=2 if quick else 3, power=meter)
+                                      warmup=2 if quick else 3, power=meter, detail=True)
                 except Exception as e:  # noqa: BLE001 - out of memory, a missing backend
                     print(f"{spec[0]} seq {seq} {mode}: {type(e).__name__}: {e}", file=sys.stderr)
                     if dev.type == "cuda":
@@ -772,13 +811,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="time one rank's context-parallel attention blocks")
     ap.add_argument("--no-long-attention", action="store_true",
                     help="skip the long-sequence causal attention sweep")
+    ap.add_argument("--tp-shards", action="store_true",
+                    help="also time one tensor-parallel rank's share of torchtitan's TP-8 "
+                         "runs (8B, 70B, 405B; --modes '' for these alone)")
     a = ap.parse_args(argv)
     modes = tuple(m.strip() for m in a.modes.split(",") if m.strip())
     bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
+    if bad or not (modes or a.tp_shards):
         ap.error(f"--modes takes {', '.join(MODES)}, got {a.modes!r}")
     measure(a.output, quick=a.quick, modes=modes, device=a.device, power=a.power,
-            cp_blocks=a.cp_blocks, long_attention=not a.no_long_attention)
+            cp_blocks=a.cp_blocks, long_attention=not a.no_long_attention,
+            tp_shards=a.tp_shards)
     return 0
 
 
