@@ -2,7 +2,9 @@
 every row of a measured-runs CSV file (default
 ../shared/reference/published_runs.csv: the Megatron-LM README's H100
 table, torchtitan's H100 benchmarks, MegaScale's Megatron-LM baseline,
-BLOOM-176B; hpgo.validation.load_runs), then Megatron-Bridge's H100
+BLOOM-176B; hpgo.validation.load_runs), the further runs of
+benchmarks/further_published_runs.csv (torchtitan's rows the reference
+leaves out, and Trainy's H200 run), then Megatron-Bridge's H100
 performance summaries and NVIDIA's MoE tables (hpgo.validation): prints,
 case by case, the published and simulated tokens/s per GPU, the error, the
 recomputation needed to fit, the fullest GPU's memory (and the measured
@@ -10,7 +12,7 @@ peak where published); with --kernels, the same again on a GPU calibrated
 to kernels measured on an H100 (hpgo.calibrate;
 profiles/h100-sxm5-kernels.json).
 
-    python benchmarks/validate_published.py [--runs FILE.csv] [--kernels profiles/h100-sxm5-kernels.json]
+    python benchmarks/validate_published.py [--runs FILE.csv] [--further FILE.csv] [--kernels profiles/h100-sxm5-kernels.json]
 """
 import argparse
 import pathlib
@@ -20,6 +22,8 @@ from hpgo import calibrate, validation
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RUNS = ROOT.parent / "shared" / "reference" / "published_runs.csv"
+# further published runs, from the same benchmarks and another source (its header names them)
+FURTHER = ROOT / "benchmarks" / "further_published_runs.csv"
 
 
 def runs_table(checks, title):
@@ -94,6 +98,8 @@ def main():
     ap.add_argument("--runs", default=str(RUNS), help="a measured-runs CSV file (default: %(default)s)")
     ap.add_argument("--markdown", action="store_true",
                     help="print only the measured-runs table, as Markdown")
+    ap.add_argument("--further", default=str(FURTHER),
+                    help="a second measured-runs CSV file (default: %(default)s; '' for none)")
     a = ap.parse_args()
     if a.markdown:
         runs_markdown(validation.check_runs(validation.load_runs(a.runs)))
@@ -103,6 +109,9 @@ def main():
         runs_table(validation.check_runs(runs), f"Measured runs of {a.runs}; the GPUs' presets:")
     else:
         print(f"({a.runs} absent: the measured-runs table is skipped)\n")
+    if a.further:
+        runs_table(validation.check_runs(validation.load_runs(a.further)),
+                   f"Further measured runs of {a.further}; the GPUs' presets:")
     gpus = [(None, "dgx-h100 preset (Calculon's curves, capped at the best GEMM rate)")]
     if a.kernels:
         prof = calibrate.load(a.kernels)

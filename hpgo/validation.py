@@ -550,7 +550,8 @@ def load_runs(path: Any) -> list[MeasuredRun]:
 # 2025 async-TP benchmark) compiles the loss too (components/loss.py) and
 # still runs SDPA on FlashAttention-2 on Hopper (models/attention.py: flash,
 # efficient, math; cuDNN only on B200) -> "compile-fa2".
-_COMPILE_BLOCKS_SOURCES = ("TT-",)
+# (TY-: torchtitan run by others, benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md)
+_COMPILE_BLOCKS_SOURCES = ("TT-", "TY-")
 _COMPILE_FA2_NOTES = "June 2025"
 # torchao's float8 all-gather in FSDP2 for torchtitan's fp8 rows: the 405B
 # runs' train config sets enable_fsdp_float8_all_gather and
@@ -565,7 +566,8 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     """The run with the training stack its notes publish (following "as
     <run>" references): torch.compile (torchtitan) -> kernels "compile"
     ("compile-blocks" or "compile-fa2" for torchtitan's benchmarks by their
-    code version, ``_COMPILE_BLOCKS_SOURCES``), with
+    code version, ``_COMPILE_BLOCKS_SOURCES``), "without torch.compile" ->
+    "eager", with
     AsyncTP -> tp_overlap "async"; Megatron's --tp-comm-overlap -> "te"
     (both with sequence parallelism and tp > 1); otherwise Megatron's fused
     kernels without overlap.
@@ -605,6 +607,8 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     kernels = "compile" if re.search(r"\bcompile\b", text) else "te"
     if kernels == "compile" and run.source_id.startswith(_COMPILE_BLOCKS_SOURCES):
         kernels = "compile-fa2" if _COMPILE_FA2_NOTES in text else "compile-blocks"
+    if "without torch.compile" in text:
+        kernels = "eager"
     rc = run.recompute
     if rc == "selective" and re.search(r"op-level selective", text, re.I):
         rc = "selective-op"
@@ -614,7 +618,7 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
             tpo = "async"
         elif kernels == "te" and "--tp-comm-overlap" in text:
             tpo = "te"
-    torch = kernels in ("compile", "compile-blocks", "compile-fa2")
+    torch = kernels in ("compile", "compile-blocks", "compile-fa2", "eager")
     deepspeed = "DeepSpeed" in text
     no_overlap = run.source_id.startswith("MS-") or deepspeed
     bf16_opt = deepspeed and run.precision == "bf16" and run.zero == 1

@@ -96,3 +96,25 @@ def test_missing_columns_and_empty_files(tmp_path):
     p.write_text("# nothing\n" + HEADER + "\n")
     with pytest.raises(ValueError, match="no runs"):
         validation.load_runs(p)
+
+
+FURTHER = Path(__file__).resolve().parents[1] / "benchmarks" / "further_published_runs.csv"
+
+
+def test_further_runs_load_with_their_stacks_and_fit():
+    """The further published runs (torchtitan's rows the reference leaves
+    out, Trainy's H200 run): each parses, gets the stack its notes name
+    (eager without torch.compile, the June 2025 code's kernel set, async TP,
+    FSDP's float8 all-gather) and is judged to fit as published."""
+    runs = {r.source_id: r for r in validation.load_runs(FURTHER)}
+    assert len(runs) == 19
+    assert runs["TT-T1-8b-eager"].kernels == "eager"
+    assert runs["TT-T3-8b-128-fp8"].kernels == "compile-blocks"
+    ty = runs["TY-H200-8b-64"]
+    assert (ty.kernels, ty.fp8_all_gather, ty.cluster().gpu.name) == \
+        ("compile-fa2", True, "H200-SXM-141GB")
+    assert runs["TT-A-8b-bf16-async"].tp_overlap == "async"
+    assert runs["TT-A-8b-bf16"].tp_overlap == "none"
+    checks = validation.check_runs(list(runs.values()))
+    assert all(c.fits for c in checks)
+    assert all(c.published > 0 and c.simulated > 0 for c in checks)
