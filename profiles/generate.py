@@ -123,7 +123,10 @@ def write_index() -> None:
             "each (docs/training-model.md, \"Measured GPU curves\").\n"
             "`h100-sxm5-steps.json` holds whole training steps of Llama-style models timed on one H100 SXM5\n"
             "in eager PyTorch and with torch.compile by `hpgo profile step`, to check the kernel sets\n"
-            "against (docs/training-model.md, \"Kernel sets\").\n")
+            "against (docs/training-model.md, \"Kernel sets\"); `h100-sxm5-torchtitan-steps.json` and\n"
+            "`h200-sxm-torchtitan-steps.json` torchtitan's December 2024 block on one H100 SXM5 and one\n"
+            "H200 (with board power, and on the H100 a tensor-parallel rank's share of its TP-8 runs,\n"
+            "`--tp-shards`; docs/training-model.md, \"torchtitan on one GPU\").\n")
     with open(os.path.join(HERE, "README.md"), "w", encoding="utf-8") as f:
         f.write(text)
 

@@ -240,6 +240,23 @@ def test_tensor_parallel_ranks_share_on_one_h100():
             assert got == pytest.approx(s["detail_fwd_bwd_seconds"] - slow, rel=0.05)
 
 
+def test_torchtitan_block_on_one_h200():
+    """The same block on one H200 (700 W, HBM3e): the calibrated H200 prices
+    its forward + backward within 10 %, and the step draws what it drew on
+    the H100 (the same limit binds the same die), so a 700 W H200 gets no
+    power derating."""
+    doc = json.loads(examples.steps("h200-sxm-torchtitan").read_text())
+    h100 = next(s for s in profile()["samples"] if s["mode"] == "titan")
+    c = calibrate.cluster(calibrate.load(examples.kernels("h200-sxm")), "dgx-h200", nodes=1)
+    for s in doc["samples"]:
+        assert "flash" in s["attention_kernels"][0]
+        m, p = _titan(s)
+        got = hpgo.simulate(m, c, p, timeline=False).compute_time
+        assert got == pytest.approx(s["fwd_bwd_seconds"], rel=0.10), s["mode"]
+        assert s["power"]["power_watts"] == pytest.approx(h100["power"]["power_watts"], rel=0.03)
+    assert not c.gpu.power_limit
+
+
 def test_foreach_adamw_and_fsdp2_copies_against_the_one_gpu_fsdp_run():
     """FSDP2 on a group of one GPU: its foreach AdamW over fp32 weights (84 B
     a parameter) took the measured optimizer time within 10 %, and its

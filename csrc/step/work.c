@@ -1355,17 +1355,6 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
          * after the weight gradients, exposed. */
         *f += ring_ag(k, c, s, col_f, Xg, 1) + p2p_rs(k, c, s, row_f, X);
         *b += ring_ag(k, c, s, row_d, Xg, 1) + rs;
-        if (k->ks != HPGO_KS_TE) {
-            /* batch-first activations (below): fused_matmul_reduce_scatter
-             * moves the scatter dim to the front, which copies its input
-             * once when b > 1 (_symmetric_memory: "Otherwise A needs to be
-             * copied once"), and the backward's unfused reduce-scatter
-             * copies its input's chunks */
-            double ab = row_f.m * row_f.kk * (k->dtype == HPGO_DT_FP8 ? 1 : s->E);
-            if (s->b > 1)
-                *f += hpgo_gpu_op_time(g, k->dtype, HPGO_OP_VECTOR, 0, 2 * ab) + KERNEL_GAP;
-            *b += hpgo_gpu_op_time(g, k->dtype, HPGO_OP_VECTOR, 0, 2 * X) + KERNEL_GAP;
-        }
         break;
     default: {
         /* PyTorch's tensor parallelism (DTensor, torchtitan's Shard(1)
@@ -1378,10 +1367,15 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
          * copies its dim-0 result into the sequence order
          * (_maybe_view_chunk_cat: a view only when b = 1).  Each copy reads
          * and writes the whole tensor on the compute stream, after or before
-         * its collective.  The backward runs the duals (the forward
-         * reduce-scatter's gradient is gathered, the all-gather's
-         * scattered), and a re-gather copies again.  Megatron's [s, b, h]
-         * needs none. */
+         * its collective.  The backward runs the duals: the forward
+         * reduce-scatter's gradient is gathered (copied as above), and a
+         * re-gather copies again; the forward all-gather's gradient is
+         * scattered from a sum of GEMM outputs, an add into which
+         * torch.compile fuses the concatenation (eager PyTorch copies).
+         * Megatron's [s, b, h] needs none.  Async TP (above) has none
+         * either: the compiler restrides the fused ops' operands
+         * (restride_A_shard_for_fused_all_gather_matmul) and fuses the
+         * unfused scatter's concatenation into its add. */
         double cg = 0, cr = 0;
         if (k->ks != HPGO_KS_TE) {
             cr = hpgo_gpu_op_time(g, k->dtype, HPGO_OP_VECTOR, 0, 2 * X) + KERNEL_GAP;
@@ -1389,7 +1383,8 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
                 cg = hpgo_gpu_op_time(g, k->dtype, HPGO_OP_VECTOR, 0, 2 * Xg) + KERNEL_GAP;
         }
         *f += ag + rs + cg + cr;
-        *b += ag + regather + bulk(g, cw, rs) + cg + cr + (regather > 0 ? cg : 0);
+        *b += ag + regather + bulk(g, cw, rs) + cg + (regather > 0 ? cg : 0) +
+              (k->ks == HPGO_KS_EAGER ? cr : 0);
     }
     }
 }

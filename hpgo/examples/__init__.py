@@ -43,7 +43,7 @@ SHIPPED = (
 KERNELS = ("h100-sxm5-kernels.json", "h200-sxm-kernels.json")
 # training steps of Llama-style models timed on one GPU (hpgo profile step)
 STEPS = ("h100-sxm5-steps.json", "h100-sxm5-expandable-steps.json",
-         "h100-sxm5-torchtitan-steps.json")
+         "h100-sxm5-torchtitan-steps.json", "h200-sxm-torchtitan-steps.json")
 
 _HERE = Path(__file__).resolve().parent
 _CHECKOUT = _HERE.parents[1] / "profiles"

@@ -364,6 +364,10 @@ def _kernels(step: Any, n: int = 2, detail: bool = False) -> dict:
     attention: dict = {}
     names: dict = {}
     for e in prof.events():
+        # GPU-side ranges of user annotations ("## Call CompiledFxGraph ..",
+        # "Optimizer.step#..") span kernels already counted
+        if getattr(e, "is_user_annotation", False) or e.name.startswith("## ") or "#" in e.name:
+            continue
         if getattr(e, "device_type", None) is not None and str(e.device_type).endswith("CUDA"):
             count += 1
             busy += e.device_time_total
