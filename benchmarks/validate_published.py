@@ -112,7 +112,8 @@ def main():
     if a.further:
         runs_table(validation.check_runs(validation.load_runs(a.further)),
                    f"Further measured runs of {a.further}; the GPUs' presets:")
-    gpus = [(None, "dgx-h100 preset (Calculon's curves, capped at the best GEMM rate)")]
+    gpus = [(None, "dgx-h100 preset (the H100's measured GEMM, fp8 and attention curves, "
+                   "Calculon's memory curve)")]
     if a.kernels:
         prof = calibrate.load(a.kernels)
         gpus.append((calibrate.fit(prof, "dgx-h100"), f"GPU calibrated to {a.kernels} ({prof.device})"))

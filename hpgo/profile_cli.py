@@ -225,7 +225,9 @@ def _run_step(args) -> int:
     from .profiler import step
 
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
-    if not (modes or args.tp_shards) or any(m not in step.MODES for m in modes):
+    if not (modes or args.tp_shards):
+        raise _UsageError("--modes is empty: give at least one mode, or --tp-shards")
+    if any(m not in step.MODES for m in modes):
         raise _UsageError(f"--modes takes {', '.join(step.MODES)}, got {args.modes!r}")
     doc = step.measure(args.output, quick=args.quick, modes=modes, device=args.device,
                        power=args.power, cp_blocks=args.cp_blocks,

@@ -14,6 +14,11 @@ from hpgo import calibrate, validation
 ROOT = Path(__file__).resolve().parents[1]
 H100_KERNELS = ROOT / "profiles" / "h100-sxm5-kernels.json"
 H100 = hpgo.Cluster.preset("dgx-h100")
+# the H100 on Calculon's published curves (capped at its MAMF, 794.5 / 989),
+# without the optional fp8 and attention curves the preset carries
+CALCULON = H100.with_gpu(
+    matrix_efficiency=((128e9, 794.5 / 989), (16e9, 794.5 / 989), (1e9, 0.6), (0.0, 0.1)),
+    fp8_matrix_efficiency=(), attention_efficiency=())
 
 
 # -- kernel time and the optional curves ---------------------------------------
@@ -22,26 +27,26 @@ def _eff(steps, x):
 
 
 def test_kernel_time_is_compute_at_its_curve_plus_memory_traffic():
-    g = H100.gpu
+    g = CALCULON.gpu
     for flops, nbytes in ((3e12, 4e8), (5e9, 2e7), (1e8, 3e5)):
         want = (flops / (g.bf16_flops * _eff(g.matrix_efficiency, flops))
                 + nbytes / (g.memory_bandwidth * _eff(g.memory_efficiency, nbytes)))
-        assert H100.kernel_time(flops, nbytes) == pytest.approx(want, rel=1e-12)
-    v = H100.kernel_time(2e9, 1e8, kind="vector")
+        assert CALCULON.kernel_time(flops, nbytes) == pytest.approx(want, rel=1e-12)
+    v = CALCULON.kernel_time(2e9, 1e8, kind="vector")
     assert v == pytest.approx(2e9 / (g.vector_flops * _eff(g.vector_efficiency, 2e9))
                               + 1e8 / (g.memory_bandwidth * _eff(g.memory_efficiency, 1e8)))
     # fp8 runs at twice the bf16 peak on the same curve; without an attention
     # curve, attention is priced as a GEMM
-    assert H100.kernel_time(1e12, dtype="fp8") == pytest.approx(H100.kernel_time(1e12) / 2, rel=1e-4)
-    assert H100.kernel_time(1e12, kind="attention") == H100.kernel_time(1e12)
+    assert CALCULON.kernel_time(1e12, dtype="fp8") == pytest.approx(CALCULON.kernel_time(1e12) / 2, rel=1e-4)
+    assert CALCULON.kernel_time(1e12, kind="attention") == CALCULON.kernel_time(1e12)
 
 
 def test_optional_curves_apply_to_their_kernels_only():
-    c = H100.with_gpu(fp8_matrix_efficiency=((0.0, 0.4),), attention_efficiency=((0.0, 0.25),))
+    c = CALCULON.with_gpu(fp8_matrix_efficiency=((0.0, 0.4),), attention_efficiency=((0.0, 0.25),))
     g = c.gpu
     assert c.kernel_time(1e12, dtype="fp8") == pytest.approx(1e12 / (g.fp8_flops * 0.4))
     assert c.kernel_time(1e12, kind="attention") == pytest.approx(1e12 / (g.bf16_flops * 0.25))
-    assert c.kernel_time(1e12) == H100.kernel_time(1e12)          # bf16 GEMMs unchanged
+    assert c.kernel_time(1e12) == CALCULON.kernel_time(1e12)          # bf16 GEMMs unchanged
     # the step model uses them: fp8 training slows down, bf16 does not
     m, p = hpgo.transformer("llama3-8b", seq=4096), hpgo.ParallelPlan(global_batch=8, micro_batch=1)
     one = hpgo.Cluster.preset("dgx-h100", nodes=1)
@@ -54,11 +59,12 @@ def test_optional_curves_apply_to_their_kernels_only():
 
 
 def test_optional_curves_round_trip_and_old_descriptions_still_load(tmp_path):
-    c = H100.with_gpu(attention_efficiency=((1e9, 0.5), (0.0, 0.1)))
+    c = CALCULON.with_gpu(attention_efficiency=((1e9, 0.5), (0.0, 0.1)))
     assert hpgo.Cluster.from_dict(json.loads(json.dumps(c.to_dict()))) == c
-    old = H100.to_dict()
+    assert hpgo.Cluster.from_dict(json.loads(json.dumps(H100.to_dict()))) == H100
+    old = CALCULON.to_dict()
     del old["gpu"]["fp8_matrix_efficiency"], old["gpu"]["attention_efficiency"]
-    assert hpgo.Cluster.from_dict(old) == H100
+    assert hpgo.Cluster.from_dict(old) == CALCULON
     c.save(tmp_path / "c.json")
     assert hpgo.Cluster.load(tmp_path / "c.json") == c
 
@@ -133,8 +139,8 @@ def test_fit_recovers_the_curves_that_produced_the_times():
     for row in calibrate.compare(prof, gpu):
         if row.op != "attention_fwd" and row.op != "attention_bwd":
             assert row.median == pytest.approx(1.0, abs=2e-3), row
-    # against the preset's curves the same kernels are far off
-    assert max(abs(r.median - 1) for r in calibrate.compare(prof, H100)) > 0.3
+    # against Calculon's curves the same kernels are far off
+    assert max(abs(r.median - 1) for r in calibrate.compare(prof, CALCULON)) > 0.3
 
 
 def test_fit_and_compare_leave_their_inputs_unchanged():
@@ -228,9 +234,28 @@ def test_measured_curves_predict_their_gpus_kernels(name, preset):
     # (the preset assumes the same fraction), fused attention less than a GEMM
     assert gpu.fp8_matrix_efficiency[0][1] < gpu.matrix_efficiency[0][1]
     assert gpu.attention_efficiency[0][1] < 0.7
-    pre = {(r.op, r.dtype): r for r in calibrate.compare(prof, preset)}
+    calc = hpgo.Cluster.preset(preset).with_gpu(matrix_efficiency=CALCULON.gpu.matrix_efficiency,
+                                                fp8_matrix_efficiency=(), attention_efficiency=())
+    pre = {(r.op, r.dtype): r for r in calibrate.compare(prof, calc)}
     assert pre["gemm", "fp8"].median > 1.15 and pre["attention_fwd", "bf16"].median > 1.5
     assert hpgo.examples.kernels(name) == ROOT / "profiles" / f"{name}-kernels.json"
+
+
+@pytest.mark.parametrize("preset, name", [("dgx-h100", "h100-sxm5"),
+                                          ("grand-teton-h100", "h100-sxm5"),
+                                          ("dgx-h200", "h200-sxm")])
+def test_hopper_presets_carry_the_curves_fitted_to_their_measured_kernels(preset, name):
+    """The H100 and H200 presets' matrix, fp8 and attention curves are the
+    fit of the shipped kernel profiles (cluster.c measured_h100_curves,
+    measured_h200_curves); memory and vector curves stay Calculon's.  The
+    500 W part's are the 700 W part's, measured at 700 W (its power limit
+    then slows the compute-bound kernels)."""
+    _, prof, gpu = _measured(name, "dgx-h200" if name == "h200-sxm" else "dgx-h100")
+    g = hpgo.Cluster.preset(preset).gpu
+    for f in ("matrix_efficiency", "fp8_matrix_efficiency", "attention_efficiency"):
+        assert getattr(g, f) == getattr(gpu, f), f
+    assert g.memory_efficiency == CALCULON.gpu.memory_efficiency
+    assert g.vector_efficiency == CALCULON.gpu.vector_efficiency
 
 
 def test_calibrated_h100_keeps_dense_runs_within_15_percent(h100):

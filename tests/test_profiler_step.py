@@ -17,6 +17,24 @@ def test_cli_refuses_unknown_modes(capsys):
     assert "--modes takes eager, compile, titan" in capsys.readouterr().err
 
 
+def test_cli_refuses_no_modes_without_tp_shards(capsys):
+    assert cli.main(["profile", "step", "-o", "x.json", "--modes", ""]) == 2
+    assert "--modes is empty" in capsys.readouterr().err
+
+
+def test_tp_shards_are_a_ranks_share_of_torchtitans_tp8_runs():
+    """Each shard divides the heads, KV heads, FFN and vocabulary of its
+    model by 8 at head size 128, and runs in one torchtitan mode."""
+    from hpgo.profiler import step   # imports nothing heavy until it measures
+    full = {"llama3-8b-tp8-4l": (4096, 32, 8, 14336), "llama3-70b-tp8-4l": (8192, 64, 8, 28672),
+            "llama3-405b-tp8-4l": (16384, 128, 8, 53248)}
+    assert {s[0] for s in step.TP_SHARDS} == set(full)
+    for s in step.TP_SHARDS:
+        h, a, kv, f = full[s[0]]
+        assert (s[1], s[2] * 8, s[3] * 8, s[4] * 8, s[9]) == (h, a, kv, f, 128)
+        assert s[6] == -(-128256 // 8) and s[10] in step.TITAN_MODES
+
+
 def test_cpu_smoke_run_writes_what_it_returns(tmp_path):
     need("torch")
     from hpgo.profiler import step

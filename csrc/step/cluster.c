@@ -47,6 +47,43 @@ static void calculon_curves(hpgo_gpu_t *g, double mamf)
     set_steps(g, HPGO_EFF_MEMORY, 4, hthr, heff, 1.0);
 }
 
+/* Curves hpgo measured on the GPU itself (`hpgo profile kernels`, fitted by
+ * `hpgo calibrate`, hpgo.calibrate.fit): matrix (bf16 GEMMs), fp8 GEMMs
+ * and fused attention (cuDNN, Transformer Engine's back end) by a kernel's
+ * FLOPs, from large to small.  The vector and memory curves stay
+ * Calculon's: the memory curve fitted to device copies prices the
+ * element-wise kernels hpgo also timed (torchao's casts,
+ * profiles/h100-sxm5-float8-casts.json) 10-15 % slow, Calculon's within 5 %.  Long GEMMs run below short ones: a long
+ * one holds the board at its power limit and its clock drops, a short one
+ * runs at the boost clock (docs/training-model.md, "Power limits").
+ * tests/test_calibrate.py checks these tables against the fit of the
+ * shipped profiles. */
+static const double MEAS_MTHR[] = {256 * GFLOP, 64 * GFLOP, 16 * GFLOP, 4 * GFLOP,
+                                   1 * GFLOP,   0.25 * GFLOP, 0};
+static const double MEAS_ATHR[] = {256 * GFLOP, 64 * GFLOP, 16 * GFLOP, 4 * GFLOP, 1 * GFLOP, 0};
+
+/* H100 SXM5 80 GB at 700 W (profiles/h100-sxm5-kernels.json) */
+static void measured_h100_curves(hpgo_gpu_t *g)
+{
+    static const double m[] = {0.8137, 0.8989, 0.7331, 0.8272, 0.2102, 0.0651, 0.0651};
+    static const double f8[] = {0.7451, 0.688, 0.4663, 0.2972, 0.0781, 0.0196, 0.0196};
+    static const double at[] = {0.5184, 0.3212, 0.1526, 0.0576, 0.0093, 0.0093};
+    set_steps(g, HPGO_EFF_MATRIX, 7, MEAS_MTHR, m, 1.0);
+    set_steps(g, HPGO_EFF_FP8, 7, MEAS_MTHR, f8, 1.0);
+    set_steps(g, HPGO_EFF_ATTENTION, 6, MEAS_ATHR, at, 1.0);
+}
+
+/* H200 SXM 141 GB at 700 W (profiles/h200-sxm-kernels.json) */
+static void measured_h200_curves(hpgo_gpu_t *g)
+{
+    static const double m[] = {0.7608, 0.8299, 0.787, 0.9943, 0.3517, 0.0827, 0.0827};
+    static const double f8[] = {0.704, 0.6454, 0.4322, 0.3778, 0.0813, 0.0143, 0.0143};
+    static const double at[] = {0.5217, 0.3691, 0.1909, 0.0941, 0.0364, 0.0364};
+    set_steps(g, HPGO_EFF_MATRIX, 7, MEAS_MTHR, m, 1.0);
+    set_steps(g, HPGO_EFF_FP8, 7, MEAS_MTHR, f8, 1.0);
+    set_steps(g, HPGO_EFF_ATTENTION, 6, MEAS_ATHR, at, 1.0);
+}
+
 static void gpu_v100(hpgo_gpu_t *g, double hbm)
 {
     /* V100 SXM2 datasheet: 15.7 fp32, 125 fp16 tensor (no bf16, tf32 or
@@ -225,13 +262,18 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
          * DDR4-3200 channels each: 2 x 204.8 GB/s), PCIe Gen4 */
         c.sys = host(1e12, 32e9, 409.6e9);
     } else if (strcmp(name, "dgx-h100") == 0 || strcmp(name, "dgx-h200") == 0) {
-        /* DGX H100/H200: NVLink4 450 GB/s per direction, ring bus bandwidth
-         * about 370 GB/s (nccl-tests #212): 0.82; 8 x 400 Gb/s ConnectX-7 =
-         * 50 GB/s per GPU (DGX BasePOD), efficiency 0.9 (Calculon). */
-        if (strcmp(name, "dgx-h100") == 0)
+        /* DGX H100/H200: the GPUs' curves as hpgo measured them
+         * (measured_h100_curves, measured_h200_curves); NVLink4 450 GB/s per
+         * direction, ring bus bandwidth about 370 GB/s (nccl-tests #212):
+         * 0.82; 8 x 400 Gb/s ConnectX-7 = 50 GB/s per GPU (DGX BasePOD),
+         * efficiency 0.9 (Calculon). */
+        if (strcmp(name, "dgx-h100") == 0) {
             gpu_h100(&c.gpu, 80e9, 3.35e12, "H100-SXM5-80GB");
-        else
+            measured_h100_curves(&c.gpu);
+        } else {
             gpu_h100(&c.gpu, 141e9, 4.8e12, "H200-SXM-141GB");
+            measured_h200_curves(&c.gpu);
+        }
         c.levels[0] = level(8, 450e9, 450e9, 10e-6, 0.82);
         c.levels[1] = level(1, 50e9, 50e9, 20e-6, 0.9);
         /* DGX H100 datasheet: 2 TB, 2 x Xeon Platinum 8480C (8 x DDR5-4800
@@ -251,13 +293,14 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
         /* Meta Grand Teton as in torchtitan's benchmarks
          * (benchmarks/llama3_h100_202412_torchtitan.md): 8 H100 with 96 GB
          * HBM2e at 2.4 TB/s, 500 W power limit, NVLink, 400 Gb/s per GPU.  The
-         * SXM5 curves at the clock the 500 W limit leaves (hpgo_gpu_clock_factor:
+         * SXM5's measured curves at the clock the 500 W limit leaves (hpgo_gpu_clock_factor:
          * 0.869 of the 700 W part's, from the power measured on H100 SXM5s;
          * the HBM2e part's memory power is taken as the HBM3 part's, ASSUMED);
          * HBM-bound kernels see the lower bandwidth.  NVLink and NIC
          * efficiencies as DGX H100 (ASSUMED); host side not published (0: no
          * offloading). */
         gpu_h100(&c.gpu, 96e9, 2.4e12, "H100-HBM2e-96GB-500W");
+        measured_h100_curves(&c.gpu);
         c.gpu.power_limit = 500;
         c.levels[0] = level(8, 450e9, 450e9, 10e-6, 0.82);
         c.levels[1] = level(1, 50e9, 50e9, 20e-6, 0.9);

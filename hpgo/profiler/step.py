@@ -821,7 +821,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     modes = tuple(m.strip() for m in a.modes.split(",") if m.strip())
     bad = [m for m in modes if m not in MODES]
-    if bad or not (modes or a.tp_shards):
+    if not (modes or a.tp_shards):
+        ap.error("--modes is empty: give at least one mode, or --tp-shards")
+    if bad:
         ap.error(f"--modes takes {', '.join(MODES)}, got {a.modes!r}")
     measure(a.output, quick=a.quick, modes=modes, device=a.device, power=a.power,
             cp_blocks=a.cp_blocks, long_attention=not a.no_long_attention,
