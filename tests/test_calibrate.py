@@ -247,13 +247,17 @@ def test_measured_curves_predict_their_gpus_kernels(name, preset):
 def test_hopper_presets_carry_the_curves_fitted_to_their_measured_kernels(preset, name):
     """The H100 and H200 presets' matrix, fp8 and attention curves are the
     fit of the shipped kernel profiles (cluster.c measured_h100_curves,
-    measured_h200_curves); memory and vector curves stay Calculon's.  The
-    500 W part's are the 700 W part's, measured at 700 W (its power limit
-    then slows the compute-bound kernels)."""
+    measured_h200_curves), the GEMM curve capped at its largest bucket (the
+    rate of GEMMs run back to back at the power limit); memory and vector
+    curves stay Calculon's.  The 500 W part's are the 700 W part's, measured
+    at 700 W (its power limit then slows the compute-bound kernels)."""
     _, prof, gpu = _measured(name, "dgx-h200" if name == "h200-sxm" else "dgx-h100")
     g = hpgo.Cluster.preset(preset).gpu
-    for f in ("matrix_efficiency", "fp8_matrix_efficiency", "attention_efficiency"):
+    for f in ("fp8_matrix_efficiency", "attention_efficiency"):
         assert getattr(g, f) == getattr(gpu, f), f
+    top = gpu.matrix_efficiency[0][1]
+    assert g.matrix_efficiency == tuple((t, min(e, top)) for t, e in gpu.matrix_efficiency)
+    assert any(e > top for _, e in gpu.matrix_efficiency)     # the cap binds
     assert g.memory_efficiency == CALCULON.gpu.memory_efficiency
     assert g.vector_efficiency == CALCULON.gpu.vector_efficiency
 

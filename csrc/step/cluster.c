@@ -50,8 +50,12 @@ static void calculon_curves(hpgo_gpu_t *g, double mamf)
 /* Curves hpgo measured on the GPU itself (`hpgo profile kernels`, fitted by
  * `hpgo calibrate`, hpgo.calibrate.fit): matrix (bf16 GEMMs), fp8 GEMMs
  * and fused attention (cuDNN, Transformer Engine's back end) by a kernel's
- * FLOPs, from large to small.  The vector and memory curves stay
- * Calculon's: the memory curve fitted to device copies prices the
+ * FLOPs, from large to small, the GEMM curve capped at its largest GEMMs'
+ * rate: the mid-size GEMMs the profile times alone run above it at the
+ * boost clock, where back to back in a training step they run at the clock
+ * the board's power limit leaves, as the largest do ("Power limits":
+ * a GEMM held to 700 W runs at 0.87-0.89 of its rate in bursts).  The
+ * vector and memory curves stay Calculon's: the memory curve fitted to device copies prices the
  * element-wise kernels hpgo also timed (torchao's casts,
  * profiles/h100-sxm5-float8-casts.json) 10-15 % slow, Calculon's within 5 %.  Long GEMMs run below short ones: a long
  * one holds the board at its power limit and its clock drops, a short one
@@ -65,7 +69,7 @@ static const double MEAS_ATHR[] = {256 * GFLOP, 64 * GFLOP, 16 * GFLOP, 4 * GFLO
 /* H100 SXM5 80 GB at 700 W (profiles/h100-sxm5-kernels.json) */
 static void measured_h100_curves(hpgo_gpu_t *g)
 {
-    static const double m[] = {0.8137, 0.8989, 0.7331, 0.8272, 0.2102, 0.0651, 0.0651};
+    static const double m[] = {0.8137, 0.8137, 0.7331, 0.8137, 0.2102, 0.0651, 0.0651};
     static const double f8[] = {0.7451, 0.688, 0.4663, 0.2972, 0.0781, 0.0196, 0.0196};
     static const double at[] = {0.5184, 0.3212, 0.1526, 0.0576, 0.0093, 0.0093};
     set_steps(g, HPGO_EFF_MATRIX, 7, MEAS_MTHR, m, 1.0);
@@ -76,7 +80,7 @@ static void measured_h100_curves(hpgo_gpu_t *g)
 /* H200 SXM 141 GB at 700 W (profiles/h200-sxm-kernels.json) */
 static void measured_h200_curves(hpgo_gpu_t *g)
 {
-    static const double m[] = {0.7608, 0.8299, 0.787, 0.9943, 0.3517, 0.0827, 0.0827};
+    static const double m[] = {0.7608, 0.7608, 0.7608, 0.7608, 0.3517, 0.0827, 0.0827};
     static const double f8[] = {0.704, 0.6454, 0.4322, 0.3778, 0.0813, 0.0143, 0.0143};
     static const double at[] = {0.5217, 0.3691, 0.1909, 0.0941, 0.0364, 0.0364};
     set_steps(g, HPGO_EFF_MATRIX, 7, MEAS_MTHR, m, 1.0);
