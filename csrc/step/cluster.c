@@ -50,18 +50,16 @@ static void calculon_curves(hpgo_gpu_t *g, double mamf)
 /* Curves hpgo measured on the GPU itself (`hpgo profile kernels`, fitted by
  * `hpgo calibrate`, hpgo.calibrate.fit): matrix (bf16 GEMMs), fp8 GEMMs
  * and fused attention (cuDNN, Transformer Engine's back end) by a kernel's
- * FLOPs, from large to small, the GEMM curve capped at its largest GEMMs'
- * rate: the mid-size GEMMs the profile times alone run above it at the
- * boost clock, where back to back in a training step they run at the clock
- * the board's power limit leaves, as the largest do ("Power limits":
+ * FLOPs, from large to small.  The GEMM curve is capped at its largest
+ * GEMMs' rate: the mid-size GEMMs the profile times alone run above it at
+ * the boost clock, where back to back in a training step they run at the
+ * clock the board's power limit leaves, as the largest do ("Power limits":
  * a GEMM held to 700 W runs at 0.87-0.89 of its rate in bursts).  The
- * vector and memory curves stay Calculon's: the memory curve fitted to device copies prices the
- * element-wise kernels hpgo also timed (torchao's casts,
- * profiles/h100-sxm5-float8-casts.json) 10-15 % slow, Calculon's within 5 %.  Long GEMMs run below short ones: a long
- * one holds the board at its power limit and its clock drops, a short one
- * runs at the boost clock (docs/training-model.md, "Power limits").
- * tests/test_calibrate.py checks these tables against the fit of the
- * shipped profiles. */
+ * vector and memory curves stay Calculon's: the memory curve fitted to
+ * device copies prices the element-wise kernels hpgo also timed (torchao's
+ * casts, profiles/h100-sxm5-float8-casts.json) 10-15 % slow, Calculon's
+ * within 5 %.  tests/test_calibrate.py checks these tables against the fit
+ * of the shipped profiles. */
 static const double MEAS_MTHR[] = {256 * GFLOP, 64 * GFLOP, 16 * GFLOP, 4 * GFLOP,
                                    1 * GFLOP,   0.25 * GFLOP, 0};
 static const double MEAS_ATHR[] = {256 * GFLOP, 64 * GFLOP, 16 * GFLOP, 4 * GFLOP, 1 * GFLOP, 0};
@@ -297,10 +295,10 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
         /* Meta Grand Teton as in torchtitan's benchmarks
          * (benchmarks/llama3_h100_202412_torchtitan.md): 8 H100 with 96 GB
          * HBM2e at 2.4 TB/s, 500 W power limit, NVLink, 400 Gb/s per GPU.  The
-         * SXM5's measured curves at the clock the 500 W limit leaves (hpgo_gpu_clock_factor:
-         * 0.869 of the 700 W part's, from the power measured on H100 SXM5s;
-         * the HBM2e part's memory power is taken as the HBM3 part's, ASSUMED);
-         * HBM-bound kernels see the lower bandwidth.  NVLink and NIC
+         * SXM5's measured curves at the clock the 500 W limit leaves
+         * (hpgo_gpu_clock_factor: 0.869 of the 700 W part's, from the power
+         * measured on H100 SXM5s; the HBM2e part's memory power is taken as
+         * the HBM3 part's, ASSUMED); HBM-bound kernels see the lower bandwidth.  NVLink and NIC
          * efficiencies as DGX H100 (ASSUMED); host side not published (0: no
          * offloading). */
         gpu_h100(&c.gpu, 96e9, 2.4e12, "H100-HBM2e-96GB-500W");

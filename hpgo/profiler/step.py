@@ -44,13 +44,16 @@ times the FlashAttention-2 calls one rank of PyTorch's load-balanced ring
 attention makes at 32,768 tokens per rank (the causal diagonal, all local
 queries against half a remote K/V, half the queries against a whole one)
 and the fp32 merge of a block's output, forward and backward.
+``--tp-shards`` runs one tensor-parallel rank's share of torchtitan's TP-8
+runs (:data:`TP_SHARDS`) in their torchtitan mode.
 
 Recorded per model, sequence and mode (the median of timed steps after
 warm-up): the step's wall time, the forward + backward and optimizer parts,
 the number of GPU kernels one step launches and their summed time
 (``torch.profiler``: wall minus kernel time is what the GPU waits for the
 host), the peak allocated and reserved memory (the caching allocator's
-reserve), and the compile time.
+reserve), the compile time, and on a GPU the 40 costliest kernels by name and
+the GEMMs by operand shapes.
 """
 from __future__ import annotations
 
@@ -323,8 +326,7 @@ def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps
             walls.append(time.perf_counter() - t)
             parts.append((walls[-1], 0.0))
     row = {"name": name, "mode": mode, "hidden": h, "heads": a, "kv_heads": kv, "head_dim": d,
-           "ffn": f,
-           "layers": layers, "vocab": vocab, "tied": tied, "seq": seq, "micro_batch": mb,
+           "ffn": f, "layers": layers, "vocab": vocab, "tied": tied, "seq": seq, "micro_batch": mb,
            "parameters": sum(w.numel() for w in weights), "step_seconds": statistics.median(walls),
            "step_seconds_min": min(walls),
            "fwd_bwd_seconds": statistics.median(p[0] for p in parts),
