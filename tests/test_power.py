@@ -215,7 +215,7 @@ def test_tensor_parallel_ranks_share_on_one_h100():
     405B shards' within 5 % once one kernel is taken out -- the compiled
     RMSNorm backward, a persistent reduction over rows of 8,192 and 16,384
     that ran below 5 % of the HBM bandwidth (a quarter of the 70B shard's
-    time; the 8B shard's, over rows of 4,096, ran near it).  So the
+    time; the 8B shard's, over rows of 4,096, at about a third of it).  So the
     per-GPU compute of those runs is priced right; what they lose is not
     on one GPU."""
     doc = profile()
