@@ -23,7 +23,8 @@ AdamW step on the fp32 master weights and their copy back to bf16.  ``compile`` 
 layer and optimizer stay eager.
 
 Three more modes run the block as torchtitan's December 2024 benchmarks
-did (commit 9dec370): ``titan`` wraps each block in op-level selective
+did (commit 9dec370, its RMSNorm module written out as there: an fp32
+upcast, ``pow``, ``mean``, ``rsqrt``): ``titan`` wraps each block in op-level selective
 activation checkpointing (the outputs of every other ``mm``, of
 FlashAttention and of nothing else saved; torchtitan's
 ``selective_ac_option = "op"`` policy, its counter reset per block call),
@@ -125,13 +126,31 @@ def _rotate(x: Any, cos: Any, sin: Any) -> Any:
 
 
 def _model(h: int, a: int, kv: int, f: int, layers: int, vocab: int, tied: bool,
-           device: Any, head_dim: int | None = None) -> Any:
+           device: Any, head_dim: int | None = None, titan_norm: bool = False) -> Any:
+    """The model; ``titan_norm``: the RMSNorm written out as torchtitan
+    9dec370's ``models/norms.py`` has it (an fp32 upcast, ``pow``, ``mean``,
+    ``rsqrt``, the cast back, the weight), which the compiler fuses its own
+    way, instead of PyTorch's ``nn.RMSNorm``."""
     d = head_dim or h // a
+
+    class TitanRMSNorm(nn.Module):
+        def __init__(self, dim: int, eps: float = 1e-6) -> None:
+            super().__init__()
+            self.eps = eps
+            self.weight = nn.Parameter(torch.ones(dim))
+
+        def forward(self, x: Any) -> Any:
+            y = x.float()
+            y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+            return y.type_as(x) * self.weight
+
+    def norm() -> Any:
+        return TitanRMSNorm(h) if titan_norm else nn.RMSNorm(h)
 
     class Block(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.n1, self.n2 = nn.RMSNorm(h), nn.RMSNorm(h)
+            self.n1, self.n2 = norm(), norm()
             self.wq = nn.Linear(h, a * d, bias=False)
             self.wk = nn.Linear(h, kv * d, bias=False)
             self.wv = nn.Linear(h, kv * d, bias=False)
@@ -161,7 +180,7 @@ def _model(h: int, a: int, kv: int, f: int, layers: int, vocab: int, tied: bool,
             super().__init__()
             self.emb = nn.Embedding(vocab, h)
             self.blocks = nn.ModuleList(Block() for _ in range(layers))
-            self.norm = nn.RMSNorm(h)
+            self.norm = norm()
             self.out = nn.Linear(h, vocab, bias=False)
             if tied:
                 self.out.weight = self.emb.weight
@@ -246,7 +265,7 @@ def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps
     torch.manual_seed(0)
     titan = mode in TITAN_MODES
     fsdp = mode == "titan-fsdp"
-    model = _model(h, a, kv, f, layers, vocab, tied, device, d)
+    model = _model(h, a, kv, f, layers, vocab, tied, device, d, titan_norm=titan)
     if titan:
         for i, blk in enumerate(model.blocks):
             model.blocks[i] = _checkpointed(blk, full=mode == "titan-full")
@@ -325,7 +344,8 @@ def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps
             step()
             walls.append(time.perf_counter() - t)
             parts.append((walls[-1], 0.0))
-    row = {"name": name, "mode": mode, "hidden": h, "heads": a, "kv_heads": kv, "head_dim": d,
+    row = {"name": name, "mode": mode, "norm": "torchtitan" if titan else "torch.nn.RMSNorm",
+           "hidden": h, "heads": a, "kv_heads": kv, "head_dim": d,
            "ffn": f, "layers": layers, "vocab": vocab, "tied": tied, "seq": seq, "micro_batch": mb,
            "parameters": sum(w.numel() for w in weights), "step_seconds": statistics.median(walls),
            "step_seconds_min": min(walls),
