@@ -101,6 +101,8 @@ def main():
     ap.add_argument("--further", default=str(FURTHER),
                     help="a second measured-runs CSV file (default: %(default)s; '' for none)")
     a = ap.parse_args()
+    if a.further and not pathlib.Path(a.further).is_file():
+        ap.error(f"--further: no file {a.further}")
     if a.markdown:
         runs_markdown(validation.check_runs(validation.load_runs(a.runs)))
         return
