@@ -246,8 +246,8 @@ def test_measured_curves_predict_their_gpus_kernels(name, preset):
                                           ("dgx-h200", "h200-sxm")])
 def test_hopper_presets_carry_the_curves_fitted_to_their_measured_kernels(preset, name):
     """The H100 and H200 presets' matrix, fp8 and attention curves are the
-    fit of the shipped kernel profiles (cluster.c measured_h100_curves,
-    measured_h200_curves), the GEMM curve capped at its largest bucket (the
+    fit of the shipped kernel profiles (cluster.c MEASURED_H100,
+    MEASURED_H200), the GEMM curve capped at its largest bucket (the
     rate of GEMMs run back to back at the power limit); memory and vector
     curves stay Calculon's.  The 500 W part's are the 700 W part's, measured
     at 700 W (its power limit then slows the compute-bound kernels)."""

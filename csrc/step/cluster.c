@@ -64,26 +64,29 @@ static const double MEAS_MTHR[] = {256 * GFLOP, 64 * GFLOP, 16 * GFLOP, 4 * GFLO
                                    1 * GFLOP,   0.25 * GFLOP, 0};
 static const double MEAS_ATHR[] = {256 * GFLOP, 64 * GFLOP, 16 * GFLOP, 4 * GFLOP, 1 * GFLOP, 0};
 
+/* One GPU's fitted efficiencies at the thresholds above */
+typedef struct measured {
+    double matrix[7], fp8[7], attention[6];
+} measured_t;
+
 /* H100 SXM5 80 GB at 700 W (profiles/h100-sxm5-kernels.json) */
-static void measured_h100_curves(hpgo_gpu_t *g)
-{
-    static const double m[] = {0.8137, 0.8137, 0.7331, 0.8137, 0.2102, 0.0651, 0.0651};
-    static const double f8[] = {0.7451, 0.688, 0.4663, 0.2972, 0.0781, 0.0196, 0.0196};
-    static const double at[] = {0.5184, 0.3212, 0.1526, 0.0576, 0.0093, 0.0093};
-    set_steps(g, HPGO_EFF_MATRIX, 7, MEAS_MTHR, m, 1.0);
-    set_steps(g, HPGO_EFF_FP8, 7, MEAS_MTHR, f8, 1.0);
-    set_steps(g, HPGO_EFF_ATTENTION, 6, MEAS_ATHR, at, 1.0);
-}
+static const measured_t MEASURED_H100 = {
+    {0.8137, 0.8989, 0.7331, 0.8272, 0.2102, 0.0651, 0.0651},
+    {0.7451, 0.688, 0.4663, 0.2972, 0.0781, 0.0196, 0.0196},
+    {0.5184, 0.3212, 0.1526, 0.0576, 0.0093, 0.0093}};
 
 /* H200 SXM 141 GB at 700 W (profiles/h200-sxm-kernels.json) */
-static void measured_h200_curves(hpgo_gpu_t *g)
+static const measured_t MEASURED_H200 = {
+    {0.7608, 0.8299, 0.787, 0.9943, 0.3517, 0.0827, 0.0827},
+    {0.704, 0.6454, 0.4322, 0.3778, 0.0813, 0.0143, 0.0143},
+    {0.5217, 0.3691, 0.1909, 0.0941, 0.0364, 0.0364}};
+
+/* The GPU's measured curves, the GEMM curve capped at its largest bucket */
+static void measured_curves(hpgo_gpu_t *g, const measured_t *m)
 {
-    static const double m[] = {0.7608, 0.7608, 0.7608, 0.7608, 0.3517, 0.0827, 0.0827};
-    static const double f8[] = {0.704, 0.6454, 0.4322, 0.3778, 0.0813, 0.0143, 0.0143};
-    static const double at[] = {0.5217, 0.3691, 0.1909, 0.0941, 0.0364, 0.0364};
-    set_steps(g, HPGO_EFF_MATRIX, 7, MEAS_MTHR, m, 1.0);
-    set_steps(g, HPGO_EFF_FP8, 7, MEAS_MTHR, f8, 1.0);
-    set_steps(g, HPGO_EFF_ATTENTION, 6, MEAS_ATHR, at, 1.0);
+    set_steps(g, HPGO_EFF_MATRIX, 7, MEAS_MTHR, m->matrix, m->matrix[0]);
+    set_steps(g, HPGO_EFF_FP8, 7, MEAS_MTHR, m->fp8, 1.0);
+    set_steps(g, HPGO_EFF_ATTENTION, 6, MEAS_ATHR, m->attention, 1.0);
 }
 
 static void gpu_v100(hpgo_gpu_t *g, double hbm)
@@ -265,16 +268,16 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
         c.sys = host(1e12, 32e9, 409.6e9);
     } else if (strcmp(name, "dgx-h100") == 0 || strcmp(name, "dgx-h200") == 0) {
         /* DGX H100/H200: the GPUs' curves as hpgo measured them
-         * (measured_h100_curves, measured_h200_curves); NVLink4 450 GB/s per
+         * (MEASURED_H100, MEASURED_H200); NVLink4 450 GB/s per
          * direction, ring bus bandwidth about 370 GB/s (nccl-tests #212):
          * 0.82; 8 x 400 Gb/s ConnectX-7 = 50 GB/s per GPU (DGX BasePOD),
          * efficiency 0.9 (Calculon). */
         if (strcmp(name, "dgx-h100") == 0) {
             gpu_h100(&c.gpu, 80e9, 3.35e12, "H100-SXM5-80GB");
-            measured_h100_curves(&c.gpu);
+            measured_curves(&c.gpu, &MEASURED_H100);
         } else {
             gpu_h100(&c.gpu, 141e9, 4.8e12, "H200-SXM-141GB");
-            measured_h200_curves(&c.gpu);
+            measured_curves(&c.gpu, &MEASURED_H200);
         }
         c.levels[0] = level(8, 450e9, 450e9, 10e-6, 0.82);
         c.levels[1] = level(1, 50e9, 50e9, 20e-6, 0.9);
@@ -302,7 +305,7 @@ int hpgo_cluster_preset(const char *name, int32_t nodes, hpgo_cluster_t *out, hp
          * efficiencies as DGX H100 (ASSUMED); host side not published (0: no
          * offloading). */
         gpu_h100(&c.gpu, 96e9, 2.4e12, "H100-HBM2e-96GB-500W");
-        measured_h100_curves(&c.gpu);
+        measured_curves(&c.gpu, &MEASURED_H100);
         c.gpu.power_limit = 500;
         c.levels[0] = level(8, 450e9, 450e9, 10e-6, 0.82);
         c.levels[1] = level(1, 50e9, 50e9, 20e-6, 0.9);

@@ -126,12 +126,11 @@ def _rotate(x: Any, cos: Any, sin: Any) -> Any:
 
 
 def _model(h: int, a: int, kv: int, f: int, layers: int, vocab: int, tied: bool,
-           device: Any, head_dim: int | None = None, titan_norm: bool = False) -> Any:
-    """The model; ``titan_norm``: the RMSNorm written out as torchtitan
+           device: Any, d: int, titan_norm: bool = False) -> Any:
+    """The model, at head size ``d``; ``titan_norm``: the RMSNorm written out as torchtitan
     9dec370's ``models/norms.py`` has it (an fp32 upcast, ``pow``, ``mean``,
     ``rsqrt``, the cast back, the weight), which the compiler fuses its own
     way, instead of PyTorch's ``nn.RMSNorm``."""
-    d = head_dim or h // a
 
     class TitanRMSNorm(nn.Module):
         def __init__(self, dim: int, eps: float = 1e-6) -> None:
