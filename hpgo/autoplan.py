@@ -367,11 +367,11 @@ def _stack(name: str, v: Any, allowed: dict) -> int:
 
 _KS_NAMES = {v: k for k, v in KERNEL_SETS.items()}
 # what the search offers: torchtitan's op-level checkpointing (selective-op)
-# and its earlier kernel sets (compile-blocks, compile-fa2) are simulated, not
-# searched
+# and its earlier kernel sets (compile-blocks, compile-fa2, eager-unfused-norm)
+# are simulated, not searched
 _SEARCH_RECOMPUTE = {k: v for k, v in RECOMPUTE_MODES.items() if k != "selective-op"}
 _SEARCH_KERNELS = {k: v for k, v in KERNEL_SETS.items()
-                   if k not in ("compile-blocks", "compile-fa2")}
+                   if k not in ("compile-blocks", "compile-fa2", "eager-unfused-norm")}
 _TPO_NAMES = {v: k for k, v in TP_OVERLAPS.items()}
 _CP_NAMES = {v: k for k, v in CP_COMMS.items()}
 

@@ -367,7 +367,7 @@ def torchtitan_config(plan: Any, model: Any, *, precision: str = "bf16",
     # compile-blocks: the blocks compiled, the loss eager (torchtitan's 2024 runs);
     # torchtitan 0.3 runs SDPA on cuDNN first, so compile-fa2 exports as compile
     comps = '["model"]' if plan.kernels == "compile-blocks" else '["model", "loss"]'
-    lines += ["    config.compile.enable = True",
+    lines += [f"    config.compile.enable = {plan.kernels != 'eager'}",
               f"    config.compile.components = {comps}",
               "    config.compile.enable_async_tensor_parallel = False",
               "    return config", ""]

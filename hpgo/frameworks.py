@@ -225,6 +225,10 @@ TORCHTITAN = Framework(
         Rule("one MoE token dispatcher: all-to-all (DeepEP is an experiment)",
              f"{_TT} torchtitan/models/*/__init__.py moe_comm_backend",
              lambda p, m, pr: p.moe_dispatcher != "alltoall"),
+        Rule("no fp32 RMSNorm module run op by op (kernels 'eager-unfused-norm'): torchtitan's "
+             "models build nn.RMSNorm", f"{_TT} torchtitan/models/common/nn_modules.py: "
+             "RMSNorm subclasses nn.RMSNorm (models/norms.py's fp32 module of 2024 is gone)",
+             lambda p, m, pr: p.kernels == "eager-unfused-norm"),
         Rule("no fp8-only weights (torchao's float8 training keeps the high-precision weight)",
              f"{_TT} torchtitan/components/quantization/float8.py",
              lambda p, m, pr: p.fp8_params),

@@ -47,7 +47,8 @@ DISPATCHERS = {"alltoall": 0, "deepep": 1}
 DISPATCHERS_BY_CODE = {v: k for k, v in DISPATCHERS.items()}
 #: kernel sets (csrc/step/parplan.h HPGO_KS_), tensor-parallel overlap (HPGO_TPO_),
 #: context-parallel exchange (HPGO_CP_), partial recomputation (HPGO_RCM_)
-KERNEL_SETS = {"te": 0, "compile": 1, "eager": 2, "compile-blocks": 3, "compile-fa2": 4}
+KERNEL_SETS = {"te": 0, "compile": 1, "eager": 2, "compile-blocks": 3, "compile-fa2": 4,
+               "eager-unfused-norm": 5}
 TP_OVERLAPS = {"none": 0, "te": 1, "async": 2}
 CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2, "torch_sdpa": 3}
 ATTENTIONS = {"auto": 0, "flash2": 1}
@@ -425,7 +426,9 @@ class ParallelPlan:
     output layer and the loss eager, attention on PyTorch's FlashAttention-2:
     torchtitan until March 2025), ``"compile-fa2"`` (blocks and loss
     compiled, FlashAttention-2: torchtitan until October 2025) or
-    ``"eager"`` (eager PyTorch); ``tp_overlap`` hides tensor-parallel
+    ``"eager"`` (eager PyTorch) or ``"eager-unfused-norm"`` (eager PyTorch
+    with RMSNorm as separate fp32 ops and foreach AdamW: torchtitan's code of
+    2024 without ``torch.compile``); ``tp_overlap`` hides tensor-parallel
     communication behind the GEMMs beyond what every stack overlaps --
     ``"te"`` (Megatron's ``--tp-comm-overlap``, Transformer Engine's
     userbuffers; needs ``kernels="te"``) or ``"async"`` (PyTorch's async
@@ -562,7 +565,8 @@ class ParallelPlan:
         if self.fp8_all_gather and (self.zero != 3 or self.kernels == "te"):
             raise ValueError("fp8_all_gather (torchao's float8 all-gather in FSDP2) needs "
                              "zero=3 and a PyTorch kernel set (kernels='compile', 'eager', "
-                             f"'compile-blocks' or 'compile-fa2'); got zero={self.zero}, "
+                             "'compile-blocks', 'compile-fa2' or 'eager-unfused-norm'); got "
+                             f"zero={self.zero}, "
                              f"kernels={self.kernels!r}")
         if self.tp_overlap == "async" and self.kernels not in ("compile", "compile-blocks",
                                                                "compile-fa2"):

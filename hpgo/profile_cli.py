@@ -95,10 +95,10 @@ def add_profile_subcommand(subparsers) -> argparse.ArgumentParser:
     st.add_argument("-o", "--output", required=True, help="step profile to write (JSON)")
     st.add_argument("--quick", action="store_true", help="one tiny model (a smoke test)")
     st.add_argument("--modes", default="eager,compile",
-                    help="comma-separated: eager, compile, titan, titan-full, titan-fsdp "
-                         "(torchtitan's December 2024 block: op-level or full checkpointing, "
-                         "FlashAttention-2, eager loss; -fsdp: FSDP2 on one GPU) "
-                         "(default: eager,compile)")
+                    help="comma-separated: eager, compile, titan, titan-full, titan-fsdp, "
+                         "titan-eager (torchtitan's December 2024 block: op-level or full "
+                         "checkpointing, FlashAttention-2, eager loss; -fsdp: FSDP2 on one GPU; "
+                         "-eager: without torch.compile) (default: eager,compile)")
     st.add_argument("--device", help="a torch device (default: cuda if present, else cpu)")
     st.add_argument("--power", action="store_true",
                     help="sample board power and SM clocks through NVML (NVIDIA GPUs; needs "

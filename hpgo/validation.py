@@ -567,7 +567,7 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     <run>" references): torch.compile (torchtitan) -> kernels "compile"
     ("compile-blocks" or "compile-fa2" for torchtitan's benchmarks by their
     code version, ``_COMPILE_BLOCKS_SOURCES``), "without torch.compile" ->
-    "eager", with
+    "eager" ("eager-unfused-norm" for torchtitan's December 2024 code), with
     AsyncTP -> tp_overlap "async"; Megatron's --tp-comm-overlap -> "te"
     (both with sequence parallelism and tp > 1); otherwise Megatron's fused
     kernels without overlap.
@@ -608,7 +608,10 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     if kernels == "compile" and run.source_id.startswith(_COMPILE_BLOCKS_SOURCES):
         kernels = "compile-fa2" if _COMPILE_FA2_NOTES in text else "compile-blocks"
     if "without torch.compile" in text:
-        kernels = "eager"
+        # torchtitan 9dec370 run eager: its RMSNorm module (norm_type
+        # "rmsnorm", models/norms.py) as separate fp32 ops, foreach AdamW
+        kernels = ("eager-unfused-norm" if run.source_id.startswith(_COMPILE_BLOCKS_SOURCES)
+                   and _COMPILE_FA2_NOTES not in text else "eager")
     rc = run.recompute
     if rc == "selective" and re.search(r"op-level selective", text, re.I):
         rc = "selective-op"
@@ -618,7 +621,7 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
             tpo = "async"
         elif kernels == "te" and "--tp-comm-overlap" in text:
             tpo = "te"
-    torch = kernels in ("compile", "compile-blocks", "compile-fa2", "eager")
+    torch = kernels in ("compile", "compile-blocks", "compile-fa2", "eager", "eager-unfused-norm")
     deepspeed = "DeepSpeed" in text
     no_overlap = run.source_id.startswith("MS-") or deepspeed
     bf16_opt = deepspeed and run.precision == "bf16" and run.zero == 1

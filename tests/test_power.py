@@ -219,9 +219,10 @@ def test_tensor_parallel_ranks_share_on_one_h100():
     405B shards' within 5 % once one kernel is taken out -- the compiled
     RMSNorm backward, a persistent reduction over rows of 8,192 and 16,384
     that ran below 5 % of the HBM bandwidth (a quarter of the 70B shard's
-    time; the 8B shard's, over rows of 4,096, at about a third of it).  A
-    second machine with the norm written as torchtitan's own module got the
-    same kernel and the same times within 3 %, and the 8B block within 1 %.
+    time; the 8B shard's, over rows of 4,096, at about a third of it) -- on
+    the second machine, which wrote the norm as torchtitan's own module (as
+    compile-blocks prices it, the final norm eager op by op); it got the same
+    kernel and the same times within 3 %, and the 8B block within 1 %.
     So the per-GPU compute of those runs is priced right; what they lose is
     not on one GPU."""
     doc = profile()
@@ -246,8 +247,9 @@ def test_tensor_parallel_ranks_share_on_one_h100():
             else:
                 assert rate < 0.05 * 3.35e12                  # >= 6 B an element moved
                 assert slow > 0.08 * fb
-                assert got < 0.85 * run["fwd_bwd_seconds"]
-                assert got == pytest.approx(fb - slow, rel=0.05)
+                assert got < run["fwd_bwd_seconds"] - slow / 2
+                if run is twin:  # compile-blocks prices torchtitan's own norm module
+                    assert got == pytest.approx(fb - slow, rel=0.05)
         if s["hidden"] > 4096:
             assert twin["fwd_bwd_seconds"] == pytest.approx(s["fwd_bwd_seconds"], rel=0.03)
     for mode in ("titan", "titan-full"):
@@ -273,6 +275,26 @@ def test_torchtitan_block_on_one_h200():
     assert not c.gpu.power_limit
 
 
+def test_torchtitan_block_without_compile_on_one_h100():
+    """torchtitan 9dec370's block run eager (its RMSNorm module op by op, in
+    fp32) and compiled on the same H100: kernels="eager-unfused-norm" prices
+    the eager forward + backward within 10 % and the eager / compiled ratio
+    within 3 points; the fused-norm "eager" set misses the eager block by
+    more."""
+    eb = profile()["eager_block"]
+    by = {s["mode"]: s for s in eb["samples"]}
+    c = calibrate.cluster(calibrate.load(examples.kernels("h100-sxm5")), "dgx-h100", nodes=1)
+    m, p = _titan(by["titan-eager"])
+    eager = hpgo.simulate(m, c, p.with_(kernels="eager-unfused-norm"), timeline=False)
+    fused = hpgo.simulate(m, c, p.with_(kernels="eager"), timeline=False)
+    compiled = hpgo.simulate(m, c, p, timeline=False)
+    measured = by["titan-eager"]["fwd_bwd_seconds"]
+    assert eager.compute_time == pytest.approx(measured, rel=0.10)
+    assert abs(fused.compute_time / measured - 1) > abs(eager.compute_time / measured - 1)
+    ratio = measured / by["titan"]["fwd_bwd_seconds"]
+    assert eager.compute_time / compiled.compute_time == pytest.approx(ratio, abs=0.03)
+
+
 def test_foreach_adamw_and_fsdp2_copies_against_the_one_gpu_fsdp_run():
     """FSDP2 on a group of one GPU: its foreach AdamW over fp32 weights (84 B
     a parameter) took the measured optimizer time within 10 %, and its
@@ -292,7 +314,8 @@ def test_foreach_adamw_and_fsdp2_copies_against_the_one_gpu_fsdp_run():
 
 
 def test_optimizer_bytes_by_stack():
-    """Fused AdamW 28 B a parameter, torchtitan 9dec370's foreach 84 B; below
+    """Fused AdamW 28 B a parameter, torchtitan 9dec370's foreach 84 B (compiled
+    or not); below
     ZeRO 3 the gradient cast and the copy back add 12 B (TE: Megatron's 46)."""
     m = hpgo.transformer("llama3-8b")
     c = hpgo.Cluster.preset("dgx-h100", nodes=1)
@@ -303,7 +326,7 @@ def test_optimizer_bytes_by_stack():
         return d["optimizer"], d["params"] / 8
 
     for kernels, b3, b1 in (("compile", 28, 40), ("compile-fa2", 28, 40),
-                            ("compile-blocks", 84, 96)):
+                            ("compile-blocks", 84, 96), ("eager-unfused-norm", 84, 96)):
         t3, shard = opt(kernels, 3)
         assert t3 == pytest.approx(c.kernel_time(0, b3 * shard), rel=1e-9), kernels
         t1, _ = opt(kernels, 1)

@@ -166,6 +166,30 @@ def test_async_tp_leaves_the_summed_input_gradient_unfused():
     copy = H100.kernel_time(0, 2 * x / 8, kind="vector")
     assert free["tp_forward"] / n > 2 * copy
 
+def test_op_checkpointing_gathers_again_in_the_backward():
+    """torchtitan's op-level checkpointing saves the reduce-scatters, not the
+    all-gathers: each pair's gather runs again in the backward (with its copy
+    into sequence order when b > 1), where vanilla TP re-gathered the saved
+    norm output beside the input gradient.  Under async TP the recomputed
+    gather is fused with the recomputed column GEMM (wk, w3) it feeds."""
+    m = hpgo.transformer("llama3-8b")
+    p = hpgo.ParallelPlan(tp=8, dp=1, global_batch=2, micro_batch=2, sequence_parallel=True,
+                          kernels="compile", recompute="selective-op")
+    op, full = stage(m, H100, p), stage(m, H100, p.with_(recompute="full"))
+    n = op["layers"]
+    x = 2 * 2 * m.seq * m.hidden
+    ag = H100.collective_time("all_gather", 8, x)
+    copy = H100.kernel_time(0, 2 * x, kind="vector") + 1e-6
+    # full recomputation runs the whole forward (its gathers included) in
+    # the recompute; op-level adds the two gathers and their copies
+    assert op["tp_backward"] - full["tp_backward"] == pytest.approx(n * 2 * (ag + copy),
+                                                                   rel=1e-9)
+    a_op = stage(m, H100, p.with_(tp_overlap="async"))
+    a_full = stage(m, H100, p.with_(tp_overlap="async", recompute="full"))
+    extra = (a_op["tp_backward"] - a_full["tp_backward"]) / n
+    assert 0 < extra < 2 * (ag + copy)
+
+
 def test_tp_overlap_needs_its_stack():
     with pytest.raises(ValueError, match="sequence_parallel"):
         hpgo.ParallelPlan(tp=8, global_batch=8, tp_overlap="te")

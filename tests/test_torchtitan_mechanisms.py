@@ -190,6 +190,39 @@ def test_torchtitan_export_of_op_checkpointing():
     assert "SelectiveAC.Config()" in text and 'components = ["model"]' in text
 
 
+def test_torchtitan_export_says_whether_it_compiles():
+    """An eager plan exports with torch.compile off; the fp32 RMSNorm module
+    of torchtitan's 2024 code (eager-unfused-norm) has no torchtitan form."""
+    assert "config.compile.enable = False" in plan(kernels="eager").torchtitan_config(LLAMA8)
+    assert "config.compile.enable = True" in plan().torchtitan_config(LLAMA8)
+    with pytest.raises(ValueError, match="nn.RMSNorm"):
+        plan(kernels="eager-unfused-norm").torchtitan_config(LLAMA8)
+
+
+def test_eager_unfused_norm_prices_torchtitans_fp32_rmsnorm_op_by_op():
+    """torchtitan's RMSNorm of 2024 run eager: 8 kernels and 36 B an element
+    forward, 14 kernels and 92 B backward, where PyTorch's fused norm moves
+    2 and 4 B (+2 for its weight gradient) in one and two kernels; the
+    norms are the only difference from "eager" in the layers (plus the final
+    norm, the foreach AdamW and, without recomputation, the fp32 input and
+    16-bit result each norm keeps)."""
+    c = hpgo.Cluster.preset("dgx-h100", nodes=1)
+    p = hpgo.ParallelPlan(global_batch=2, micro_batch=2, kernels="eager", recompute="full")
+    a, b = (hpgo.simulate(LLAMA8, c, p.with_(kernels=k), timeline=False).stages[0]
+            for k in ("eager", "eager-unfused-norm"))
+    e = 2 * LLAMA8.seq * LLAMA8.hidden
+    # a layer has two norms; full recomputation runs each forward twice
+    fwd = 2 * (c.kernel_time(0, 36 * e) - c.kernel_time(0, 2 * 2 * e))
+    assert (b["forward"] - a["forward"]) / b["layers"] > 0.9 * fwd
+    grew = (b["backward_input"] - a["backward_input"]) / b["layers"]
+    assert grew > 0.9 * (2 * (c.kernel_time(0, 92 * e) - c.kernel_time(0, 8 * e)) + fwd)
+    none = p.with_(recompute="none")
+    a, b = (hpgo.simulate(LLAMA8, c, none.with_(kernels=k), timeline=False).stages[0]
+            for k in ("eager", "eager-unfused-norm"))
+    assert (b["activation_bytes_layers"] - a["activation_bytes_layers"]) / b["layers"] == \
+        pytest.approx(2 * 4 * e, rel=1e-9)
+
+
 def test_fsdp_reduce_scatters_layer_by_layer_during_the_backward():
     """Without pipelining each micro-batch's gradients are reduce-scattered
     layer by layer as the backward completes them (FSDP2's post-backward

@@ -58,8 +58,11 @@ double hpgo_step_optimizer_bytes(const hpgo_parplan_t *p)
      * foreach step of a group of one took on an H100 (57.0 ms for 1.92e9
      * parameters, profiles/h100-sxm5-torchtitan-steps.json: 84 B at 2.8 TB/s
      * is 57.4 ms).  Without FSDP2 (ZeRO below 3) the bf16 gradients are cast
-     * to fp32 first and the fp32 weights copied back to bf16 after (6 + 6). */
-    double adam = p->kernels == HPGO_KS_COMPILE_BLOCKS ? 84 : 28;
+     * to fp32 first and the fp32 weights copied back to bf16 after (6 + 6).
+     * eager-unfused-norm is the same commit run without torch.compile. */
+    double adam = p->kernels == HPGO_KS_COMPILE_BLOCKS || p->kernels == HPGO_KS_EAGER_UNFUSED_NORM
+                      ? 84
+                      : 28;
     return adam + (p->zero >= 3 ? 0 : 12);
 }
 

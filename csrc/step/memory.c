@@ -57,9 +57,8 @@ void hpgo_memory_breakdown3(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
     double wb, gb, ob;
     hpgo_work_state_bytes(precision, p->fp8_params, &wb, &gb, &ob);
     double wgather = wb; /* bytes of a gathered (unsharded) weight */
-    int compiled = p->kernels == HPGO_KS_COMPILE || p->kernels == HPGO_KS_COMPILE_BLOCKS ||
-                   p->kernels == HPGO_KS_COMPILE_FA2;
-    if (p->zero >= 3 && compiled && precision != HPGO_PREC_FP32) {
+    /* FSDP2 (ZeRO 3 under a PyTorch kernel set, compiled or eager) */
+    if (p->zero >= 3 && p->kernels != HPGO_KS_TE && precision != HPGO_PREC_FP32) {
         wb = 4, gb = 4, ob = 8; /* FSDP2: the fp32 parameter is the master */
         wgather = 2;
     }

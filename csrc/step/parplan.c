@@ -130,15 +130,15 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
     if (p->overlap_ep && !(p->overlap_share > 0 && p->overlap_share <= 1))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "the overlap share must be in (0, 1], got %g", p->overlap_share);
-    if (p->kernels < HPGO_KS_TE || p->kernels > HPGO_KS_COMPILE_FA2 ||
+    if (p->kernels < HPGO_KS_TE || p->kernels > HPGO_KS_EAGER_UNFUSED_NORM ||
         p->tp_overlap < HPGO_TPO_NONE || p->tp_overlap > HPGO_TPO_ASYNC ||
         p->cp_comm < HPGO_CP_P2P || p->cp_comm > HPGO_CP_TORCH_SDPA ||
         (p->recompute_method != HPGO_RCM_UNIFORM && p->recompute_method != HPGO_RCM_BLOCK))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "kernels (0 te, 1 compile, 2 eager, 3 compile-blocks, 4 "
-                            "compile-fa2), tp_overlap (0 none, 1 te, 2 async), cp_comm (0 p2p, "
-                            "1 all_gather, 2 a2a, 3 torch_sdpa) or recompute_method (0 uniform, "
-                            "1 block) out of range");
+                            "compile-fa2, 5 eager-unfused-norm), tp_overlap (0 none, 1 te, 2 "
+                            "async), cp_comm (0 p2p, 1 all_gather, 2 a2a, 3 torch_sdpa) or "
+                            "recompute_method (0 uniform, 1 block) out of range");
     if (p->attention != HPGO_ATT_AUTO && p->attention != HPGO_ATT_FLASH2)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "attention must be 0 (auto) or 1 (flash2), got %d", (int)p->attention);

@@ -166,13 +166,16 @@ typedef struct hpgo_parplan {
  * norm, output layer and loss eager, attention on PyTorch's FlashAttention-2
  * (torchtitan until March 2025: the loss was not compiled, train.py at
  * commit 9dec370); COMPILE_FA2: blocks and loss compiled, attention still on
- * FlashAttention-2 (torchtitan until October 2025 on Hopper) */
+ * FlashAttention-2 (torchtitan until October 2025 on Hopper);
+ * EAGER_UNFUSED_NORM: eager PyTorch with RMSNorm written as separate fp32
+ * ops (torchtitan's RMSNorm module of 2024, norm_type "rmsnorm") */
 enum {
     HPGO_KS_TE = 0,
     HPGO_KS_COMPILE = 1,
     HPGO_KS_EAGER = 2,
     HPGO_KS_COMPILE_BLOCKS = 3,
-    HPGO_KS_COMPILE_FA2 = 4
+    HPGO_KS_COMPILE_FA2 = 4,
+    HPGO_KS_EAGER_UNFUSED_NORM = 5
 };
 enum { HPGO_TPO_NONE = 0, HPGO_TPO_TE = 1, HPGO_TPO_ASYNC = 2 };
 /* TORCH_SDPA: PyTorch's context parallelism around SDPA (work.c torch_cp_core) */

@@ -400,6 +400,7 @@ typedef struct xshape {
     double ex, k, fe, fsh, etp, ep, imb, rx; /* rx: routed token slots on the rank */
     int sp, rc, flash, dropout, swiglu, mla;
     int ks;        /* kernel set (HPGO_KS_*) */
+    int fp32_norm; /* RMSNorm as separate fp32 ops, run eager (norm_unfused_fwd) */
     int rope;      /* rotary embeddings applied to q and k (no learned positions, no MLA) */
     int gathered;  /* the column-parallel GEMMs' inputs are stored gathered (async TP) */
     int pb;        /* parallel attention + MLP block */
@@ -448,7 +449,9 @@ static void shape(const hpgo_xformer_t *x, const hpgo_parplan_t *p, int32_t prec
      * compile does (their attention and loss: xformer_pieces) */
     s->ks = p->kernels == HPGO_KS_COMPILE_BLOCKS || p->kernels == HPGO_KS_COMPILE_FA2
                 ? HPGO_KS_COMPILE
-                : p->kernels;
+            : p->kernels == HPGO_KS_EAGER_UNFUSED_NORM ? HPGO_KS_EAGER
+                                                       : p->kernels;
+    s->fp32_norm = p->kernels == HPGO_KS_EAGER_UNFUSED_NORM;
     s->rope = !x->learned_pos && !x->mla;
     /* torchao's Float8ColwiseParallel / PrepareFloat8ModuleInput gather the
      * input in fp8 and Float8Linear saves that gathered fp8 input for the
@@ -460,7 +463,7 @@ static void shape(const hpgo_xformer_t *x, const hpgo_parplan_t *p, int32_t prec
     s->pb = x->parallel_block != 0;
     /* Megatron's bias_swiglu (jit-fused) and Inductor keep the SwiGLU's input
      * and recompute the SiLU; eager silu + mul also stores the SiLU output */
-    s->fused_act = x->flash && p->kernels != HPGO_KS_EAGER;
+    s->fused_act = x->flash && s->ks != HPGO_KS_EAGER;
     s->flash = x->flash;
     s->dropout = x->dropout;
     s->swiglu = x->mlp == HPGO_MLP_SWIGLU;
@@ -793,6 +796,8 @@ static void layer_act(const xshape_t *s, int kind, double *total, double *held_w
     /* norm inputs (E each), attention and MLP GEMM inputs (ge each) */
     double norms = s->pb ? 1 : 2; /* a parallel block has one norm and one GEMM input */
     double rep = (norms * E * h + masks) / rep_sp;
+    if (s->fp32_norm) /* the unfused norm keeps its fp32 input and its 16-bit result instead */
+        rep += norms * 4 * h / rep_sp;
     if (!mod) /* the column-parallel GEMMs' inputs, gathered when async TP stores them so */
         rep += norms * ge * h / (s->gathered ? 1 : rep_sp);
     double mla = s->mla ? E * (s->ql + s->kl + s->dr) + (mod ? 0 : ge * (s->ql + s->kl)) : 0; /* latents, all T */
@@ -882,6 +887,51 @@ static double pair_time(double x, double y, double sl)
 
 /* ---- pointwise kernels by kernel set (spec stack-mechanisms 2.1) ---- */
 
+/* torchtitan's RMSNorm of 2024 run eager (models/norms.py at 9dec370,
+ * norm_type "rmsnorm": x.float(), x * rsqrt(x.pow(2).mean(-1) + eps),
+ * .type_as(x), * weight) over n tokens of 16-bit input: one kernel per op --
+ * the cast up (2 B read, 4 written), pow (4 + 4), the row mean (4), the
+ * per-row add and rsqrt, the scaling (4 + 4), the cast back (4 + 2), the
+ * weight (2 + 2): 36 B an element in 8 kernels. */
+static void norm_unfused_fwd(const kctx_t *k, acc_t *a, const xshape_t *s, double n)
+{
+    double e = n * s->h, E = s->E;
+    vec(k, a, e, 0, (E + 4) * e);
+    vec(k, a, e, 1, 8 * e);
+    vec(k, a, e, 1, 4 * e);
+    vec(k, a, n, 1, 8 * n);
+    vec(k, a, n, 1, 8 * n);
+    vec(k, a, e, 1, 8 * e);
+    vec(k, a, e, 0, (4 + E) * e);
+    vec(k, a, e, 1, 2 * E * e);
+}
+
+/* Its backward as autograd runs those ops: the weight's mul (the input
+ * gradient, 2 + 2; the weight gradient's product, 2 + 2 + 2, and its
+ * reduction over the tokens, 2), the cast's gradient up (2 + 4), the
+ * scaling's two gradients (g x rsqrt, 4 + 4; g x x and its row sum, 4 + 4 +
+ * 4, 4), rsqrt's per row, mean's expansion (4 written), pow's x.pow(1) x 2
+ * x g (4 + 4, 4 + 4, 4 + 4 + 4), the two fp32 input gradients added (4 + 4
+ * + 4) and cast down (4 + 2): 92 B an element in 14 kernels. */
+static void norm_unfused_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double n)
+{
+    double e = n * s->h, E = s->E;
+    vec(k, a, e, 1, 2 * E * e);
+    vec(k, a, e, 1, 3 * E * e);
+    vec(k, a, e, 1, E * e);
+    vec(k, a, e, 0, (E + 4) * e);
+    vec(k, a, e, 1, 8 * e);
+    vec(k, a, e, 1, 12 * e);
+    vec(k, a, e, 1, 4 * e);
+    vec(k, a, n, 2, 8 * n);
+    vec(k, a, e, 1, 4 * e);
+    vec(k, a, e, 0, 8 * e);
+    vec(k, a, e, 1, 8 * e);
+    vec(k, a, e, 1, 12 * e);
+    vec(k, a, e, 1, 12 * e);
+    vec(k, a, e, 0, (4 + E) * e);
+}
+
 /* Norm of n tokens: Transformer Engine's fused norm (one kernel, 4 B per
  * element), PyTorch's fused RMSNorm / LayerNorm (>= 2.9: one kernel);
  * torch.compile fuses the residual add before it into the same kernel
@@ -889,6 +939,10 @@ static double pair_time(double x, double y, double sl)
 static void norm_fwd(const kctx_t *k, acc_t *a, const xshape_t *s, double n)
 {
     double e = n * s->h;
+    if (s->fp32_norm) {
+        norm_unfused_fwd(k, a, s, n);
+        return;
+    }
     vec(k, a, e, 5, (k->ks == HPGO_KS_COMPILE ? 4 : 2) * s->E * e);
 }
 
@@ -897,6 +951,10 @@ static void norm_fwd(const kctx_t *k, acc_t *a, const xshape_t *s, double n)
 static void norm_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double n)
 {
     double e = n * s->h;
+    if (s->fp32_norm) {
+        norm_unfused_bwd(k, a, s, n);
+        return;
+    }
     vec(k, a, e, 8, (k->ks == HPGO_KS_COMPILE ? 4 : 3) * s->E * e);
     if (k->ks == HPGO_KS_EAGER)
         vec(k, a, e, 2, s->E * e);
@@ -1304,10 +1362,22 @@ static double bulk(const hpgo_gpu_t *g, double gemm, double comm)
  * row GEMM, the backward pair as bulk overlaps.  "async": the matched
  * all-gather -> mm and mm -> reduce-scatter of the forward and backward
  * graphs fused (pull by copy engine), the column GEMM's gathered input
- * saved for its weight gradient (no backward all-gather). */
+ * saved for its weight gradient (no backward all-gather).
+ * Op-level selective checkpointing (recompute selective-op) saves the
+ * reduce-scatters but not the all-gathers (torchtitan's _save_list names
+ * reduce_scatter_tensor, not all_gather_into_tensor; everything off the
+ * list is PREFER_RECOMPUTE, and the partitioner recomputes a collective
+ * the user's checkpoint region tags so: force_save_collectives in
+ * torch/_functorch/partitioners.py spares exactly those).  Each pair's
+ * all-gather is therefore run again in the backward, where it feeds the
+ * recomputed column GEMM `rc_col` (wk for the attention, w3 for a gated
+ * MLP; n = 0 when no recomputed GEMM reads it) and the weight gradients:
+ * exposed as the forward's unfused all-gather, or fused with `rc_col`
+ * under async TP (fuse_all_gather_matmul matches an all-gather that is
+ * the first operand of an mm); no other backward gather follows. */
 static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx_t *k,
                     const xshape_t *s, gdims_t col_f, gdims_t row_f, gdims_t row_d, gdims_t col_d,
-                    gdims_t col_w, double X, double *f, double *b)
+                    gdims_t col_w, gdims_t rc_col, double X, double *f, double *b)
 {
     const kctx_t kw = kwgrad(k);
     const hpgo_gpu_t *g = k->g;
@@ -1328,7 +1398,13 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
     double ag = tp_coll(c, HPGO_COLL_ALLGATHER, s, Xg);
     double rs = tp_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X);
     /* full recomputation re-gathers the input in its forward: no backward gather */
-    double regather = s->rc == HPGO_RC_FULL || k->tao ? 0 : bulk(g, cd, ag);
+    double regather = s->rc == HPGO_RC_FULL || s->rc == HPGO_RC_OP || k->tao ? 0 : bulk(g, cd, ag);
+    /* the all-gather op-level checkpointing runs again, and the copy of its
+     * result into sequence order under PyTorch's batch-first layout */
+    int op_ag = s->rc == HPGO_RC_OP;
+    double ag_copy = k->ks != HPGO_KS_TE && s->b > 1
+                         ? hpgo_gpu_op_time(g, k->dtype, HPGO_OP_VECTOR, 0, 2 * Xg) + KERNEL_GAP
+                         : 0;
     switch (p->tp_overlap) {
     case HPGO_TPO_TE:
         /* the forward's gathered input is gathered again in the backward
@@ -1338,10 +1414,12 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
          * by ring exchange on 1 SM, the bf16 ones pipelined */
         /* the bulk overlaps are userbuffers collectives too (16 SMs) */
         regather = s->rc == HPGO_RC_FULL ? 0 : bulk(g, cd, ub_coll(c, HPGO_COLL_ALLGATHER, s, X));
+        if (s->rc == HPGO_RC_OP)
+            regather = 0;
         *f += ring_ag(k, c, s, col_f, X, 0) +
               (k->dtype == HPGO_DT_FP8 ? p2p_rs(k, c, s, row_f, X) : pipe_rs(k, c, s, row_f, X));
         *b += ring_ag(k, c, s, row_d, X, 1) + regather +
-              bulk(g, cw, ub_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X));
+              bulk(g, cw, ub_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X)) + (op_ag ? ag : 0);
         break;
     case HPGO_TPO_ASYNC:
         /* _pipelined_multi_all_gather_and_consume first copies the local
@@ -1355,6 +1433,8 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
          * after the weight gradients, exposed. */
         *f += ring_ag(k, c, s, col_f, Xg, 1) + p2p_rs(k, c, s, row_f, X);
         *b += ring_ag(k, c, s, row_d, Xg, 1) + rs;
+        if (op_ag)
+            *b += rc_col.n > 0 ? ring_ag(k, c, s, rc_col, Xg, 1) : ag + ag_copy;
         break;
     default: {
         /* PyTorch's tensor parallelism (DTensor, torchtitan's Shard(1)
@@ -1376,15 +1456,12 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
          * either: the compiler restrides the fused ops' operands
          * (restride_A_shard_for_fused_all_gather_matmul) and fuses the
          * unfused scatter's concatenation into its add. */
-        double cg = 0, cr = 0;
-        if (k->ks != HPGO_KS_TE) {
+        double cg = ag_copy, cr = 0;
+        if (k->ks != HPGO_KS_TE)
             cr = hpgo_gpu_op_time(g, k->dtype, HPGO_OP_VECTOR, 0, 2 * X) + KERNEL_GAP;
-            if (s->b > 1)
-                cg = hpgo_gpu_op_time(g, k->dtype, HPGO_OP_VECTOR, 0, 2 * Xg) + KERNEL_GAP;
-        }
         *f += ag + rs + cg + cr;
         *b += ag + regather + bulk(g, cw, rs) + cg + (regather > 0 ? cg : 0) +
-              (k->ks == HPGO_KS_EAGER ? cr : 0);
+              (k->ks == HPGO_KS_EAGER ? cr : 0) + (op_ag ? ag + ag_copy : 0);
     }
     }
 }
@@ -1696,15 +1773,19 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
         double fm = moe ? s->fsh : s->f, fNm = (s->swiglu ? 2 : 1) * fm / s->t;
         gdims_t mf = {T, h, fNm}, mr = {T, fm / s->t, h}, mrd = {T, h, fm / s->t},
                 mcd = {T, fNm, h}, mcw = {h, T, fNm};
+        /* the column GEMMs op-level checkpointing recomputes (op_sac_recompute) */
+        gdims_t none = {0, 0, 0}, ark = {T, h, s->kw / s->t},
+                mr3 = {T, h, s->swiglu ? fm / s->t : 0};
         if (s->pb) {
             gdims_t pf = {T, h, nqkv + fN}, pcd = {T, nqkv + fN, h}, pcw = {h, T, nqkv + fN};
-            tp_pair(c, p, k, s, pf, mr, mrd, pcd, pcw, X, &o->tp_f, &o->tp_b);
+            tp_pair(c, p, k, s, pf, mr, mrd, pcd, pcw, none, X, &o->tp_f, &o->tp_b);
         } else {
             hpgo_parplan_t base = *p;
             base.tp_overlap = HPGO_TPO_NONE;
-            tp_pair(c, s->mla ? &base : p, k, s, af, ar, ard, acd, acw, X, &o->tp_f, &o->tp_b);
+            tp_pair(c, s->mla ? &base : p, k, s, af, ar, ard, acd, acw, ark, X, &o->tp_f,
+                    &o->tp_b);
             if (!moe || s->fsh > 0)
-                tp_pair(c, p, k, s, mf, mr, mrd, mcd, mcw, X, &o->tp_f, &o->tp_b);
+                tp_pair(c, p, k, s, mf, mr, mrd, mcd, mcw, mr3, X, &o->tp_f, &o->tp_b);
         }
         if (p->tp_overlap == HPGO_TPO_TE && s->sp) /* userbuffers: ~10 of (s b / c, h) */
             o->buf += 10 * X;
@@ -1945,7 +2026,14 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
                                       : tp_coll(c, HPGO_COLL_ALLREDUCE, &s, X))
                               : 0;
     double emb_tp_b = s.sp ? tp_coll(c, HPGO_COLL_ALLGATHER, &s, X) : 0;
-    vec(&k, &hf, s.tl * s.h, 5, 2 * E * s.tl * s.h);
+    /* the final norm: eager under compile-blocks (outside the compiled
+     * blocks), as torchtitan's fp32 module under eager-unfused-norm */
+    xshape_t sn = s;
+    sn.fp32_norm = s.fp32_norm || p->kernels == HPGO_KS_COMPILE_BLOCKS;
+    if (sn.fp32_norm)
+        norm_unfused_fwd(&k, &hf, &sn, s.tl);
+    else
+        vec(&k, &hf, s.tl * s.h, 5, 2 * E * s.tl * s.h);
     mm(&kb, &hf, s.T, s.h, s.V / s.t);
     double lg = s.T * s.V / s.t; /* logits on the rank */
     if (p->kernels == HPGO_KS_TE && p->cross_entropy == HPGO_CE_UNFUSED) {
@@ -1998,7 +2086,10 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
         vec(&k, &hb, lg, 0, 6 * lg);
     }
     mm(&kb, &hb, s.T, s.V / s.t, s.h);
-    vec(&k, &hb, s.tl * s.h, 8, 3 * E * s.tl * s.h);
+    if (sn.fp32_norm)
+        norm_unfused_bwd(&k, &hb, &sn, s.tl);
+    else
+        vec(&k, &hb, s.tl * s.h, 8, 3 * E * s.tl * s.h);
     mm(&kb, &hw, s.h, s.T, s.V / s.t);
     host_bound(&ef), host_bound(&eb), host_bound(&hf), host_bound(&hb), host_bound(&hw);
     double head_tp_f = s.sp ? tp_coll(c, HPGO_COLL_ALLGATHER, &s, X) : 0;
@@ -2212,9 +2303,7 @@ static void torch_stage_buffers(hpgo_stage_cost_t *o, double x, int has_in, int 
 
 static double fsdp2_root_bytes(const hpgo_parplan_t *p, int32_t precision, double emb_params)
 {
-    int fsdp2 = p->zero >= 3 && precision != HPGO_PREC_FP32 &&
-                (p->kernels == HPGO_KS_COMPILE || p->kernels == HPGO_KS_COMPILE_BLOCKS ||
-                 p->kernels == HPGO_KS_COMPILE_FA2);
+    int fsdp2 = p->zero >= 3 && precision != HPGO_PREC_FP32 && p->kernels != HPGO_KS_TE;
     if (!fsdp2 || !p->reshard_after_forward || hpgo_parplan_shard(p) <= 1)
         return 0;
     return 2 * emb_params;
@@ -2292,7 +2381,8 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
             /* final norm + the logits: fp32 (Megatron); the bf16 logits and
              * their gradient (torch.compile); eager_loss_bytes (eager, and the
              * uncompiled loss of compile-blocks) -- spec stack-mechanisms 2.3 */
-            int eager_loss = p->kernels == HPGO_KS_EAGER || p->kernels == HPGO_KS_COMPILE_BLOCKS;
+            int eager_loss = p->kernels == HPGO_KS_EAGER || p->kernels == HPGO_KS_COMPILE_BLOCKS ||
+                             p->kernels == HPGO_KS_EAGER_UNFUSED_NORM;
             double per_logit = eager_loss ? eager_loss_bytes(s.t) : 4;
             double norm = 4; /* bytes the final norm saves per element of its input */
             if (p->cross_entropy == HPGO_CE_UNFUSED)

@@ -35,7 +35,9 @@ held to its FlashAttention-2 back end (what PyTorch picked on Hopper then);
 under FSDP2 (``fully_shard`` per block and at the root,
 ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``, fp32
 parameters, foreach AdamW) on a process group of one GPU: FSDP2's hooks,
-casts and copy-in/out kernels without any wire time.
+casts and copy-in/out kernels without any wire time; ``titan-eager`` is
+``titan`` without ``torch.compile`` (the benchmarks' eager rows), every op
+of the RMSNorm module its own kernel.
 
 ``--power`` samples the GPU's board power, SM clock and clock-event
 reasons through NVML (``nvidia-ml-py``) while each step runs and while a
@@ -93,8 +95,8 @@ TP_SHARDS = (
     ("llama3-405b-tp8-4l", 16384, 16, 1, 6656, 4, 16032, False, ((8192, 4),), 128, "titan-full"),
 )
 QUICK_SHARD = (("tiny-shard", 256, 2, 1, 256, 2, 1000, False, ((128, 2),), 64, "titan"),)
-MODES = ("eager", "compile", "titan", "titan-full", "titan-fsdp")
-TITAN_MODES = ("titan", "titan-full", "titan-fsdp")
+MODES = ("eager", "compile", "titan", "titan-full", "titan-fsdp", "titan-eager")
+TITAN_MODES = ("titan", "titan-full", "titan-fsdp", "titan-eager")
 
 torch: Any = None
 F: Any = None
@@ -269,7 +271,8 @@ def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps
         for i, blk in enumerate(model.blocks):
             model.blocks[i] = _checkpointed(blk, full=mode == "titan-full")
     graphs0 = 0
-    if mode != "eager":
+    compiled = mode not in ("eager", "titan-eager")
+    if compiled:
         torch._dynamo.reset()
         graphs0 = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
         for i, blk in enumerate(model.blocks):
@@ -352,7 +355,7 @@ def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps
            "optimizer_seconds": statistics.median(p[1] for p in parts),
            "first_step_seconds": first, "steps": steps}
     row["tokens_per_second"] = mb * seq / row["step_seconds"]
-    if mode != "eager":
+    if compiled:
         # graphs dynamo compiled: one block graph shared by every block (and
         # the loss) when compiled code is reused; more means recompilation
         row["compiled_graphs"] = int(torch._dynamo.utils.counters["stats"]["unique_graphs"]) \
@@ -770,7 +773,8 @@ def measure(output: str, *, quick: bool = False, modes: tuple = ("eager", "compi
     if tp_shards or any(m in TITAN_MODES for m in modes):
         recipe += ("; titan modes: torchtitan 9dec370's block (op-level selective or full "
                    "checkpointing, each block compiled alone, eager loss, FlashAttention-2); "
-                   "titan-fsdp: FSDP2 on a group of one GPU, fp32 parameters, foreach AdamW")
+                   "titan-fsdp: FSDP2 on a group of one GPU, fp32 parameters, foreach AdamW; "
+                   "titan-eager: the titan block without torch.compile")
     doc = {"format": FORMAT, "device": gpu, "nvidia_smi": _smi(), "multiprocessors": sms, "memory_bytes": mem,
            "torch": torch.__version__, "cuda": torch.version.cuda or "",
            "date": datetime.date.today().isoformat(),
