@@ -152,8 +152,9 @@ def proportional_dp(model: Any, cluster: Cluster, global_batch: int, *,
     Returns ``time`` (compute, then the all-reduce, then the optimizer
     step), ``time_overlapped`` (the all-reduce beside the last
     micro-batch's backward, bucket by bucket as DDP does: only what that
-    backward cannot cover is exposed), ``fits``, ``samples`` per GPU and
-    micro-batch, and the pieces."""
+    backward cannot cover is exposed, and the backward runs slower beside
+    what it covers, as the engine prices it), ``fits``, ``samples`` per GPU
+    and micro-batch, and the pieces."""
     from .parallel import _as_model
 
     m = _as_model(model, None)
@@ -220,10 +221,18 @@ def proportional_dp(model: Any, cluster: Cluster, global_batch: int, *,
     else:
         ring = max(0.0, float(parts[0]["own_step"]) - compute - opt)
     last_bwd = 0.0 if last_bwd == INF else min(last_bwd, compute)
+    # the backward beside the all-reduce runs slower, as the engine prices
+    # compute beside a data-parallel collective (DP_OVERLAP_SLOWDOWN)
+    beside = last_bwd + min(ring, last_bwd) * (1 - 1 / DP_OVERLAP_SLOWDOWN)
     return {"time": compute + ring + opt,
-            "time_overlapped": compute - last_bwd + max(last_bwd, ring) + opt,
+            "time_overlapped": compute - last_bwd + max(beside, ring) + opt,
             "compute": compute, "all_reduce": ring, "optimizer": opt, "fits": fits,
             "samples": n, "accumulation": a, "parts": parts}
+
+
+# csrc/step/engine.c's DP_OVERLAP_SLOWDOWN: compute beside a data-parallel
+# collective runs this much slower (arXiv 2507.03114)
+DP_OVERLAP_SLOWDOWN = 1.189
 
 
 def _part_speeds(c: Cluster, k: int) -> dict[int, float]:

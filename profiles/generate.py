@@ -126,7 +126,13 @@ def write_index() -> None:
             "against (docs/training-model.md, \"Kernel sets\"); `h100-sxm5-torchtitan-steps.json` and\n"
             "`h200-sxm-torchtitan-steps.json` torchtitan's December 2024 block on one H100 SXM5 and one\n"
             "H200 (with board power, and on the H100 a tensor-parallel rank's share of its TP-8 runs,\n"
-            "`--tp-shards`; docs/training-model.md, \"torchtitan on one GPU\").\n")
+            "`--tp-shards`, and the block run without torch.compile, `titan-eager`; docs/training-model.md,\n"
+            "\"torchtitan on one GPU\").\n"
+            "`h100-sxm5-sm-margin.json` (`benchmarks/gpu_sm_margin.py`) times tensor-parallel GEMMs while\n"
+            "other kernels hold some of the SMs, and `h100-sxm5-tp-chunks.json`\n"
+            "(`benchmarks/gpu_tp_chunks.py`) one TP-8 rank's GEMMs of torchtitan's 8B and 70B runs whole\n"
+            "and cut into async TP's 8 chunks on two streams (docs/training-model.md, \"Attention,\n"
+            "tensor-parallel overlap, context parallelism, recomputation\").\n")
     with open(os.path.join(HERE, "README.md"), "w", encoding="utf-8") as f:
         f.write(text)
 

@@ -70,3 +70,15 @@ def test_proportional_dp_shares_and_refusals():
     with pytest.raises(ValueError, match="leave each of the 32 GPUs a sample"):
         proportional_dp(GPT3_1_3B, c, 16)
     assert best_proportional_dp("llama3-70b", c, 32) is None   # nothing fits
+
+
+def test_proportional_dp_prices_the_overlap_as_the_engine_does():
+    """The closed-form baseline's backward beside the all-reduce slows by the
+    engine's DP_OVERLAP_SLOWDOWN (csrc/step/engine.c), the same constant."""
+    import re
+
+    from csrc_paths import src
+    from hpgo import autoplan_hetero
+    text = src("engine.c").read_text()
+    c_value = float(re.search(r"#define DP_OVERLAP_SLOWDOWN ([0-9.]+)", text).group(1))
+    assert autoplan_hetero.DP_OVERLAP_SLOWDOWN == c_value

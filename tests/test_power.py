@@ -342,7 +342,9 @@ def test_fsdp2_reduce_scatter_copy_in_is_priced_per_micro_batch():
     c = hpgo.Cluster.preset("dgx-h100", nodes=1)
 
     def busy(kernels, zero, gb):
-        p = hpgo.ParallelPlan(dp=8, global_batch=gb, micro_batch=2, zero=zero, kernels=kernels)
+        # without overlap: no compute beside the reduce-scatters to slow
+        p = hpgo.ParallelPlan(dp=8, global_batch=gb, micro_batch=2, zero=zero, kernels=kernels,
+                              overlap_grad_reduce=False)
         r = hpgo.simulate(m, c, p, timeline=False)
         return r.devices[0]["busy"], r.devices[0]["params"]
 

@@ -1262,6 +1262,25 @@ static double ub_coll(const hpgo_cluster_t *c, int op, const xshape_t *s, double
     return l->latency + (t - 1) / t * bytes / (l->coll_bandwidth * l->efficiency);
 }
 
+/* Chunk GEMMs as PyTorch's async TP issues them, against the whole GEMM:
+ * one TP-8 rank's GEMMs of torchtitan's June 2025 Llama 3 8B and 70B runs
+ * cut into 8 row chunks alternating between two streams
+ * (_pipelined_multi_all_gather_and_consume, _pipelined_produce_and_all2all),
+ * timed on one H100 SXM5 without communication (benchmarks/gpu_tp_chunks.py,
+ * profiles/h100-sxm5-tp-chunks.json): the median over the all-gather side's
+ * consumer GEMMs (QKV, FC1) and over the reduce-scatter side's producers
+ * (output projection, FC2).  The curve prices 8 chunks at the whole GEMM's
+ * time within 1 % for these shapes; measured, the consumers took 1.05-1.15
+ * times as long and the producers 0.90-1.10 (two streams overlap the
+ * thin-K producers).  Hopper parts only, as the measured SM table. */
+static const double ASYNC_CHUNKS_H100[2] = {1.142, 0.973};
+
+static double async_chunks(const hpgo_gpu_t *g, int rs_side)
+{
+    double pk = g->peak[HPGO_DT_BF16];
+    return pk >= 700e12 && pk <= 1000e12 ? ASYNC_CHUNKS_H100[rs_side ? 1 : 0] : 1;
+}
+
 /* Exposed seconds of an all-gather of X bytes pipelined with the GEMM it
  * feeds (m rows gathered): Transformer Engine's ring exchange
  * (UbufP2PCommOverlap::split_overlap_ag in TE 1.8, the version Megatron-Core
@@ -1283,9 +1302,9 @@ static double ub_coll(const hpgo_cluster_t *c, int op, const xshape_t *s, double
  * into the userbuffer directly), PyTorch's copy of the local shard into its
  * symmetric buffer before every fused all-gather. */
 static double ring_ag(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *s, gdims_t d,
-                      double X, int copy_in)
+                      double X, int copy_in, double cs)
 {
-    double t = s->t, g = chunk_time(k, d, t);
+    double t = s->t, g = cs * chunk_time(k, d, t);
     double whole = gemm_time(k, d.m, d.kk, d.n);
     double C = hpgo_cost_p2p(c, 0, X / t);
     double tot = quant_time(k, d) + g + (t - 1) * (g > C ? g : C);
@@ -1318,9 +1337,9 @@ static double pipe_rs(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *
  * t chunk GEMMs, each finished partial sent by copy engine beside the next,
  * then a kernel summing the t partials ((t + 1) X / t bytes), exposed. */
 static double p2p_rs(const kctx_t *k, const hpgo_cluster_t *c, const xshape_t *s, gdims_t d,
-                     double X)
+                     double X, double cs)
 {
-    double t = s->t, g = chunk_time(k, d, t), whole = gemm_time(k, d.m, d.kk, d.n);
+    double t = s->t, g = cs * chunk_time(k, d, t), whole = gemm_time(k, d.m, d.kk, d.n);
     double C = hpgo_cost_p2p(c, 0, X / t);
     double tot = quant_time(k, d) + t * (g > C ? g : C) +
                  hpgo_gpu_op_time(k->g, k->dtype, HPGO_OP_VECTOR, X / s->E, (t + 1) * X / t);
@@ -1416,12 +1435,12 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
         regather = s->rc == HPGO_RC_FULL ? 0 : bulk(g, cd, ub_coll(c, HPGO_COLL_ALLGATHER, s, X));
         if (s->rc == HPGO_RC_OP)
             regather = 0;
-        *f += ring_ag(k, c, s, col_f, X, 0) +
-              (k->dtype == HPGO_DT_FP8 ? p2p_rs(k, c, s, row_f, X) : pipe_rs(k, c, s, row_f, X));
-        *b += ring_ag(k, c, s, row_d, X, 1) + regather +
+        *f += ring_ag(k, c, s, col_f, X, 0, 1) +
+              (k->dtype == HPGO_DT_FP8 ? p2p_rs(k, c, s, row_f, X, 1) : pipe_rs(k, c, s, row_f, X));
+        *b += ring_ag(k, c, s, row_d, X, 1, 1) + regather +
               bulk(g, cw, ub_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X)) + (op_ag ? ag : 0);
         break;
-    case HPGO_TPO_ASYNC:
+    case HPGO_TPO_ASYNC: {
         /* _pipelined_multi_all_gather_and_consume first copies the local
          * shard into its symmetric buffer (exposed: "giving up the chance to
          * overlap" it).  In the backward the column side's input gradient is
@@ -1430,12 +1449,15 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
          * matmul, so fuse_matmul_reduce_scatter does not match it
          * (micro_pipeline_tp.py _find_producer_matmul takes mm, _scaled_mm
          * or a reshaped one) and its reduce-scatter stays NCCL's, issued
-         * after the weight gradients, exposed. */
-        *f += ring_ag(k, c, s, col_f, Xg, 1) + p2p_rs(k, c, s, row_f, X);
-        *b += ring_ag(k, c, s, row_d, Xg, 1) + rs;
+         * after the weight gradients, exposed.  Its chunk GEMMs run at the
+         * measured async_chunks. */
+        double cag = async_chunks(g, 0), crs = async_chunks(g, 1);
+        *f += ring_ag(k, c, s, col_f, Xg, 1, cag) + p2p_rs(k, c, s, row_f, X, crs);
+        *b += ring_ag(k, c, s, row_d, Xg, 1, cag) + rs;
         if (op_ag)
-            *b += rc_col.n > 0 ? ring_ag(k, c, s, rc_col, Xg, 1) : ag + ag_copy;
+            *b += rc_col.n > 0 ? ring_ag(k, c, s, rc_col, Xg, 1, cag) : ag + ag_copy;
         break;
+    }
     default: {
         /* PyTorch's tensor parallelism (DTensor, torchtitan's Shard(1)
          * sequence parallelism) holds activations batch-first, [b, s, h], and
