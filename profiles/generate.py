@@ -129,7 +129,9 @@ def write_index() -> None:
             "`--tp-shards`, and the block run without torch.compile, `titan-eager`; docs/training-model.md,\n"
             "\"torchtitan on one GPU\").\n"
             "`h100-sxm5-sm-margin.json` (`benchmarks/gpu_sm_margin.py`) times tensor-parallel GEMMs while\n"
-            "other kernels hold some of the SMs, and `h100-sxm5-tp-chunks.json`\n"
+            "other kernels hold some of the SMs, `h100-sxm5-copy-beside-gemm.json`\n"
+            "(`benchmarks/gpu_copy_beside_gemm.py`) GEMMs beside a copy kernel of 8 to 32 blocks (what an\n"
+            "NCCL collective launches; docs/training-model.md, \"Plans\"), and `h100-sxm5-tp-chunks.json`\n"
             "(`benchmarks/gpu_tp_chunks.py`) one TP-8 rank's GEMMs of torchtitan's 8B and 70B runs whole\n"
             "and cut into async TP's 8 chunks on two streams (docs/training-model.md, \"Attention,\n"
             "tensor-parallel overlap, context parallelism, recomputation\").\n")

@@ -98,7 +98,9 @@ static const double PI = 3.14159265358979323846;
  * gathers behind the next forward) runs slower while the collective's
  * kernels share the GPU: measured across A100, H100, MI250 and MI210 the
  * compute ran 18.9 % slower beside NCCL (arXiv 2507.03114; the same
- * measurement as work.c's BULK_OVERLAP_GAIN).  A collective of y seconds
+ * measurement as work.c's BULK_OVERLAP_GAIN; on one H100 SXM5, GEMMs beside
+ * a 16-block copy kernel moving 817 GB/s ran 1.18x as long:
+ * profiles/h100-sxm5-copy-beside-gemm.json).  A collective of y seconds
  * hidden behind compute so costs the compute y (1 - 1 / 1.189). */
 #define DP_OVERLAP_SLOWDOWN 1.189
 
