@@ -22,7 +22,7 @@ AdamW step on the fp32 master weights and their copy back to bf16.  ``compile`` 
 ``torch.compile`` (as torchtitan does); the embedding, final norm, output
 layer and optimizer stay eager.
 
-Three more modes run the block as torchtitan's December 2024 benchmarks
+Four more modes run the block as torchtitan's December 2024 benchmarks
 did (commit 9dec370, its RMSNorm module written out as there: an fp32
 upcast, ``pow``, ``mean``, ``rsqrt``): ``titan`` wraps each block in op-level selective
 activation checkpointing (the outputs of every other ``mm``, of
