@@ -12,11 +12,10 @@ the copy's own bandwidth alone and beside them::
     python benchmarks/gpu_copy_beside_gemm.py -o copy-beside-gemm.json
 """
 import argparse
-import datetime
-import json
-import os
 import statistics
 import sys
+
+from _gpu import cuda_torch, device_doc, median_seconds, write_json
 
 # (name, M, K, N): y[M, N] = x[M, K] @ w[K, N]
 SHAPES = (
@@ -34,15 +33,14 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--reps", type=int, default=7)
     a = ap.parse_args(argv)
+    torch = cuda_torch("gpu_copy_beside_gemm.py")
+    if torch is None:
+        return 2
     try:
-        import torch
         import triton
         import triton.language as tl
     except ImportError:
-        print("gpu_copy_beside_gemm.py needs PyTorch with Triton", file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print("gpu_copy_beside_gemm.py needs a CUDA GPU", file=sys.stderr)
+        print("gpu_copy_beside_gemm.py needs Triton", file=sys.stderr)
         return 2
 
     @triton.jit
@@ -64,27 +62,12 @@ def main(argv=None) -> int:
     def copy(blocks, rounds):
         copy_loop[(blocks,)](src, dst, n, rounds, BLOCK=4096, num_warps=8)
 
-    def timed(fn):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        return e0, e1
-
-    p = torch.cuda.get_device_properties(0)
-    doc = {"format": "hpgo-copy-beside-gemm/1", "device": p.name,
-           "multiprocessors": p.multi_processor_count, "torch": torch.__version__,
-           "cuda": torch.version.cuda or "", "date": datetime.date.today().isoformat(),
-           "reps": a.reps, "copy": [], "rows": []}
+    doc = device_doc(torch, "hpgo-copy-beside-gemm/1", reps=a.reps, copy=[], rows=[])
     # the copy alone: bytes a second for each block count
     for b in BLOCKS:
         # every call runs at least two rounds: Triton specialises an
         # argument equal to 1, and a second compilation must not be timed
-        copy(b, 2)
-        torch.cuda.synchronize()
-        e0, e1 = timed(lambda: copy(b, 2))
-        torch.cuda.synchronize()
-        sec = e0.elapsed_time(e1) / 1e3
+        sec = median_seconds(torch, lambda: copy(b, 2), reps=1)
         doc["copy"].append({"blocks": b, "bytes_per_second": 2 * 2 * 4 * n / sec})
     for name, M, K, N in SHAPES:
         x = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
@@ -95,14 +78,7 @@ def main(argv=None) -> int:
             for _ in range(5):
                 torch.mm(x, w, out=y)
 
-        gemm()
-        torch.cuda.synchronize()
-        alone = []
-        for _ in range(a.reps):
-            e0, e1 = timed(gemm)
-            torch.cuda.synchronize()
-            alone.append(e0.elapsed_time(e1) / 1e3)
-        t_alone = statistics.median(alone)
+        t_alone = median_seconds(torch, gemm, a.reps)
         row = {"name": name, "M": M, "K": K, "N": N, "flops": 5 * 2.0 * M * K * N,
                "alone_seconds": t_alone, "beside": {}}
         for b in BLOCKS:
@@ -115,7 +91,10 @@ def main(argv=None) -> int:
                     copy(b, rounds)
                 # let the copy's blocks become resident before the GEMMs start
                 torch.cuda._sleep(2_000_000)
-                e0, e1 = timed(gemm)
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                gemm()
+                e1.record()
                 torch.cuda.synchronize()
                 got.append(e0.elapsed_time(e1) / 1e3)
             row["beside"][str(b)] = statistics.median(got)
@@ -125,10 +104,7 @@ def main(argv=None) -> int:
         del x, w, y
     for c in doc["copy"]:
         print(f"copy with {c['blocks']} blocks alone: {c['bytes_per_second'] / 1e9:.0f} GB/s")
-    tmp = a.output + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-    os.replace(tmp, a.output)
+    write_json(a.output, doc)
     return 0
 
 

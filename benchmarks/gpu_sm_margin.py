@@ -21,11 +21,11 @@ quantised (time x ceil(tiles / (n_SM - n)) / ceil(tiles / n_SM)).
 import argparse
 import warnings
 import datetime
-import json
-import os
 import statistics
 import sys
 import time
+
+from _gpu import write_json
 
 # (name, M tokens, K, N): y[M, N] = x[M, K] @ w[K, N]
 SHAPES = (
@@ -140,10 +140,7 @@ def main(argv=None) -> int:
                       f" {med * 1e6:8.1f} us x{med / alone:5.3f} (proportional "
                       f"x{n_sm / (n_sm - nc):5.3f})", flush=True)
         doc["samples"].append(row)
-        tmp = a.output + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(doc, fh, indent=1)
-        os.replace(tmp, a.output)
+        write_json(a.output, doc)
     return 0
 
 

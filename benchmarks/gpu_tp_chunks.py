@@ -20,11 +20,9 @@ torchtitan's June 2025 Llama 3 8B and 70B runs (local batch 12 and 16 at
     python benchmarks/gpu_tp_chunks.py -o tp-chunks.json
 """
 import argparse
-import datetime
-import json
-import os
-import statistics
 import sys
+
+from _gpu import cuda_torch, device_doc, median_seconds, write_json
 
 # (name, side, M tokens on the rank, K, N): y[M, N] = x[M, K] @ w[K, N]
 SHAPES = (
@@ -38,20 +36,6 @@ SHAPES = (
     ("70b w2", "rs", 131072, 3584, 8192),
 )
 T = 8
-
-
-def _time(torch, fn, reps):
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        out.append(a.elapsed_time(b) / 1e3)
-    return statistics.median(out)
 
 
 def measure(torch, name, side, M, K, N, reps):
@@ -78,17 +62,18 @@ def measure(torch, name, side, M, K, N, reps):
         cur.wait_stream(side_stream)
 
     row = {"name": name, "side": side, "M": M, "K": K, "N": N, "chunks": T,
-           "whole_seconds": _time(torch, whole, reps),
-           "serial_chunks_seconds": _time(torch, serial, reps),
-           "two_stream_chunks_seconds": _time(torch, two_streams, reps)}
+           "whole_seconds": median_seconds(torch, whole, reps),
+           "serial_chunks_seconds": median_seconds(torch, serial, reps),
+           "two_stream_chunks_seconds": median_seconds(torch, two_streams, reps)}
     if side == "ag":
         buf = torch.empty(m, K, device=dev, dtype=torch.bfloat16)
-        row["shard_copy_seconds"] = _time(torch, lambda: buf.copy_(x[:m]), reps)
+        row["shard_copy_seconds"] = median_seconds(torch, lambda: buf.copy_(x[:m]), reps)
         row["shard_copy_bytes"] = 2 * 2 * m * K
     else:
         parts = torch.randn(T, m, N, device=dev, dtype=torch.bfloat16)
         out = torch.empty(m, N, device=dev, dtype=torch.bfloat16)
-        row["partial_sum_seconds"] = _time(torch, lambda: torch.sum(parts, dim=0, out=out), reps)
+        row["partial_sum_seconds"] = median_seconds(
+            torch, lambda: torch.sum(parts, dim=0, out=out), reps)
         row["partial_sum_bytes"] = 2 * (T + 1) * m * N
     row["flops"] = 2.0 * M * K * N
     del x, w, y
@@ -101,18 +86,10 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--reps", type=int, default=9)
     a = ap.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("gpu_tp_chunks.py needs PyTorch", file=sys.stderr)
+    torch = cuda_torch("gpu_tp_chunks.py")
+    if torch is None:
         return 2
-    if not torch.cuda.is_available():
-        print("gpu_tp_chunks.py needs a CUDA GPU", file=sys.stderr)
-        return 2
-    p = torch.cuda.get_device_properties(0)
-    doc = {"format": "hpgo-tp-chunks/1", "device": p.name, "multiprocessors": p.multi_processor_count,
-           "torch": torch.__version__, "cuda": torch.version.cuda or "",
-           "date": datetime.date.today().isoformat(), "reps": a.reps, "rows": []}
+    doc = device_doc(torch, "hpgo-tp-chunks/1", reps=a.reps, rows=[])
     for name, side, M, K, N in SHAPES:
         r = measure(torch, name, side, M, K, N, a.reps)
         doc["rows"].append(r)
@@ -121,10 +98,7 @@ def main(argv=None) -> int:
         print(f"{name:10s} whole {r['whole_seconds'] * 1e3:7.3f} ms  8 chunks "
               f"{r['serial_chunks_seconds'] * 1e3:7.3f}  two streams "
               f"{r['two_stream_chunks_seconds'] * 1e3:7.3f}  {extra}", flush=True)
-    tmp = a.output + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-    os.replace(tmp, a.output)
+    write_json(a.output, doc)
     return 0
 
 

@@ -1313,14 +1313,17 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                     dur += hpgo_gpu_op_time(&v->c->gpu, HPGO_DT_BF16, HPGO_OP_VECTOR, 0,
                                             cbytes) / v->speed;
                 }
-                if (per_mb_rs && p->overlap_grad_reduce &&
-                    (op.kind == HPGO_OP_W || op.kind == HPGO_OP_BW)) {
-                    /* the reduce-scatters of all but the last layer run beside
-                     * the rest of the pass (below) */
-                    int32_t nb = st->n_layers > 0 ? st->n_layers : 1;
-                    double t_rs = grad_coll(&e, v, HPGO_COLL_REDUCE_SCATTER, st->params / nb,
-                                            st->expert_params / nb, gbytes);
-                    double hid = (nb - 1) * t_rs;
+                /* a micro-batch's sharded gradients, reduce-scattered layer by
+                 * layer during its weight-gradient pass (the events below) */
+                int rs_each = per_mb_rs && p->overlap_grad_reduce &&
+                              (op.kind == HPGO_OP_W || op.kind == HPGO_OP_BW);
+                int32_t nb_rs = st->n_layers > 0 ? st->n_layers : 1;
+                double t_rs = 0;
+                if (rs_each) {
+                    /* all but the last layer's run beside the rest of the pass */
+                    t_rs = grad_coll(&e, v, HPGO_COLL_REDUCE_SCATTER, st->params / nb_rs,
+                                     st->expert_params / nb_rs, gbytes);
+                    double hid = (nb_rs - 1) * t_rs;
                     dur += dp_contention(hid < dur ? hid : dur);
                 }
                 if (per_mb_rs && p->kernels != HPGO_KS_TE &&
@@ -1409,20 +1412,16 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                             s->final_start[op.chunk] = start;
                             s->final_dur[op.chunk] = dur;
                         }
-                        if (per_mb_rs && p->overlap_grad_reduce) {
+                        if (rs_each) {
                             /* sharded gradients: each micro-batch's are reduce-scattered
                              * as soon as they exist, layer by layer as the pass
                              * completes them (FSDP2's post-backward hook of each
                              * fully_shard group -- torchtitan's one per block --
                              * DeepSpeed's reduce buckets), on the sync stream: what
                              * the last layers' scatters leave after the pass is exposed */
-                            int32_t nb = st->n_layers > 0 ? st->n_layers : 1;
-                            double t_rs = grad_coll(&e, v, HPGO_COLL_REDUCE_SCATTER,
-                                                    st->params / nb, st->expert_params / nb,
-                                                    gbytes);
                             double s0 = -1, fr = s->dp_free;
-                            for (int32_t bi = 0; bi < nb; bi++) {
-                                double done = start + dur * (bi + 1) / nb;
+                            for (int32_t bi = 0; bi < nb_rs; bi++) {
+                                double done = start + dur * (bi + 1) / nb_rs;
                                 double b0 = fr > done ? fr : done;
                                 if (s0 < 0)
                                     s0 = b0;
@@ -1579,14 +1578,16 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
         double t_ag = 0;
         if (p->zero >= 1 && p->zero <= 2 && v->replicas) {
             double ex1 = layer1 > 0 && params > 0 ? layer1 * load.expert_params / params : 0;
-            double all = grad_coll(&e, v, HPGO_COLL_ALLGATHER, params, load.expert_params, 2);
-            /* overlapped, the first layer's gather is exposed and the rest runs
-             * beside the next step's first forward (Megatron's
-             * --overlap-param-gather issues each bucket's gather from a
-             * forward pre-hook), which it slows for at most its length */
-            double one = grad_coll(&e, v, HPGO_COLL_ALLGATHER, layer1, ex1, 2);
-            double fwd = sc[hpgo_sched_stage(p->schedule, P, V, d, 0)].f;
-            t_ag = overlap ? one + dp_contention(all - one < fwd ? all - one : fwd) : all;
+            t_ag = grad_coll(&e, v, HPGO_COLL_ALLGATHER, params, load.expert_params, 2);
+            if (overlap) {
+                /* the first layer's gather is exposed and the rest runs beside
+                 * the next step's first forward (Megatron's
+                 * --overlap-param-gather issues each bucket's gather from a
+                 * forward pre-hook), which it slows for at most its length */
+                double one = grad_coll(&e, v, HPGO_COLL_ALLGATHER, layer1, ex1, 2);
+                double fwd = sc[hpgo_sched_stage(p->schedule, P, V, d, 0)].f;
+                t_ag = one + dp_contention(t_ag - one < fwd ? t_ag - one : fwd);
+            }
         }
         if ((rc = add_event(&e, sync, t_opt + t_ag, d, HPGO_EV_OPTIMIZER, 0, -1, -1, -1)) != HPGO_OK)
             goto fail;

@@ -169,6 +169,15 @@ static double att_at(const double *tab, double len)
     return tab[i] + u * (tab[i + 1] - tab[i]);
 }
 
+/* The Hopper parts (H100 SXM and PCIe, H200: the same SM design), told
+ * apart by their dense bf16 peak of 700-1000 TFLOP/s: the measured attention,
+ * SM-held and async-TP chunk tables apply to them. */
+static int hopper_peak(const hpgo_gpu_t *g)
+{
+    double pk = g->peak[HPGO_DT_BF16];
+    return pk >= 700e12 && pk <= 1000e12;
+}
+
 /* Fraction of the 16-bit peak a fused attention kernel reaches over a
  * sequence of `len` keys at head size dh, causal or not, forward or
  * backward; 0 where no table applies (another GPU, or a calibrated
@@ -184,7 +193,7 @@ static double attn_eff(const kctx_t *k, double len, double dh, int causal, int b
         k->attn_dtype != HPGO_DT_BF16)
         return 0;
     double pk = g->peak[HPGO_DT_BF16];
-    int hopper = pk >= 700e12 && pk <= 1000e12, ampere = pk >= 300e12 && pk <= 320e12;
+    int hopper = hopper_peak(g), ampere = pk >= 300e12 && pk <= 320e12;
     if (!hopper && !ampere)
         return 0;
     double dfac = 1;
@@ -1203,10 +1212,10 @@ static const double SM_SLOW_H100[9] = {1, 1.112, 1.323, 1.418, 1.42, 1.425, 1.37
  * count is unknown). */
 static double sm_slowdown(const hpgo_gpu_t *g, double held)
 {
-    double n = (double)g->sms, pk = g->peak[HPGO_DT_BF16];
+    double n = (double)g->sms;
     if (held <= 0 || n <= 2 * held)
         return 1;
-    if (pk >= 700e12 && pk <= 1000e12 && held <= SM_HELD[8]) {
+    if (hopper_peak(g) && held <= SM_HELD[8]) {
         int i = 0;
         while (held > SM_HELD[i + 1])
             i++;
@@ -1277,8 +1286,7 @@ static const double ASYNC_CHUNKS_H100[2] = {1.142, 0.973};
 
 static double async_chunks(const hpgo_gpu_t *g, int rs_side)
 {
-    double pk = g->peak[HPGO_DT_BF16];
-    return pk >= 700e12 && pk <= 1000e12 ? ASYNC_CHUNKS_H100[rs_side ? 1 : 0] : 1;
+    return hopper_peak(g) ? ASYNC_CHUNKS_H100[rs_side ? 1 : 0] : 1;
 }
 
 /* Exposed seconds of an all-gather of X bytes pipelined with the GEMM it
@@ -1416,11 +1424,13 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
     }
     double ag = tp_coll(c, HPGO_COLL_ALLGATHER, s, Xg);
     double rs = tp_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X);
-    /* full recomputation re-gathers the input in its forward: no backward gather */
-    double regather = s->rc == HPGO_RC_FULL || s->rc == HPGO_RC_OP || k->tao ? 0 : bulk(g, cd, ag);
     /* the all-gather op-level checkpointing runs again, and the copy of its
      * result into sequence order under PyTorch's batch-first layout */
     int op_ag = s->rc == HPGO_RC_OP;
+    /* full recomputation re-gathers the input in its forward, op-level
+     * checkpointing in its backward: no other backward gather */
+    int no_regather = s->rc == HPGO_RC_FULL || op_ag;
+    double regather = no_regather || k->tao ? 0 : bulk(g, cd, ag);
     double ag_copy = k->ks != HPGO_KS_TE && s->b > 1
                          ? hpgo_gpu_op_time(g, k->dtype, HPGO_OP_VECTOR, 0, 2 * Xg) + KERNEL_GAP
                          : 0;
@@ -1432,9 +1442,7 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
          * recipes (Megatron-Bridge training/comm_overlap.py) reduce-scatter
          * by ring exchange on 1 SM, the bf16 ones pipelined */
         /* the bulk overlaps are userbuffers collectives too (16 SMs) */
-        regather = s->rc == HPGO_RC_FULL ? 0 : bulk(g, cd, ub_coll(c, HPGO_COLL_ALLGATHER, s, X));
-        if (s->rc == HPGO_RC_OP)
-            regather = 0;
+        regather = no_regather ? 0 : bulk(g, cd, ub_coll(c, HPGO_COLL_ALLGATHER, s, X));
         *f += ring_ag(k, c, s, col_f, X, 0, 1) +
               (k->dtype == HPGO_DT_FP8 ? p2p_rs(k, c, s, row_f, X, 1) : pipe_rs(k, c, s, row_f, X));
         *b += ring_ag(k, c, s, row_d, X, 1, 1) + regather +
