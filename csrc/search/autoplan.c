@@ -139,6 +139,40 @@ static double blocked_sends(const search_t *S, const hpgo_parplan_t *p,
     return t;
 }
 
+/* Seconds ZeRO-3's gathers add at least to device d's passes in one step
+ * (engine.c): every forward gathers its stage's weights, but for the
+ * first of each chunk only when torch's pipelining keeps them gathered
+ * over the micro-batches (FSDP2 accumulating without resharding after
+ * forward); every backward that is not a deferred weight pass gathers
+ * them again when they were resharded after the forward.  A pass lasts at
+ * least hpgo_step_zero3_pass of its own time; unfused schedules may run a
+ * backward as B or as B + W, so it takes the lesser of the two. */
+static double zero3_gathers(const search_t *S, const hpgo_parplan_t *p,
+                            const hpgo_stage_cost_t *sc, int32_t d, int64_t m, int fused)
+{
+    if (p->zero < 3)
+        return 0;
+    int64_t nf = hpgo_step_torch_pipeline(p) && hpgo_step_fsdp_accumulates(p, m) &&
+                         !p->reshard_after_forward
+                     ? 1
+                     : m;
+    double t = 0;
+    for (int32_t ch = 0; ch < p->vstages; ch++) {
+        const hpgo_stage_cost_t *st = &sc[hpgo_sched_stage(p->schedule, p->pp, p->vstages, d, ch)];
+        t += (double)nf * (hpgo_step_zero3_pass(S->c, p, st, st->f) - st->f);
+        if (p->reshard_after_forward) {
+            double bw = st->b + st->w;
+            double x = hpgo_step_zero3_pass(S->c, p, st, bw) - bw;
+            if (!fused) {
+                double xb = hpgo_step_zero3_pass(S->c, p, st, st->b) - st->b;
+                x = xb < x ? xb : x;
+            }
+            t += (double)m * x;
+        }
+    }
+    return t;
+}
+
 static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
 {
     cand_t *cd = &S->cands[j];
@@ -174,25 +208,32 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
         before[k + 1] = before[k] + sc[k].f;
         back[k + 1] = back[k] + sc[k].b + (fused ? sc[k].w : 0);
     }
-    /* opt[d]: device d's optimizer step, which follows everything it runs */
-    double *opt = malloc(sizeof(double) * (size_t)p.pp);
+    /* opt[d]: device d's optimizer step with ZeRO 1 / 2's parameter gather,
+     * which follows everything it runs; extra[d]: what its gradient
+     * synchronisation adds at least to its compute after its last backward */
+    double *opt = malloc(sizeof(double) * 2 * (size_t)p.pp);
     if (!opt) {
         cd->state = ST_NOMEM;
         free(before);
         free(sc);
         return;
     }
+    double *extra = opt + p.pp;
     for (int32_t d = 0; d < p.pp; d++) {
         hpgo_device_load_t load;
         hpgo_step_device_load(&p, sc, d, &load);
+        double step_extra;
+        hpgo_step_sync_bounds(S->c, &p, S->w->precision, sc, d, m, fused, &extra[d], &step_extra);
         opt[d] = hpgo_step_optimizer_seconds(S->c, &p,
                                              hpgo_step_shard_params(&p, load.params,
-                                                                    load.expert_params));
+                                                                    load.expert_params)) +
+                 step_extra;
     }
     for (int32_t d = 0; d < p.pp; d++) {
         hpgo_device_load_t load;
         hpgo_step_device_load(&p, sc, d, &load);
-        double busy = (double)m * load.work + blocked_sends(S, &p, sc, d, m);
+        double busy = (double)m * load.work + blocked_sends(S, &p, sc, d, m) +
+                      zero3_gathers(S, &p, sc, d, m, fused);
         double params = load.params;
         double maxlayer = load.max_layer_params, transient = load.transient;
         double minact = load.min_act, sumact = load.sum_act;
@@ -229,8 +270,9 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
         for (int32_t ch = 0; ch < p.vstages; ch++)
             wsum += (double)m * sc[hpgo_sched_stage(p.schedule, p.pp, p.vstages, d, ch)].w;
         /* Proof that t <= the engine's iteration time.  Device d runs at
-         * least busy seconds (an op lasts at least its pass: ZeRO-3 only
-         * lengthens it) and none before before[d], so its ops end at
+         * least busy seconds (an op lasts at least its pass, a gathering
+         * one at least zero3_gathers' share: the engine adds copies and
+         * more) and none before before[d], so its ops end at
          * E >= before[d] + busy; its optimizer step follows (the engine
          * starts it after its ops and gradient syncs): iteration >=
          * E + opt[d].  Its last backward (fused schedules: its last op;
@@ -242,7 +284,20 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
          * as before, over-estimated whenever device d's shard is larger
          * than device i's: the routed experts, sharded only over their
          * expert data-parallel group, make MoE stages' steps the longest.) */
-        double t = before[d] + busy + opt[d];
+        double t = before[d] + busy + extra[d] + opt[d];
+        /* Micro-batch reduce-scatters queue on device d's sync stream, none
+         * starting before before[d], and the optimizer step waits for the
+         * last (engine.c's dp_free). */
+        double rs = 0;
+        for (int32_t ch = 0; ch < p.vstages; ch++)
+            rs += (double)m * hpgo_step_mb_scatter(S->c, &p, S->w->precision,
+                                                   &sc[hpgo_sched_stage(p.schedule, p.pp,
+                                                                        p.vstages, d, ch)],
+                                                   m);
+        if (rs > 0) {
+            if (before[d] + rs + opt[d] > t)
+                t = before[d] + rs + opt[d];
+        }
         if (fused || p.schedule == HPGO_PS_ZBH1) {
             double b_end = before[d] + busy - (fused ? 0 : wsum);
             for (int32_t i = 0; i < d; i++)

@@ -391,6 +391,124 @@ static double grad_coll(const eng_t *e, const devview_t *v, int op, double param
     return t;
 }
 
+/* Seconds of ZeRO-3's all-gather of stage st's weights before one pass.
+ * torchao's float8 all-gather moves the Float8Linear weights in fp8 (1 B),
+ * the rest in 16 bits: (P - L / 2) x 2 B. */
+static double zero3_gather(const eng_t *e, const devview_t *v, const hpgo_stage_cost_t *st)
+{
+    double f8 = v->p.fp8_all_gather ? st->fp8_linear_params / 2 : 0;
+    return grad_coll(e, v, HPGO_COLL_ALLGATHER, st->params - f8, st->expert_params, 2);
+}
+
+/* A pass of dur seconds of stage st with its weights gathered (ZeRO-3,
+ * gather of ag seconds): gathered layer by layer, each prefetched behind
+ * the one before (FSDP2's implicit forward and explicit backward
+ * prefetch), the gathers after the first beside the pass and slowing it;
+ * the first layer's gather has nothing before it to hide behind
+ * (MegaScale section 3.2: the first all-gather is the exposed part). */
+static double gathered_pass(double ag, const hpgo_stage_cost_t *st, double dur)
+{
+    double ag1 = ag / (st->n_layers > 0 ? st->n_layers : 1);
+    double hid = ag - ag1 < dur ? ag - ag1 : dur;
+    dur += dp_contention(hid);
+    if (ag > dur)
+        dur = ag;
+    return dur + ag1;
+}
+
+double hpgo_step_mb_scatter(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int precision,
+                            const hpgo_stage_cost_t *st, int64_t m)
+{
+    int replicas = p->dp * p->cp > 1 || hpgo_parplan_edp(p) > 1;
+    if (p->n_groups > 0 || !(p->zero >= 2 && replicas && !(p->zero >= 3 && p->pp > 1 && m > 1)))
+        return 0;
+    eng_t e = {0};
+    devview_t v = {0};
+    e.c = v.c = c;
+    e.p = p;
+    v.p = *p;
+    v.speed = 1;
+    double wbytes, gbytes, obytes;
+    hpgo_work_state_bytes(precision, p->fp8_params, &wbytes, &gbytes, &obytes);
+    if (!p->overlap_grad_reduce)
+        return grad_coll(&e, &v, HPGO_COLL_REDUCE_SCATTER, st->params, st->expert_params, gbytes);
+    int32_t nb = st->n_layers > 0 ? st->n_layers : 1;
+    return nb * grad_coll(&e, &v, HPGO_COLL_REDUCE_SCATTER, st->params / nb, st->expert_params / nb,
+                          gbytes);
+}
+
+void hpgo_step_sync_bounds(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int precision,
+                           const hpgo_stage_cost_t *sc, int32_t d, int64_t m, int fused,
+                           double *compute_extra, double *step_extra)
+{
+    *compute_extra = *step_extra = 0;
+    int replicas = p->dp * p->cp > 1 || hpgo_parplan_edp(p) > 1;
+    if (p->n_groups > 0 || !replicas)
+        return;
+    eng_t e = {0};
+    devview_t v = {0};
+    e.c = v.c = c;
+    e.p = p;
+    v.p = *p;
+    v.speed = 1;
+    int per_mb_rs = p->zero >= 2 && !(p->zero >= 3 && p->pp > 1 && m > 1);
+    int accum = hpgo_step_torch_pipeline(p) && hpgo_step_fsdp_accumulates(p, m);
+    double wbytes, gbytes, obytes;
+    hpgo_work_state_bytes(precision, p->fp8_params, &wbytes, &gbytes, &obytes);
+    int ds_ar = p->zero == 1 && p->optimizer_impl == HPGO_OPT_DEEPSPEED_BF16;
+    int op_sync = p->zero >= 1 && !ds_ar ? HPGO_COLL_REDUCE_SCATTER : HPGO_COLL_ALLREDUCE;
+    hpgo_device_load_t load;
+    hpgo_step_device_load(p, sc, d, &load);
+    double hid = 0, one_lo = INFINITY, one_hi = 0;
+    for (int32_t ch = 0; ch < p->vstages; ch++) {
+        const hpgo_stage_cost_t *st = &sc[hpgo_sched_stage(p->schedule, p->pp, p->vstages, d, ch)];
+        int32_t nb = st->n_layers > 0 ? st->n_layers : 1;
+        if (!per_mb_rs && p->overlap_grad_reduce && !accum) {
+            /* the buckets beside the chunk's last backward: a B + W pass
+             * under fused schedules, at least its W pass otherwise */
+            double tb = grad_coll(&e, &v, op_sync, st->params / nb, st->expert_params / nb,
+                                  gbytes);
+            double last = fused ? st->b + st->w : st->w;
+            hid += (nb - 1) * tb < last ? (nb - 1) * tb : last;
+        }
+        double layer = per_mb_rs ? 0 : st->params / nb;
+        double one = layer > 0 && load.params > 0
+                         ? grad_coll(&e, &v, HPGO_COLL_ALLGATHER, layer,
+                                     layer * load.expert_params / load.params, 2)
+                         : 0;
+        one_lo = one < one_lo ? one : one_lo;
+        one_hi = one > one_hi ? one : one_hi;
+    }
+    *compute_extra = dp_contention(hid);
+    if (p->zero >= 1 && p->zero <= 2) {
+        double t_ag = grad_coll(&e, &v, HPGO_COLL_ALLGATHER, load.params, load.expert_params, 2);
+        if (p->overlap_grad_reduce) {
+            /* the engine's exposed first-layer gather is the first chunk's
+             * in completion order: at least the least of them, and the rest
+             * beside the first forward at least what the largest leaves */
+            double fwd = sc[hpgo_sched_stage(p->schedule, p->pp, p->vstages, d, 0)].f;
+            double rest = t_ag - one_hi < fwd ? t_ag - one_hi : fwd;
+            t_ag = one_lo + dp_contention(rest);
+        }
+        *step_extra = t_ag;
+    }
+}
+
+double hpgo_step_zero3_pass(const hpgo_cluster_t *c, const hpgo_parplan_t *p,
+                            const hpgo_stage_cost_t *st, double dur)
+{
+    if (p->zero < 3 || p->n_groups > 0 ||
+        !(p->dp * p->cp > 1 || hpgo_parplan_edp(p) > 1))
+        return dur;
+    eng_t e = {0};
+    devview_t v = {0};
+    e.c = v.c = c;
+    e.p = p;
+    v.p = *p;
+    v.speed = 1;
+    return gathered_pass(zero3_gather(&e, &v, st), st, dur);
+}
+
 /* Seconds of torchao's precompute_float8_dynamic_scale_for_fsdp after the
  * optimizer step (torchao/float8/fsdp_utils.py at eab345c): the infinity
  * norm of every Float8Linear weight's fp32 shard (torch._foreach_norm: a
@@ -1273,23 +1391,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                 if (gather && accum && !p->reshard_after_forward && s->fdone[op.chunk] > 0)
                     gather = 0;
                 if (gather) {
-                    /* gathered layer by layer, each prefetched behind the one
-                     * before (FSDP2's implicit forward and explicit backward
-                     * prefetch); the first layer's gather has nothing before it
-                     * to hide behind (MegaScale section 3.2: the first
-                     * all-gather is the exposed part) */
-                    /* torchao's float8 all-gather: Float8Linear weights cross
-                     * in fp8 (1 B), the rest in 16 bits -- (P - L / 2) x 2 B */
                     double f8 = p->fp8_all_gather ? st->fp8_linear_params / 2 : 0;
-                    double ag = grad_coll(&e, v, HPGO_COLL_ALLGATHER, st->params - f8,
-                                          st->expert_params, 2);
-                    double ag1 = ag / (st->n_layers > 0 ? st->n_layers : 1);
-                    /* the gathers after the first run beside the pass */
-                    double hid = ag - ag1 < dur ? ag - ag1 : dur;
-                    dur += dp_contention(hid);
-                    if (ag > dur)
-                        dur = ag;
-                    dur += ag1;
+                    dur = gathered_pass(zero3_gather(&e, v, st), st, dur);
                     /* FSDP2 casts and copies the shards into the all-gather buffer
                      * on its copy-in stream, beside the compute (foreach_all_gather
                      * in _fsdp_collectives.py: all_gather_copy_in_stream), and

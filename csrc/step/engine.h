@@ -112,6 +112,28 @@ void hpgo_step_device_load(const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc,
  * PyTorch kernel set), and whether its FSDP accumulates gradients over
  * the micro-batches (ZeRO 3, pp > 1, m > 1). */
 int hpgo_step_torch_pipeline(const hpgo_parplan_t *p);
+/* An even plan's pass of dur seconds of stage st under ZeRO-3 with
+ * replicas, its weights gathered before it as the engine prices it (the
+ * gather beside the pass, at least the gather, the first layer's gather
+ * exposed); dur itself where the plan gathers nothing.  The engine adds
+ * the gather's copies and more, never less. */
+double hpgo_step_zero3_pass(const hpgo_cluster_t *c, const hpgo_parplan_t *p,
+                            const hpgo_stage_cost_t *st, double dur);
+/* Seconds one micro-batch's gradients of stage st hold the sync stream on
+ * an even plan that reduce-scatters them each micro-batch (ZeRO 2, and
+ * ZeRO 3 without accumulation; 0 for others): layer by layer beside the
+ * pass with overlap_grad_reduce, whole after the compute without. */
+/* Least time an even plan's gradient synchronisation adds to device d
+ * of a step of m micro-batches (engine.c, for the search's bound): to its
+ * compute, the slowdown beside the gradient buckets that overlap each
+ * chunk's last backward (whose pass is at least B + W under fused
+ * schedules, W otherwise); to its optimizer step, ZeRO 1 / 2's parameter
+ * all-gather. */
+void hpgo_step_sync_bounds(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int precision,
+                           const hpgo_stage_cost_t *sc, int32_t d, int64_t m, int fused,
+                           double *compute_extra, double *step_extra);
+double hpgo_step_mb_scatter(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int precision,
+                            const hpgo_stage_cost_t *st, int64_t m);
 int hpgo_step_fsdp_accumulates(const hpgo_parplan_t *p, int64_t m);
 /* Parameters whose gradients device d holds unsharded at once under
  * FSDP2 with torch.distributed.pipelining (engine.c says when), or -1
