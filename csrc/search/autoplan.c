@@ -145,7 +145,7 @@ static double blocked_sends(const search_t *S, const hpgo_parplan_t *p,
  * over the micro-batches (FSDP2 accumulating without resharding after
  * forward); every backward that is not a deferred weight pass gathers
  * them again when they were resharded after the forward.  A pass lasts at
- * least hpgo_step_zero3_pass of its own time; unfused schedules may run a
+ * least hpgo_step_gathered_pass of its own time; unfused schedules may run a
  * backward as B or as B + W, so it takes the lesser of the two. */
 static double zero3_gathers(const search_t *S, const hpgo_parplan_t *p,
                             const hpgo_stage_cost_t *sc, int32_t d, int64_t m, int fused)
@@ -159,18 +159,86 @@ static double zero3_gathers(const search_t *S, const hpgo_parplan_t *p,
     double t = 0;
     for (int32_t ch = 0; ch < p->vstages; ch++) {
         const hpgo_stage_cost_t *st = &sc[hpgo_sched_stage(p->schedule, p->pp, p->vstages, d, ch)];
-        t += (double)nf * (hpgo_step_zero3_pass(S->c, p, st, st->f) - st->f);
+        double ag = hpgo_step_zero3_gather(S->c, p, st);
+        if (!(ag > 0))
+            continue;
+        t += (double)nf * (hpgo_step_gathered_pass(ag, st, st->f) - st->f);
         if (p->reshard_after_forward) {
             double bw = st->b + st->w;
-            double x = hpgo_step_zero3_pass(S->c, p, st, bw) - bw;
+            double x = hpgo_step_gathered_pass(ag, st, bw) - bw;
             if (!fused) {
-                double xb = hpgo_step_zero3_pass(S->c, p, st, st->b) - st->b;
+                double xb = hpgo_step_gathered_pass(ag, st, st->b) - st->b;
                 x = xb < x ? xb : x;
             }
             t += (double)m * x;
         }
     }
     return t;
+}
+
+/* Whether device d fits with act bytes of live activations: the engine's
+ * own figures for what it does not track in time (hpgo_step_accum_params,
+ * the stage buffers in state_bytes); what it adds in time (outputs kept,
+ * input gradients) only raises its peak above this bound. */
+static int device_fits(const search_t *S, const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc,
+                       int32_t d, int64_t m, const hpgo_device_load_t *load, double act)
+{
+    hpgo_mem_t mem;
+    hpgo_memory_breakdown3(S->c, p, S->w->precision, load->params, load->expert_params,
+                           load->max_layer_params, act + load->transient,
+                           load->max_act + load->transient, S->overhead + load->state_bytes,
+                           hpgo_step_accum_params(p, sc, d, m), &mem);
+    return !(mem.total > mem.capacity * (1 + 1e-9));
+}
+
+/* Each device's peak of live activations over its op list as the engine
+ * generates it (engine.c: a forward adds its stage's act, an input
+ * backward frees all but act_w, a weight pass act_w, a fused backward all
+ * of it; torch's pipelining keeps outputs and input gradients besides,
+ * which only add).  The op order does not depend on time once generated. */
+static int op_peaks(const search_t *S, const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc,
+                    int64_t m, double *peak)
+{
+    int32_t P = p->pp, V = p->vstages, K = P * V;
+    int64_t cap = hpgo_sched_max_ops(m, V);
+    hpgo_op_t **ops = calloc((size_t)P, sizeof *ops);
+    int64_t *n_ops = calloc((size_t)P, sizeof *n_ops);
+    double *fb = malloc(sizeof(double) * 3 * (size_t)K);
+    int rc = ops && n_ops && fb ? HPGO_OK : HPGO_E_NOMEM;
+    for (int32_t i = 0; rc == HPGO_OK && i < P; i++)
+        if (!(ops[i] = malloc((size_t)cap * sizeof(hpgo_op_t))))
+            rc = HPGO_E_NOMEM;
+    if (rc == HPGO_OK) {
+        for (int32_t k = 0; k < K; k++)
+            fb[k] = sc[k].f, fb[K + k] = sc[k].b, fb[2 * K + k] = sc[k].w;
+        /* the engine's typical transfer: stage 0's output to device 1 */
+        int64_t per = (int64_t)p->tp * p->cp * p->dp;
+        double p2p = hpgo_cost_p2p(S->c, hpgo_cost_level_between(S->c, 0, per), sc[0].send_bytes);
+        rc = hpgo_sched_generate(p->schedule, P, V, m, fb, fb + K, fb + 2 * K, p2p, ops, n_ops,
+                                 NULL);
+    }
+    for (int32_t i = 0; rc == HPGO_OK && i < P; i++) {
+        double alive = 0;
+        peak[i] = 0;
+        for (int64_t x = 0; x < n_ops[i]; x++) {
+            hpgo_op_t op = ops[i][x];
+            const hpgo_stage_cost_t *st = &sc[hpgo_sched_stage(p->schedule, P, V, i, op.chunk)];
+            if (op.kind == HPGO_OP_F) {
+                alive += st->act;
+                peak[i] = alive > peak[i] ? alive : peak[i];
+            } else if (op.kind == HPGO_OP_B) {
+                alive -= st->act - st->act_w;
+            } else {
+                alive -= op.kind == HPGO_OP_W ? st->act_w : st->act;
+            }
+        }
+    }
+    for (int32_t i = 0; ops && i < P; i++)
+        free(ops[i]);
+    free(ops);
+    free(n_ops);
+    free(fb);
+    return rc; /* the simulation refuses what the generator refuses */
 }
 
 static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
@@ -208,6 +276,53 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
         before[k + 1] = before[k] + sc[k].f;
         back[k + 1] = back[k] + sc[k].b + (fused ? sc[k].w : 0);
     }
+    /* the memory bound first: a candidate that cannot fit needs no time
+     * bound unless every candidate is simulated (and its bounds checked) */
+    for (int32_t d = 0; d < p.pp && fits; d++) {
+        hpgo_device_load_t load;
+        hpgo_step_device_load(&p, sc, d, &load);
+        double act = p.schedule == HPGO_PS_ZBV ? load.sum_act
+                                               : (double)inflight_lb(&p, m, d) * load.min_act;
+        if (p.schedule == HPGO_PS_ZBV && d == 0) {
+            /* until the first micro-batch comes back to device 0's second
+             * chunk (the forwards of stages 0 .. 2p-2 later), device 0 can
+             * only run first-chunk forwards, back to back, up to the cap of
+             * p started micro-batches (schedule.c) */
+            double n0 = (double)(P_MIN(p.pp, m));
+            if (sc[0].f > 0 && ceil(before[K - 1] / sc[0].f) < n0)
+                n0 = ceil(before[K - 1] / sc[0].f);
+            if (n0 < 1)
+                n0 = 1;
+            act = n0 * sc[0].act + sc[K - 1].act;
+        }
+        fits = device_fits(S, &p, sc, d, m, &load, act);
+    }
+    if (fits && p.schedule == HPGO_PS_ZBV && p.pp > 1) {
+        /* zb-v's order depends on the pass times: the engine's own op
+         * lists, walked for the activations they keep alive */
+        double *peak = malloc(sizeof(double) * (size_t)p.pp);
+        int prc = peak ? op_peaks(S, &p, sc, m, peak) : HPGO_E_NOMEM;
+        if (prc == HPGO_E_NOMEM) {
+            cd->state = ST_NOMEM;
+            free(peak);
+            free(before);
+            free(sc);
+            return;
+        }
+        for (int32_t d = 0; prc == HPGO_OK && d < p.pp && fits; d++) {
+            hpgo_device_load_t load;
+            hpgo_step_device_load(&p, sc, d, &load);
+            fits = device_fits(S, &p, sc, d, m, &load, peak[d]);
+        }
+        free(peak);
+    }
+    cd->mem_lb_over = (int8_t)!fits;
+    if (!fits && !S->o->exhaustive) {
+        cd->state = ST_MEMORY;
+        free(before);
+        free(sc);
+        return;
+    }
     /* opt[d]: device d's optimizer step with ZeRO 1 / 2's parameter gather,
      * which follows everything it runs; extra[d]: what its gradient
      * synchronisation adds at least to its compute after its last backward */
@@ -234,33 +349,6 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
         hpgo_step_device_load(&p, sc, d, &load);
         double busy = (double)m * load.work + blocked_sends(S, &p, sc, d, m) +
                       zero3_gathers(S, &p, sc, d, m, fused);
-        double params = load.params;
-        double maxlayer = load.max_layer_params, transient = load.transient;
-        double minact = load.min_act, sumact = load.sum_act;
-        double act = p.schedule == HPGO_PS_ZBV ? sumact : (double)inflight_lb(&p, m, d) * minact;
-        if (p.schedule == HPGO_PS_ZBV && d == 0) {
-            /* until the first micro-batch comes back to device 0's second
-             * chunk (the forwards of stages 0 .. 2p-2 later), device 0 can
-             * only run first-chunk forwards, back to back, up to the cap of
-             * p started micro-batches (schedule.c) */
-            double n0 = (double)(P_MIN(p.pp, m));
-            if (sc[0].f > 0 && ceil(before[K - 1] / sc[0].f) < n0)
-                n0 = ceil(before[K - 1] / sc[0].f);
-            if (n0 < 1)
-                n0 = 1;
-            act = n0 * sc[0].act + sc[K - 1].act;
-        }
-        hpgo_mem_t mem;
-        /* the engine's own figures for what it does not track in time
-         * (hpgo_step_accum_params, the stage buffers in state_bytes): what
-         * it adds in time (outputs kept, input gradients) only raises its
-         * peak above this bound */
-        hpgo_memory_breakdown3(S->c, &p, S->w->precision, params, load.expert_params, maxlayer,
-                               act + transient, load.max_act + transient,
-                               S->overhead + load.state_bytes,
-                               hpgo_step_accum_params(&p, sc, d, m), &mem);
-        if (mem.total > mem.capacity * (1 + 1e-9))
-            fits = 0;
         /* the device's lowest stage is d: nothing reaches it before the
          * forwards of the stages below; with fused backwards (and Megatron's
          * interleaving) its last op is a backward of stage d, which still
@@ -313,9 +401,6 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
     cd->lb = lb;
     cd->lb_score = S->o->objective == HPGO_OBJ_COST ? lb * (double)((int64_t)p.tp * p.cp * p.pp * p.dp)
                                                     : lb;
-    cd->mem_lb_over = (int8_t)!fits;
-    if (!fits && !S->o->exhaustive)
-        cd->state = ST_MEMORY;
 }
 
 /* Candidates are bounded in blocks of consecutive ones, which share the
@@ -795,7 +880,8 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
     search_t S;
     memset(&S, 0, sizeof S);
     S.w = w, S.c = c, S.o = o;
-    S.overhead = o->overhead_bytes;
+    /* the engine's default when none is given: the bound prices the same */
+    S.overhead = o->overhead_bytes >= 0 ? o->overhead_bytes : HPGO_MEM_DEFAULT_OVERHEAD;
     hpgo_autoplan_result_t *r = calloc(1, sizeof *r);
     keyed_t *live = NULL;
     int64_t *batch = NULL;

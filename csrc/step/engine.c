@@ -355,7 +355,7 @@ static double coll(const devview_t *v, int uneven, int op, int64_t size, int64_t
     return bus * bytes / (l->coll_bandwidth * l->efficiency) + nsteps * l->latency;
 }
 
-static double dp_coll(const eng_t *e, const devview_t *v, int op, double bytes)
+static double dp_coll(int uneven, const devview_t *v, int op, double bytes)
 {
     /* gradients are averaged over every replica of the sequence: dp x cp;
      * with hybrid sharding (shard_size f) the ZeRO collectives run inside
@@ -367,10 +367,10 @@ static double dp_coll(const eng_t *e, const devview_t *v, int op, double bytes)
     const hpgo_parplan_t *p = &v->p;
     int64_t n = (int64_t)p->dp * p->cp, f = hpgo_parplan_shard(p);
     if (op == HPGO_COLL_ALLREDUCE || f >= n)
-        return coll(v, e->uneven, op, n, p->tp, bytes);
-    double t = coll(v, e->uneven, op, f, p->tp, bytes);
+        return coll(v, uneven, op, n, p->tp, bytes);
+    double t = coll(v, uneven, op, f, p->tp, bytes);
     if (op == HPGO_COLL_REDUCE_SCATTER)
-        t += coll(v, e->uneven, HPGO_COLL_ALLREDUCE, n / f, (int64_t)p->tp * f,
+        t += coll(v, uneven, HPGO_COLL_ALLREDUCE, n / f, (int64_t)p->tp * f,
                   bytes / (double)f);
     return t;
 }
@@ -378,15 +378,15 @@ static double dp_coll(const eng_t *e, const devview_t *v, int op, double bytes)
 /* A gradient (or parameter) collective over a stage's parameters: the
  * dense ones over dp x cp, the routed experts' over their expert
  * data-parallel group (one after the other on the sync stream). */
-static double grad_coll(const eng_t *e, const devview_t *v, int op, double params,
+static double grad_coll(int uneven, const devview_t *v, int op, double params,
                         double expert_params, double bytes_per)
 {
-    double t = dp_coll(e, v, op, (params - expert_params) * bytes_per);
+    double t = dp_coll(uneven, v, op, (params - expert_params) * bytes_per);
     if (expert_params > 0) {
         int64_t gs, gst;
         hpgo_parplan_edp_group(&v->p, &gs, &gst);
         if (gs > 1)
-            t += coll(v, e->uneven, op, gs, gst, expert_params * bytes_per);
+            t += coll(v, uneven, op, gs, gst, expert_params * bytes_per);
     }
     return t;
 }
@@ -394,10 +394,10 @@ static double grad_coll(const eng_t *e, const devview_t *v, int op, double param
 /* Seconds of ZeRO-3's all-gather of stage st's weights before one pass.
  * torchao's float8 all-gather moves the Float8Linear weights in fp8 (1 B),
  * the rest in 16 bits: (P - L / 2) x 2 B. */
-static double zero3_gather(const eng_t *e, const devview_t *v, const hpgo_stage_cost_t *st)
+static double zero3_gather(int uneven, const devview_t *v, const hpgo_stage_cost_t *st)
 {
     double f8 = v->p.fp8_all_gather ? st->fp8_linear_params / 2 : 0;
-    return grad_coll(e, v, HPGO_COLL_ALLGATHER, st->params - f8, st->expert_params, 2);
+    return grad_coll(uneven, v, HPGO_COLL_ALLGATHER, st->params - f8, st->expert_params, 2);
 }
 
 /* A pass of dur seconds of stage st with its weights gathered (ZeRO-3,
@@ -422,18 +422,16 @@ double hpgo_step_mb_scatter(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
     int replicas = p->dp * p->cp > 1 || hpgo_parplan_edp(p) > 1;
     if (p->n_groups > 0 || !(p->zero >= 2 && replicas && !(p->zero >= 3 && p->pp > 1 && m > 1)))
         return 0;
-    eng_t e = {0};
     devview_t v = {0};
-    e.c = v.c = c;
-    e.p = p;
+    v.c = c;
     v.p = *p;
     v.speed = 1;
     double wbytes, gbytes, obytes;
     hpgo_work_state_bytes(precision, p->fp8_params, &wbytes, &gbytes, &obytes);
     if (!p->overlap_grad_reduce)
-        return grad_coll(&e, &v, HPGO_COLL_REDUCE_SCATTER, st->params, st->expert_params, gbytes);
+        return grad_coll(0, &v, HPGO_COLL_REDUCE_SCATTER, st->params, st->expert_params, gbytes);
     int32_t nb = st->n_layers > 0 ? st->n_layers : 1;
-    return nb * grad_coll(&e, &v, HPGO_COLL_REDUCE_SCATTER, st->params / nb, st->expert_params / nb,
+    return nb * grad_coll(0, &v, HPGO_COLL_REDUCE_SCATTER, st->params / nb, st->expert_params / nb,
                           gbytes);
 }
 
@@ -445,10 +443,8 @@ void hpgo_step_sync_bounds(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int
     int replicas = p->dp * p->cp > 1 || hpgo_parplan_edp(p) > 1;
     if (p->n_groups > 0 || !replicas)
         return;
-    eng_t e = {0};
     devview_t v = {0};
-    e.c = v.c = c;
-    e.p = p;
+    v.c = c;
     v.p = *p;
     v.speed = 1;
     int per_mb_rs = p->zero >= 2 && !(p->zero >= 3 && p->pp > 1 && m > 1);
@@ -466,14 +462,14 @@ void hpgo_step_sync_bounds(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int
         if (!per_mb_rs && p->overlap_grad_reduce && !accum) {
             /* the buckets beside the chunk's last backward: a B + W pass
              * under fused schedules, at least its W pass otherwise */
-            double tb = grad_coll(&e, &v, op_sync, st->params / nb, st->expert_params / nb,
+            double tb = grad_coll(0, &v, op_sync, st->params / nb, st->expert_params / nb,
                                   gbytes);
             double last = fused ? st->b + st->w : st->w;
             hid += (nb - 1) * tb < last ? (nb - 1) * tb : last;
         }
         double layer = per_mb_rs ? 0 : st->params / nb;
         double one = layer > 0 && load.params > 0
-                         ? grad_coll(&e, &v, HPGO_COLL_ALLGATHER, layer,
+                         ? grad_coll(0, &v, HPGO_COLL_ALLGATHER, layer,
                                      layer * load.expert_params / load.params, 2)
                          : 0;
         one_lo = one < one_lo ? one : one_lo;
@@ -481,7 +477,7 @@ void hpgo_step_sync_bounds(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int
     }
     *compute_extra = dp_contention(hid);
     if (p->zero >= 1 && p->zero <= 2) {
-        double t_ag = grad_coll(&e, &v, HPGO_COLL_ALLGATHER, load.params, load.expert_params, 2);
+        double t_ag = grad_coll(0, &v, HPGO_COLL_ALLGATHER, load.params, load.expert_params, 2);
         if (p->overlap_grad_reduce) {
             /* the engine's exposed first-layer gather is the first chunk's
              * in completion order: at least the least of them, and the rest
@@ -494,19 +490,22 @@ void hpgo_step_sync_bounds(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int
     }
 }
 
-double hpgo_step_zero3_pass(const hpgo_cluster_t *c, const hpgo_parplan_t *p,
-                            const hpgo_stage_cost_t *st, double dur)
+double hpgo_step_zero3_gather(const hpgo_cluster_t *c, const hpgo_parplan_t *p,
+                              const hpgo_stage_cost_t *st)
 {
     if (p->zero < 3 || p->n_groups > 0 ||
         !(p->dp * p->cp > 1 || hpgo_parplan_edp(p) > 1))
-        return dur;
-    eng_t e = {0};
+        return 0;
     devview_t v = {0};
-    e.c = v.c = c;
-    e.p = p;
+    v.c = c;
     v.p = *p;
     v.speed = 1;
-    return gathered_pass(zero3_gather(&e, &v, st), st, dur);
+    return zero3_gather(0, &v, st);
+}
+
+double hpgo_step_gathered_pass(double ag, const hpgo_stage_cost_t *st, double dur)
+{
+    return ag > 0 ? gathered_pass(ag, st, dur) : dur;
 }
 
 /* Seconds of torchao's precompute_float8_dynamic_scale_for_fsdp after the
@@ -532,7 +531,7 @@ static double fp8_precompute(const eng_t *e, const devview_t *v, const hpgo_stag
     /* the scale's one-element kernels (stack, clamp, to(float64), division,
      * to(float32)) at the 8 us host floor of a launch (work.c
      * HOST_PER_KERNEL, profiles/h100-sxm5-kernels.json) */
-    return rd + dp_coll(e, v, HPGO_COLL_ALLREDUCE, 4 * 7 * layers) + 5 * 8e-6;
+    return rd + dp_coll(e->uneven, v, HPGO_COLL_ALLREDUCE, 4 * 7 * layers) + 5 * 8e-6;
 }
 
 /* Seconds of FSDP2's gradient accumulation after one micro-batch's
@@ -1392,7 +1391,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                     gather = 0;
                 if (gather) {
                     double f8 = p->fp8_all_gather ? st->fp8_linear_params / 2 : 0;
-                    dur = gathered_pass(zero3_gather(&e, v, st), st, dur);
+                    dur = gathered_pass(zero3_gather(e.uneven, v, st), st, dur);
                     /* FSDP2 casts and copies the shards into the all-gather buffer
                      * on its copy-in stream, beside the compute (foreach_all_gather
                      * in _fsdp_collectives.py: all_gather_copy_in_stream), and
@@ -1424,7 +1423,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                 double t_rs = 0;
                 if (rs_each) {
                     /* all but the last layer's run beside the rest of the pass */
-                    t_rs = grad_coll(&e, v, HPGO_COLL_REDUCE_SCATTER, st->params / nb_rs,
+                    t_rs = grad_coll(e.uneven, v, HPGO_COLL_REDUCE_SCATTER, st->params / nb_rs,
                                      st->expert_params / nb_rs, gbytes);
                     double hid = (nb_rs - 1) * t_rs;
                     dur += dp_contention(hid < dur ? hid : dur);
@@ -1584,7 +1583,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                 double t_all = 0;
                 for (int32_t ch = 0; ch < V; ch++) {
                     int32_t k = hpgo_sched_stage(p->schedule, P, V, d, ch);
-                    t_all += (double)m * grad_coll(&e, v, HPGO_COLL_REDUCE_SCATTER, sc[k].params,
+                    t_all += (double)m * grad_coll(e.uneven, v, HPGO_COLL_REDUCE_SCATTER, sc[k].params,
                                                    sc[k].expert_params, gbytes);
                 }
                 if ((rc = add_event(&e, s->t, t_all, d, HPGO_EV_REDUCE_SCATTER, 3, -1, -1, -1)) !=
@@ -1615,7 +1614,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                 int32_t k = hpgo_sched_stage(p->schedule, P, V, d, ch);
                 const hpgo_stage_cost_t *st = &sc[k];
                 int32_t nb = st->n_layers > 0 ? st->n_layers : 1;
-                double tb = grad_coll(&e, v, op_sync, st->params / nb, st->expert_params / nb,
+                double tb = grad_coll(e.uneven, v, op_sync, st->params / nb, st->expert_params / nb,
                                       gbytes);
                 /* torch's pipelining calls each FSDP group's post_backward
                  * after the stage's whole last backward (stage.py,
@@ -1681,13 +1680,13 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
         double t_ag = 0;
         if (p->zero >= 1 && p->zero <= 2 && v->replicas) {
             double ex1 = layer1 > 0 && params > 0 ? layer1 * load.expert_params / params : 0;
-            t_ag = grad_coll(&e, v, HPGO_COLL_ALLGATHER, params, load.expert_params, 2);
+            t_ag = grad_coll(e.uneven, v, HPGO_COLL_ALLGATHER, params, load.expert_params, 2);
             if (overlap) {
                 /* the first layer's gather is exposed and the rest runs beside
                  * the next step's first forward (Megatron's
                  * --overlap-param-gather issues each bucket's gather from a
                  * forward pre-hook), which it slows for at most its length */
-                double one = grad_coll(&e, v, HPGO_COLL_ALLGATHER, layer1, ex1, 2);
+                double one = grad_coll(e.uneven, v, HPGO_COLL_ALLGATHER, layer1, ex1, 2);
                 double fwd = sc[hpgo_sched_stage(p->schedule, P, V, d, 0)].f;
                 t_ag = one + dp_contention(t_ag - one < fwd ? t_ag - one : fwd);
             }

@@ -112,13 +112,15 @@ void hpgo_step_device_load(const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc,
  * PyTorch kernel set), and whether its FSDP accumulates gradients over
  * the micro-batches (ZeRO 3, pp > 1, m > 1). */
 int hpgo_step_torch_pipeline(const hpgo_parplan_t *p);
-/* An even plan's pass of dur seconds of stage st under ZeRO-3 with
- * replicas, its weights gathered before it as the engine prices it (the
- * gather beside the pass, at least the gather, the first layer's gather
- * exposed); dur itself where the plan gathers nothing.  The engine adds
- * the gather's copies and more, never less. */
-double hpgo_step_zero3_pass(const hpgo_cluster_t *c, const hpgo_parplan_t *p,
-                            const hpgo_stage_cost_t *st, double dur);
+/* Seconds of ZeRO-3's all-gather of stage st's weights before one pass
+ * of an even plan (0 where it gathers nothing), and a pass of dur seconds
+ * with a gather of ag seconds as the engine prices it (the gather beside
+ * the pass, at least the gather, the first layer's gather exposed; dur
+ * where ag is 0).  The engine adds the gather's copies and more, never
+ * less. */
+double hpgo_step_zero3_gather(const hpgo_cluster_t *c, const hpgo_parplan_t *p,
+                              const hpgo_stage_cost_t *st);
+double hpgo_step_gathered_pass(double ag, const hpgo_stage_cost_t *st, double dur);
 /* Seconds one micro-batch's gradients of stage st hold the sync stream on
  * an even plan that reduce-scatters them each micro-batch (ZeRO 2, and
  * ZeRO 3 without accumulation; 0 for others): layer by layer beside the
