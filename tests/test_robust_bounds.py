@@ -143,18 +143,18 @@ def test_zero3_gathers_prune_plans_the_old_bound_kept():
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_zb_v_memory_bound_walks_the_schedule_and_is_exact(seed):
-    # zb-v's activations in flight follow its generated op order; the bound
-    # walks that order with the engine's own figures, so over pipelines of
-    # two devices it is the engine's peak itself: at capacities where some
-    # plans barely fit, the pruned search skips exactly the plans that do
-    # not fit, simulates none that does not, and equals the exhaustive one
+def test_memory_bound_without_a_pipeline_is_exact(seed):
+    # without a pipeline one micro-batch's activations are in flight and the
+    # bound prices the engine's own figures (its default overhead included),
+    # so it is the engine's peak itself: at capacities where some plans
+    # barely fit, the pruned search skips exactly the plans that do not fit,
+    # simulates none that does not, and equals the exhaustive one
     rng = random.Random(2000 + seed)
     m = random_model(rng, moe=seed % 4 == 3)
     c = hpgo.Cluster.preset("dgx-h100", nodes=rng.choice([1, 2]))
-    kw = dict(schedule="zb-v", pp=2, top=50, max_micro_batch=2, max_virtual_stages=2,
-              headroom=0.0, recompute=rng.choice([None, "none"]),
-              overhead_bytes=rng.choice([None, 0.0, 1e9]))
+    kw = dict(pp=1, top=50, max_micro_batch=2, headroom=0.0,
+              recompute=rng.choice([None, "none"]), overhead_bytes=rng.choice([None, 0.0, 1e9]),
+              zero=rng.choice([None, 0, 1, 2, 3]))
     gb = rng.choice([16, 32, 64])
     everything = hpgo.autoplan(m, c.with_gpu(memory_bytes=1e12), gb, exhaustive=True, **kw)
     totals = sorted({rp.memory.total for rp in everything})

@@ -191,56 +191,6 @@ static int device_fits(const search_t *S, const hpgo_parplan_t *p, const hpgo_st
     return !(mem.total > mem.capacity * (1 + 1e-9));
 }
 
-/* Each device's peak of live activations over its op list as the engine
- * generates it (engine.c: a forward adds its stage's act, an input
- * backward frees all but act_w, a weight pass act_w, a fused backward all
- * of it; torch's pipelining keeps outputs and input gradients besides,
- * which only add).  The op order does not depend on time once generated. */
-static int op_peaks(const search_t *S, const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc,
-                    int64_t m, double *peak)
-{
-    int32_t P = p->pp, V = p->vstages, K = P * V;
-    int64_t cap = hpgo_sched_max_ops(m, V);
-    hpgo_op_t **ops = calloc((size_t)P, sizeof *ops);
-    int64_t *n_ops = calloc((size_t)P, sizeof *n_ops);
-    double *fb = malloc(sizeof(double) * 3 * (size_t)K);
-    int rc = ops && n_ops && fb ? HPGO_OK : HPGO_E_NOMEM;
-    for (int32_t i = 0; rc == HPGO_OK && i < P; i++)
-        if (!(ops[i] = malloc((size_t)cap * sizeof(hpgo_op_t))))
-            rc = HPGO_E_NOMEM;
-    if (rc == HPGO_OK) {
-        for (int32_t k = 0; k < K; k++)
-            fb[k] = sc[k].f, fb[K + k] = sc[k].b, fb[2 * K + k] = sc[k].w;
-        /* the engine's typical transfer: stage 0's output to device 1 */
-        int64_t per = (int64_t)p->tp * p->cp * p->dp;
-        double p2p = hpgo_cost_p2p(S->c, hpgo_cost_level_between(S->c, 0, per), sc[0].send_bytes);
-        rc = hpgo_sched_generate(p->schedule, P, V, m, fb, fb + K, fb + 2 * K, p2p, ops, n_ops,
-                                 NULL);
-    }
-    for (int32_t i = 0; rc == HPGO_OK && i < P; i++) {
-        double alive = 0;
-        peak[i] = 0;
-        for (int64_t x = 0; x < n_ops[i]; x++) {
-            hpgo_op_t op = ops[i][x];
-            const hpgo_stage_cost_t *st = &sc[hpgo_sched_stage(p->schedule, P, V, i, op.chunk)];
-            if (op.kind == HPGO_OP_F) {
-                alive += st->act;
-                peak[i] = alive > peak[i] ? alive : peak[i];
-            } else if (op.kind == HPGO_OP_B) {
-                alive -= st->act - st->act_w;
-            } else {
-                alive -= op.kind == HPGO_OP_W ? st->act_w : st->act;
-            }
-        }
-    }
-    for (int32_t i = 0; ops && i < P; i++)
-        free(ops[i]);
-    free(ops);
-    free(n_ops);
-    free(fb);
-    return rc; /* the simulation refuses what the generator refuses */
-}
-
 static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
 {
     cand_t *cd = &S->cands[j];
@@ -296,25 +246,6 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
             act = n0 * sc[0].act + sc[K - 1].act;
         }
         fits = device_fits(S, &p, sc, d, m, &load, act);
-    }
-    if (fits && p.schedule == HPGO_PS_ZBV && p.pp > 1) {
-        /* zb-v's order depends on the pass times: the engine's own op
-         * lists, walked for the activations they keep alive */
-        double *peak = malloc(sizeof(double) * (size_t)p.pp);
-        int prc = peak ? op_peaks(S, &p, sc, m, peak) : HPGO_E_NOMEM;
-        if (prc == HPGO_E_NOMEM) {
-            cd->state = ST_NOMEM;
-            free(peak);
-            free(before);
-            free(sc);
-            return;
-        }
-        for (int32_t d = 0; prc == HPGO_OK && d < p.pp && fits; d++) {
-            hpgo_device_load_t load;
-            hpgo_step_device_load(&p, sc, d, &load);
-            fits = device_fits(S, &p, sc, d, m, &load, peak[d]);
-        }
-        free(peak);
     }
     cd->mem_lb_over = (int8_t)!fits;
     if (!fits && !S->o->exhaustive) {
