@@ -112,6 +112,7 @@ void hpgo_step_device_load(const hpgo_parplan_t *p, const hpgo_stage_cost_t *sc,
  * PyTorch kernel set), and whether its FSDP accumulates gradients over
  * the micro-batches (ZeRO 3, pp > 1, m > 1). */
 int hpgo_step_torch_pipeline(const hpgo_parplan_t *p);
+int hpgo_step_fsdp_accumulates(const hpgo_parplan_t *p, int64_t m);
 /* Seconds of ZeRO-3's all-gather of stage st's weights before one pass
  * of an even plan (0 where it gathers nothing), and a pass of dur seconds
  * with a gather of ag seconds as the engine prices it (the gather beside
@@ -125,6 +126,8 @@ double hpgo_step_gathered_pass(double ag, const hpgo_stage_cost_t *st, double du
  * an even plan that reduce-scatters them each micro-batch (ZeRO 2, and
  * ZeRO 3 without accumulation; 0 for others): layer by layer beside the
  * pass with overlap_grad_reduce, whole after the compute without. */
+double hpgo_step_mb_scatter(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int precision,
+                            const hpgo_stage_cost_t *st, int64_t m);
 /* Least time an even plan's gradient synchronisation adds to device d
  * of a step of m micro-batches (engine.c, for the search's bound): to its
  * compute, the slowdown beside the gradient buckets that overlap each
@@ -134,9 +137,6 @@ double hpgo_step_gathered_pass(double ag, const hpgo_stage_cost_t *st, double du
 void hpgo_step_sync_bounds(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int precision,
                            const hpgo_stage_cost_t *sc, int32_t d, int64_t m, int fused,
                            double *compute_extra, double *step_extra);
-double hpgo_step_mb_scatter(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int precision,
-                            const hpgo_stage_cost_t *st, int64_t m);
-int hpgo_step_fsdp_accumulates(const hpgo_parplan_t *p, int64_t m);
 /* Parameters whose gradients device d holds unsharded at once under
  * FSDP2 with torch.distributed.pipelining (engine.c says when), or -1
  * where memory.c's rule (every dense parameter) applies. */
