@@ -26,8 +26,8 @@ runtime: ``host_memory_bytes`` (CPU memory per node), ``host_bandwidth``
 (bytes/s per GPU and direction over its PCIe link) and
 ``host_memory_bandwidth`` (a node's CPU memory bandwidth), which price
 offloading; ``allocator_fragmentation`` (the share of the caching
-allocator's reserved memory it cannot reuse: 0 by default, hpgo's totals
-meeting the reserved peaks torchtitan measures;
+allocator's reserved memory it cannot reuse: 0 by default, the part of it
+the eager loss leaves priced in its working set;
 ``hpgo.cluster.ALLOCATOR_FRAGMENTATION``, GMLake's 9.2 of 80 GB for the
 stock allocator, which expandable segments leave about where it is on
 one H100, see docs/training-model.md); ``jitter`` (the coefficient of variation of one GPU's time

@@ -142,20 +142,7 @@ def test_zero3_gathers_prune_plans_the_old_bound_kept():
     assert r.stats["pruned_time"] > 0
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_memory_bound_without_a_pipeline_is_exact(seed):
-    # without a pipeline one micro-batch's activations are in flight and the
-    # bound prices the engine's own figures (its default overhead included),
-    # so it is the engine's peak itself: at capacities where some plans
-    # barely fit, the pruned search skips exactly the plans that do not fit,
-    # simulates none that does not, and equals the exhaustive one
-    rng = random.Random(2000 + seed)
-    m = random_model(rng, moe=seed % 4 == 3)
-    c = hpgo.Cluster.preset("dgx-h100", nodes=rng.choice([1, 2]))
-    kw = dict(pp=1, top=50, max_micro_batch=2, headroom=0.0,
-              recompute=rng.choice([None, "none"]), overhead_bytes=rng.choice([None, 0.0, 1e9]),
-              zero=rng.choice([None, 0, 1, 2, 3]))
-    gb = rng.choice([16, 32, 64])
+def _memory_bound_is_exact(m, c, gb, kw, rng):
     everything = hpgo.autoplan(m, c.with_gpu(memory_bytes=1e12), gb, exhaustive=True, **kw)
     totals = sorted({rp.memory.total for rp in everything})
     assert totals
@@ -167,3 +154,37 @@ def test_memory_bound_without_a_pipeline_is_exact(seed):
         assert key(fast) == key(slow), total
         assert fast.stats["did_not_fit"] == 0
         assert fast.stats["pruned_memory"] == slow.stats["did_not_fit"]
+    return everything
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_memory_bound_without_a_pipeline_is_exact(seed):
+    # without a pipeline one micro-batch's activations are in flight and the
+    # bound prices the engine's own figures (its default overhead included),
+    # so it is the engine's peak itself: at capacities where some plans
+    # barely fit, the pruned search skips exactly the plans that do not fit,
+    # simulates none that does not, and equals the exhaustive one
+    rng = random.Random(2000 + seed)
+    m = random_model(rng, moe=seed % 4 == 3)
+    c = hpgo.Cluster.preset("dgx-h100", nodes=rng.choice([1, 2]))
+    kw = dict(pp=1, top=50, max_micro_batch=2, headroom=0.0,
+              recompute=rng.choice([None, "none"]), overhead_bytes=rng.choice([None, 0.0, 1e9]),
+              zero=rng.choice([None, 0, 1, 2, 3]), kernels=rng.choice(["te", "compile"]))
+    _memory_bound_is_exact(m, c, rng.choice([16, 32, 64]), kw, rng)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_memory_bound_of_one_micro_batch_pytorch_steps_is_exact(seed):
+    # FSDP2 steps of one micro-batch peak at the loss before any gradient:
+    # the bound takes the same larger of the two moments
+    rng = random.Random(3000 + seed)
+    heads = rng.choice([4, 8])
+    h = heads * rng.choice([32, 64])
+    m = hpgo.transformer(hidden=h, ffn=4 * h, heads=heads, layers=rng.choice([4, 8]),
+                         seq=rng.choice([512, 1024]), vocab=rng.choice([32000, 128256]),
+                         mlp=rng.choice(["gelu", "swiglu"]), flash=True)
+    c = hpgo.Cluster.preset("dgx-h100", nodes=1)
+    kw = dict(pp=1, top=50, max_micro_batch=4, headroom=0.0, zero=3, kernels="compile",
+              recompute=rng.choice([None, "none", "full"]))
+    everything = _memory_bound_is_exact(m, c, 16, kw, rng)
+    assert any(rp.memory.gradients == 0 for rp in everything)

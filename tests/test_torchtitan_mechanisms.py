@@ -139,9 +139,11 @@ def test_compile_blocks_runs_attention_on_flash_attention_2_on_hopper():
 def test_fsdp2_states_are_16_bytes_a_parameter():
     """torchtitan's FSDP2: the fp32 parameter is the only sharded copy (4 B),
     its fp32 gradient 4 B, AdamW's moments 8 B -- also in fp8 (torchao keeps
-    no fp8 weight); a distributed optimizer (zero 1) keeps 2 + 4 + 12 B."""
+    no fp8 weight); a distributed optimizer (zero 1) keeps 2 + 4 + 12 B.  (Two
+    micro-batches: the second one's peak finds the gradients made.)"""
     for precision in ("bf16", "fp8"):
-        r = hpgo.simulate(LLAMA8, H100, plan(), precision=precision, timeline=False)
+        r = hpgo.simulate(LLAMA8, H100, plan(micro_batch=1), precision=precision,
+                          timeline=False)
         mem = r.memory[0]
         shard = r.devices[0]["params"] / 8
         assert mem.weights == pytest.approx(4 * shard, rel=1e-12)
@@ -151,6 +153,36 @@ def test_fsdp2_states_are_16_bytes_a_parameter():
     shard = r.devices[0]["params"] / 8
     assert r.memory[0].weights == pytest.approx(2 * shard, rel=1e-12)
     assert r.memory[0].optimizer == pytest.approx(12 * shard, rel=1e-12)
+
+
+def test_one_micro_batch_step_peaks_at_its_loss_before_any_gradient():
+    """A PyTorch step of one micro-batch without a pipeline (torchtitan zeroes
+    the gradients with set_to_none before the forward; FSDP2 makes the
+    sharded ones during the backward) peaks at the loss with no gradient:
+    its peak is that moment's, or the layers' working set with every
+    gradient, whichever is larger.  Megatron's persistent gradient buffer,
+    accumulated micro-batches and PyTorch DDP's buckets keep them counted."""
+    one = hpgo.simulate(LLAMA8, H100, plan(), timeline=False)
+    st = one.stages[0]
+    mem = one.memory[0]
+    shard = one.devices[0]["params"] / 8
+    assert mem.gradients == 0
+    with_grads = mem.total + 4 * shard
+    assert mem.total < with_grads
+    # the loss's moment is the larger one here: its working set is the stage's
+    assert st["transient_bytes"] == pytest.approx(mem.activations - st["activation_bytes"],
+                                                  rel=1e-9)
+    # two micro-batches, Megatron's buffer, DDP's buckets: gradients held at the peak
+    for p in (plan(micro_batch=1), plan(kernels="te"), plan(zero=1)):
+        r = hpgo.simulate(LLAMA8, H100, p, timeline=False)
+        assert r.memory[0].gradients > 0, p
+    # a plan of one GPU (the profiled step) frees them too; one with a
+    # pipeline does not
+    solo = hpgo.simulate(LLAMA8.with_(layers=4), H100, plan(dp=1, zero=0, global_batch=2),
+                         timeline=False)
+    assert solo.memory[0].gradients == 0
+    piped = hpgo.simulate(LLAMA8, H100, plan(pp=2, dp=4, global_batch=8), timeline=False)
+    assert all(m.gradients > 0 for m in piped.memory)
 
 
 def test_pipelining_keeps_every_micro_batchs_logits_on_the_last_stage():

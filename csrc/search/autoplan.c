@@ -184,10 +184,8 @@ static int device_fits(const search_t *S, const hpgo_parplan_t *p, const hpgo_st
                        int32_t d, int64_t m, const hpgo_device_load_t *load, double act)
 {
     hpgo_mem_t mem;
-    hpgo_memory_breakdown3(S->c, p, S->w->precision, load->params, load->expert_params,
-                           load->max_layer_params, act + load->transient,
-                           load->max_act + load->transient, S->overhead + load->state_bytes,
-                           hpgo_step_accum_params(p, sc, d, m), &mem);
+    hpgo_step_peak_memory(S->c, p, S->w->precision, sc, d, m, act, S->overhead + load->state_bytes,
+                          &mem);
     return !(mem.total > mem.capacity * (1 + 1e-9));
 }
 

@@ -490,6 +490,47 @@ void hpgo_step_sync_bounds(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int
     }
 }
 
+/* Whether an even plan's device peaks before its step holds gradients: a
+ * PyTorch step of one micro-batch without a pipeline reaches its output
+ * layer and loss's working set at the start of the backward, before the
+ * backward has made any gradient -- torchtitan's train step zeroes them
+ * with set_to_none before the forward (optimizers.zero_grad), FSDP2 makes
+ * the sharded ones at each reduce-scatter, and one GPU's step makes its
+ * own in the backward.  Megatron's DDP holds its contiguous gradient
+ * buffer through the step, and so do PyTorch DDP's buckets (dp > 1
+ * without FSDP); with micro-batches accumulated, the later ones find the
+ * gradients made. */
+static int peaks_before_grads(const hpgo_parplan_t *p, int64_t m, const hpgo_stage_cost_t *st)
+{
+    return p->kernels != HPGO_KS_TE && p->n_groups == 0 && p->pp == 1 && p->vstages == 1 &&
+           m == 1 && (p->zero >= 3 || (int64_t)p->dp * p->cp == 1) && st->head_transient > 0;
+}
+
+void hpgo_step_peak_memory(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
+                           const hpgo_stage_cost_t *sc, int32_t d, int64_t m, double stored,
+                           double other, hpgo_mem_t *out)
+{
+    hpgo_device_load_t load;
+    hpgo_step_device_load(p, sc, d, &load);
+    double accum = hpgo_step_accum_params(p, sc, d, m);
+    if (!peaks_before_grads(p, m, &sc[0])) {
+        hpgo_memory_breakdown3(c, p, precision, load.params, load.expert_params,
+                               load.max_layer_params, stored + load.transient,
+                               load.max_act + load.transient, other, accum, out);
+        return;
+    }
+    /* the loss's working set with no gradient yet, or the layers' (with
+     * every gradient counted, an upper figure for the backward) */
+    hpgo_mem_t a, b;
+    hpgo_memory_breakdown4(c, p, precision, load.params, load.expert_params, load.max_layer_params,
+                           stored + sc[0].head_transient, load.max_act + sc[0].head_transient,
+                           other, accum, 0, &a);
+    hpgo_memory_breakdown4(c, p, precision, load.params, load.expert_params, load.max_layer_params,
+                           stored + sc[0].layer_transient, load.max_act + sc[0].layer_transient,
+                           other, accum, 1, &b);
+    *out = a.total >= b.total ? a : b;
+}
+
 double hpgo_step_zero3_gather(const hpgo_cluster_t *c, const hpgo_parplan_t *p,
                               const hpgo_stage_cost_t *st)
 {
@@ -1702,9 +1743,13 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
         o->part = e.uneven ? p->groups[d].part : 0;
         o->speed = v->speed;
         double accum_p = hpgo_step_accum_params(p, sc, d, m);
-        hpgo_memory_breakdown3(v->c, &v->p, w->precision, params, load.expert_params, maxlayer,
-                               s->peak + transient, load.max_act + transient,
-                               overhead + load.state_bytes, accum_p, &o->mem);
+        if (e.uneven)
+            hpgo_memory_breakdown3(v->c, &v->p, w->precision, params, load.expert_params,
+                                   maxlayer, s->peak + transient, load.max_act + transient,
+                                   overhead + load.state_bytes, accum_p, &o->mem);
+        else
+            hpgo_step_peak_memory(c, p, w->precision, sc, d, m, s->peak,
+                                  overhead + load.state_bytes, &o->mem);
         if (v->mixed) {
             /* memory per GPU type: each part's largest replica, its
              * activations scaled from the stage's; the least relative

@@ -137,6 +137,16 @@ double hpgo_step_mb_scatter(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
 void hpgo_step_sync_bounds(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int precision,
                            const hpgo_stage_cost_t *sc, int32_t d, int64_t m, int fused,
                            double *compute_extra, double *step_extra);
+/* Memory of an even plan's device d at its peak with `stored` bytes of
+ * stored activations (the engine's peak; a lower figure gives a lower
+ * bound): the model states, the stage's working set and `other`.  A
+ * PyTorch step of one micro-batch without a pipeline peaks at its loss
+ * before any gradient exists (engine.c says when), so its peak is the
+ * larger of that moment without gradients and the layers' working set
+ * with them. */
+void hpgo_step_peak_memory(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
+                           const hpgo_stage_cost_t *sc, int32_t d, int64_t m, double stored,
+                           double other, hpgo_mem_t *out);
 /* Parameters whose gradients device d holds unsharded at once under
  * FSDP2 with torch.distributed.pipelining (engine.c says when), or -1
  * where memory.c's rule (every dense parameter) applies. */

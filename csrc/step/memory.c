@@ -54,6 +54,15 @@ void hpgo_memory_breakdown3(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
                             double activations, double act_one, double other,
                             double accum_params, hpgo_mem_t *out)
 {
+    hpgo_memory_breakdown4(c, p, precision, params, expert_params, max_layer_params, activations,
+                           act_one, other, accum_params, 1, out);
+}
+
+void hpgo_memory_breakdown4(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
+                            double params, double expert_params, double max_layer_params,
+                            double activations, double act_one, double other,
+                            double accum_params, int grads_held, hpgo_mem_t *out)
+{
     double wb, gb, ob;
     hpgo_work_state_bytes(precision, p->fp8_params, &wb, &gb, &ob);
     double wgather = wb; /* bytes of a gathered (unsharded) weight */
@@ -75,7 +84,9 @@ void hpgo_memory_breakdown3(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
     double de = edp > 0 ? (double)edp : 1; /* ... and an expert's over its replicas */
     double dense = params - expert_params, ex = expert_params;
     out->weights = dense * wb / (p->zero >= 3 ? d : 1) + ex * wb / (p->zero >= 3 ? de : 1);
-    out->gradients = dense * gb / (p->zero >= 2 ? d : 1) + ex * gb / (p->zero >= 2 ? de : 1);
+    out->gradients = grads_held ? dense * gb / (p->zero >= 2 ? d : 1) +
+                                      ex * gb / (p->zero >= 2 ? de : 1)
+                                : 0;
     out->optimizer = dense * ob / (p->zero >= 1 ? d : 1) + ex * ob / (p->zero >= 1 ? de : 1);
     out->host = 0;
     if (p->offload_optimizer) {

@@ -58,5 +58,11 @@ void hpgo_memory_breakdown3(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
                             double params, double expert_params, double max_layer_params,
                             double activations, double act_one, double other,
                             double accum_params, hpgo_mem_t *out);
+/* The same at a moment when the step holds no gradients (grads_held 0:
+ * gradients 0), or holds them (1: hpgo_memory_breakdown3). */
+void hpgo_memory_breakdown4(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
+                            double params, double expert_params, double max_layer_params,
+                            double activations, double act_one, double other,
+                            double accum_params, int grads_held, hpgo_mem_t *out);
 
 #endif

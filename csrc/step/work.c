@@ -2432,6 +2432,8 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
              * working set and a layer's are never held together.  Under
              * pipelining another chunk's passes can run between them
              * (interleaving, GPipe), and both are counted. */
+            o->layer_transient = o->transient;
+            o->head_transient = head;
             if (K == 1)
                 o->transient = head > o->transient ? head : o->transient;
             else

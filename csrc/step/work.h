@@ -100,6 +100,8 @@ typedef struct hpgo_stage_cost {
     double act_w;            /* bytes still held after the input gradient, until the weight gradient */
     double act_layers;       /* part of act stored by the transformer layers (no edge extras) */
     double transient;        /* bytes needed once while the stage computes (full-recompute working set, logits) */
+    double head_transient;   /* the output layer and loss's part of it (0 on stages without them) */
+    double layer_transient;  /* the layers' part (where head_transient > 0) */
     double params;           /* parameters on the GPU (after tp sharding, before ZeRO) */
     double emb_params;       /* part of params that is embedding / output layer */
     double send_bytes;       /* bytes each GPU sends to the next stage per micro-batch (and the gradient back) */
