@@ -26,11 +26,11 @@ runtime: ``host_memory_bytes`` (CPU memory per node), ``host_bandwidth``
 (bytes/s per GPU and direction over its PCIe link) and
 ``host_memory_bandwidth`` (a node's CPU memory bandwidth), which price
 offloading; ``allocator_fragmentation`` (the share of the caching
-allocator's reserved memory it cannot reuse: 0 by default, the part of
-it the eager loss leaves priced in its working set;
+allocator's reserved memory it cannot reuse: 0 by default; plans under
+torchtitan's 2024 kernel sets are priced with at least
 ``hpgo.cluster.ALLOCATOR_FRAGMENTATION``, GMLake's 9.2 of 80 GB for the
-stock allocator, which expandable segments leave about where it is on
-one H100, see docs/training-model.md); ``jitter`` (the coefficient of
+stock allocator, which torchtitan's block reserved on one H100 with
+expandable segments, see docs/training-model.md); ``jitter`` (the coefficient of
 variation of one GPU's time between two synchronisations; the step waits
 for the slowest of its GPUs; 0 by default: the published figures
 disagree, see docs/training-model.md) and ``nccl_latency`` (price

@@ -1,6 +1,6 @@
 """What PyTorch's training loop holds at its memory peak: the head's and a
 layer's working sets apart without pipelining, the caching allocator's
-reserve after the eager loss, FSDP2's gathered root, and the buffers of
+measured reserve, FSDP2's gathered root, and the buffers of
 PyTorch's context parallelism around SDPA (docs/training-model.md,
 "torchtitan as its benchmarks ran" and "Attention, tensor-parallel
 overlap, context parallelism, recomputation")."""
@@ -39,28 +39,44 @@ def test_head_and_layer_working_sets_are_not_held_together_without_pipelining():
         assert one < layer + head
 
 
-def test_eager_loss_leaves_a_hole_the_allocator_cannot_reuse():
-    """The freed 16-bit logits and fp32 copy (6 B a logit) hold the zeroed
-    gradient but not also the log-softmax backward's result: 2 B a logit
-    more reserved -- without pipelining only (the pipeline stage keeps the
-    logits) and only when the forward left no free block of 4 B a logit."""
+def test_torchtitans_block_prices_the_allocators_measured_reserve():
+    """Under torchtitan's 2024 kernel sets (compile-blocks, eager-unfused-norm)
+    the caching allocator with expandable segments reserves the measured share
+    of its reserved peak beyond the allocated bytes -- 0.115, between what
+    torchtitan's block reserved on one H100 (10.8-12.2 %) -- which covers the
+    block the eager loss's backward maps anew: the loss adds its 12 B a logit
+    and nothing apart.  Other kernel sets keep the cluster's share (0 in the
+    presets; plain PyTorch steps reserved 0.6-7.9 %, within the headroom), and
+    the eager set without a reserve prices that block, 2 B a logit; a
+    cluster's larger share wins everywhere."""
+    f = hpgo.cluster.ALLOCATOR_FRAGMENTATION
     kw = dict(recompute="full", zero=3)
     V = -(-LLAMA8.vocab // 128) * 128
     T = LLAMA8.seq
     a, b = stages(kernels="compile", **kw), stages(kernels="compile-blocks", **kw)
     assert b[0]["transient_bytes"] - a[0]["transient_bytes"] == \
-        pytest.approx((12 + 2 - 4) * T * V + (8 - 4) * T * LLAMA8.hidden, rel=1e-12)
-    a, b = (stages(kernels=k, pp=2, dp=4, **kw) for k in ("compile", "compile-blocks"))
-    assert b[1]["transient_bytes"] - a[1]["transient_bytes"] == \
         pytest.approx((12 - 4) * T * V + (8 - 4) * T * LLAMA8.hidden, rel=1e-12)
-    # a vocabulary whose fp32 logits (4 B each) fit in the layer's freed
-    # working set W, the eager head (12 B a logit) still above it: no hole
-    W = stages(kernels="compile-blocks", pp=2, dp=4, **kw)[0]["transient_bytes"]
-    vocab = int(W / (2 * 4 * T)) // 128 * 128
-    small = dataclasses.replace(LLAMA8, vocab=vocab)
-    b = stages(small, kernels="compile-blocks", **kw)[0]["transient_bytes"]
-    assert 4 * T * vocab < W < b
-    assert b == pytest.approx(12 * T * vocab + 8 * T * LLAMA8.hidden, rel=1e-12)
+    e = stages(kernels="eager", **kw)
+    assert e[0]["transient_bytes"] - b[0]["transient_bytes"] == pytest.approx(2 * T * V, rel=1e-12)
+
+    def mem(cluster=H100, **p):
+        # ZeRO 1: nothing held beside the 2 GB of `other` outside the allocator
+        base = dict(dp=8, zero=1, micro_batch=1, global_batch=16, recompute="full")
+        base.update(p)
+        return hpgo.simulate(LLAMA8, cluster, hpgo.ParallelPlan(**base), timeline=False).memory[0]
+
+    def allocated(m):
+        return m.weights + m.gradients + m.optimizer + m.activations + m.other - 2e9
+
+    for k in ("compile-blocks", "eager-unfused-norm"):
+        m = mem(kernels=k)
+        assert m.reserved == pytest.approx(allocated(m) * f / (1 - f), rel=1e-9), k
+    for k in ("compile", "eager", "te"):
+        assert mem(kernels=k).reserved == 0, k
+    more = dataclasses.replace(H100, allocator_fragmentation=0.2)
+    for k in ("compile-blocks", "compile", "te"):
+        m = mem(more, kernels=k)
+        assert m.reserved == pytest.approx(allocated(m) * 0.2 / 0.8, rel=1e-9), k
 
 
 def test_fsdp2_keeps_its_root_gathered_through_the_step():

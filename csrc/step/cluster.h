@@ -94,6 +94,21 @@ typedef struct hpgo_level {
  * segments). */
 #define HPGO_ALLOC_FRAG_GMLAKE (9.2 / 80.0)
 
+/* The reserve of torchtitan's 2024 block (blocks compiled one by one, its
+ * loss and final norm eager: kernel sets compile-blocks and
+ * eager-unfused-norm) under the caching allocator with expandable
+ * segments, as torchtitan runs it: on one H100 SXM5 it reserved 12.2 %
+ * (op-level checkpointing) and 10.8 % (full) of its reserved peak beyond
+ * the allocated one (profiles/h100-sxm5-torchtitan-steps.json,
+ * expandable_segments; the eager block 12.3 % with the stock allocator),
+ * GMLake's figure between them; taken at GMLake's.  It covers the block
+ * the eager loss's backward maps anew (work.c eager_loss_hole).  Plain
+ * PyTorch steps, whose loss leaves a smaller working set, reserved 0.6-7.9 %
+ * (profiles/h100-sxm5-expandable-steps.json), which the default headroom
+ * covers. */
+#define HPGO_ALLOC_FRAG_TITAN HPGO_ALLOC_FRAG_GMLAKE
+
+
 /* The host side, the runtime and losses at scale (cluster.c has the
  * sources of the defaults). */
 typedef struct hpgo_system {
@@ -163,6 +178,7 @@ typedef struct hpgo_cluster {
     int32_t n_slow;
     const hpgo_gpu_speed_t *slow;
 } hpgo_cluster_t;
+
 
 /* Fill *out with the preset `name` ("dapple-v100", "dgx1-v100",
  * "dgx1-v100-16gb", "dgx2h-v100", "dgx-a100-40gb", "dgx-a100-80gb",

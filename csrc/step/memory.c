@@ -49,6 +49,15 @@
 /* DeepSpeed ZeRO-1/2 reduce_bucket_size default (zero/config.py), elements */
 #define DS_REDUCE_BUCKET 5e8
 
+double hpgo_alloc_frag(const hpgo_cluster_t *c, int32_t kernels)
+{
+    double f = c->sys.alloc_frag;
+    if ((kernels == HPGO_KS_COMPILE_BLOCKS || kernels == HPGO_KS_EAGER_UNFUSED_NORM) &&
+        f < HPGO_ALLOC_FRAG_TITAN)
+        f = HPGO_ALLOC_FRAG_TITAN;
+    return f;
+}
+
 void hpgo_memory_breakdown3(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
                             double params, double expert_params, double max_layer_params,
                             double activations, double act_one, double other,
@@ -116,7 +125,7 @@ void hpgo_memory_breakdown4(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
         run += (p->overlap_grad_reduce ? 2 : 1) * bucket * wb;
     }
     double allocated = out->weights + out->gradients + out->optimizer + act + run;
-    double f = c->sys.alloc_frag;
+    double f = hpgo_alloc_frag(c, p->kernels);
     out->reserved = f > 0 && f < 1 ? allocated * f / (1 - f) : 0;
     out->other = other + run;
     out->total = allocated + other + out->reserved;

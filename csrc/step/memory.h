@@ -58,6 +58,10 @@ void hpgo_memory_breakdown3(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
                             double params, double expert_params, double max_layer_params,
                             double activations, double act_one, double other,
                             double accum_params, hpgo_mem_t *out);
+/* The reserve share a plan's memory is priced with: the cluster's
+ * alloc_frag, and at least the one measured for torchtitan's block under
+ * its kernel sets (compile-blocks, eager-unfused-norm; cluster.h). */
+double hpgo_alloc_frag(const hpgo_cluster_t *c, int32_t kernels);
 /* The same at a moment when the step holds no gradients (grads_held 0:
  * gradients 0), or holds them (1: hpgo_memory_breakdown3). */
 void hpgo_memory_breakdown4(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,

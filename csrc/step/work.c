@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "cost.h"
+#include "memory.h"
 
 /* ---- kernels ------------------------------------------------------------ */
 
@@ -2420,7 +2421,9 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
                  * fp32 softmax beside the bf16 gradient (backward) */
                 per_logit = 6;
             else if (eager_loss) {
-                per_logit += eager_loss_hole(K > 1, o->transient, 4 * s.T * s.V / s.t);
+                /* the hole is part of the reserve where one is priced */
+                if (!(hpgo_alloc_frag(c, p->kernels) > 0))
+                    per_logit += eager_loss_hole(K > 1, o->transient, 4 * s.T * s.V / s.t);
                 norm = eager_norm_bytes();
             }
             double head = (norm * s.T * s.h + per_logit * s.T * s.V) / s.t;
