@@ -108,7 +108,6 @@ typedef struct hpgo_level {
  * covers. */
 #define HPGO_ALLOC_FRAG_TITAN HPGO_ALLOC_FRAG_GMLAKE
 
-
 /* The host side, the runtime and losses at scale (cluster.c has the
  * sources of the defaults). */
 typedef struct hpgo_system {
@@ -178,7 +177,6 @@ typedef struct hpgo_cluster {
     int32_t n_slow;
     const hpgo_gpu_speed_t *slow;
 } hpgo_cluster_t;
-
 
 /* Fill *out with the preset `name` ("dapple-v100", "dgx1-v100",
  * "dgx1-v100-16gb", "dgx2h-v100", "dgx-a100-40gb", "dgx-a100-80gb",
