@@ -166,10 +166,7 @@ def test_one_micro_batch_step_peaks_at_its_loss_before_any_gradient():
     one = hpgo.simulate(LLAMA8, H100, plan(), timeline=False)
     st = one.stages[0]
     mem = one.memory[0]
-    shard = one.devices[0]["params"] / 8
     assert mem.gradients == 0
-    with_grads = mem.total + 4 * shard
-    assert mem.total < with_grads
     # the loss's moment is the larger one here: its working set is the stage's
     assert st["transient_bytes"] == pytest.approx(mem.activations - st["activation_bytes"],
                                                   rel=1e-9)
