@@ -22,14 +22,17 @@ def cuda_torch(script: str):
     return torch
 
 
-def median_seconds(torch, fn, reps: int, warmup: int = 1) -> float:
+def median_seconds(torch, fn, reps: int, warmup: int = 1, before=None) -> float:
     """Median seconds of ``fn`` over ``reps`` runs timed by CUDA events,
-    after ``warmup`` untimed runs."""
+    after ``warmup`` untimed runs; ``before`` (untimed) is called before
+    each timed run."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     out = []
     for _ in range(reps):
+        if before is not None:
+            before()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         fn()

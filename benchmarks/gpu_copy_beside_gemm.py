@@ -12,7 +12,6 @@ the copy's own bandwidth alone and beside them::
     python benchmarks/gpu_copy_beside_gemm.py -o copy-beside-gemm.json
 """
 import argparse
-import statistics
 import sys
 
 from _gpu import cuda_torch, device_doc, median_seconds, write_json
@@ -85,19 +84,15 @@ def main(argv=None) -> int:
             bw = next(c["bytes_per_second"] for c in doc["copy"] if c["blocks"] == b)
             # rounds enough to outlast the GEMMs three times over
             rounds = max(2, int(3 * t_alone * bw / (2 * 4 * n)) + 1)
-            got = []
-            for _ in range(a.reps):
+
+            def start_copy(b=b, rounds=rounds):
                 with torch.cuda.stream(side):
                     copy(b, rounds)
                 # let the copy's blocks become resident before the GEMMs start
                 torch.cuda._sleep(2_000_000)
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                gemm()
-                e1.record()
-                torch.cuda.synchronize()
-                got.append(e0.elapsed_time(e1) / 1e3)
-            row["beside"][str(b)] = statistics.median(got)
+
+            row["beside"][str(b)] = median_seconds(torch, gemm, a.reps, warmup=0,
+                                                   before=start_copy)
         doc["rows"].append(row)
         print(f"{name:8s} alone {t_alone * 1e3:7.3f} ms  " + "  ".join(
             f"{b} blocks x{row['beside'][str(b)] / t_alone:.3f}" for b in BLOCKS), flush=True)

@@ -184,8 +184,8 @@ static int device_fits(const search_t *S, const hpgo_parplan_t *p, const hpgo_st
                        int32_t d, int64_t m, const hpgo_device_load_t *load, double act)
 {
     hpgo_mem_t mem;
-    hpgo_step_peak_memory(S->c, p, S->w->precision, sc, d, m, act, S->overhead + load->state_bytes,
-                          &mem);
+    hpgo_step_peak_memory(S->c, p, S->w->precision, sc, d, m, load, act,
+                          S->overhead + load->state_bytes, &mem);
     return !(mem.total > mem.capacity * (1 + 1e-9));
 }
 
@@ -217,6 +217,16 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
         return;
     }
     double *back = before + K + 1;
+    /* each device's load, once */
+    hpgo_device_load_t *loads = malloc(sizeof *loads * (size_t)p.pp);
+    if (!loads) {
+        cd->state = ST_NOMEM;
+        free(before);
+        free(sc);
+        return;
+    }
+    for (int32_t d = 0; d < p.pp; d++)
+        hpgo_step_device_load(&p, sc, d, &loads[d]);
     int fused = p.schedule == HPGO_PS_GPIPE || p.schedule == HPGO_PS_1F1B ||
                 p.schedule == HPGO_PS_INTERLEAVED;
     before[0] = back[0] = 0;
@@ -227,10 +237,9 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
     /* the memory bound first: a candidate that cannot fit needs no time
      * bound unless every candidate is simulated (and its bounds checked) */
     for (int32_t d = 0; d < p.pp && fits; d++) {
-        hpgo_device_load_t load;
-        hpgo_step_device_load(&p, sc, d, &load);
-        double act = p.schedule == HPGO_PS_ZBV ? load.sum_act
-                                               : (double)inflight_lb(&p, m, d) * load.min_act;
+        const hpgo_device_load_t *load = &loads[d];
+        double act = p.schedule == HPGO_PS_ZBV ? load->sum_act
+                                               : (double)inflight_lb(&p, m, d) * load->min_act;
         if (p.schedule == HPGO_PS_ZBV && d == 0) {
             /* until the first micro-batch comes back to device 0's second
              * chunk (the forwards of stages 0 .. 2p-2 later), device 0 can
@@ -243,11 +252,12 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
                 n0 = 1;
             act = n0 * sc[0].act + sc[K - 1].act;
         }
-        fits = device_fits(S, &p, sc, d, m, &load, act);
+        fits = device_fits(S, &p, sc, d, m, load, act);
     }
     cd->mem_lb_over = (int8_t)!fits;
     if (!fits && !S->o->exhaustive) {
         cd->state = ST_MEMORY;
+        free(loads);
         free(before);
         free(sc);
         return;
@@ -258,25 +268,23 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
     double *opt = malloc(sizeof(double) * 2 * (size_t)p.pp);
     if (!opt) {
         cd->state = ST_NOMEM;
+        free(loads);
         free(before);
         free(sc);
         return;
     }
     double *extra = opt + p.pp;
     for (int32_t d = 0; d < p.pp; d++) {
-        hpgo_device_load_t load;
-        hpgo_step_device_load(&p, sc, d, &load);
         double step_extra;
-        hpgo_step_sync_bounds(S->c, &p, S->w->precision, sc, d, m, fused, &extra[d], &step_extra);
+        hpgo_step_sync_bounds(S->c, &p, S->w->precision, sc, d, m, fused, &loads[d], &extra[d],
+                              &step_extra);
         opt[d] = hpgo_step_optimizer_seconds(S->c, &p,
-                                             hpgo_step_shard_params(&p, load.params,
-                                                                    load.expert_params)) +
+                                             hpgo_step_shard_params(&p, loads[d].params,
+                                                                    loads[d].expert_params)) +
                  step_extra;
     }
     for (int32_t d = 0; d < p.pp; d++) {
-        hpgo_device_load_t load;
-        hpgo_step_device_load(&p, sc, d, &load);
-        double busy = (double)m * load.work + blocked_sends(S, &p, sc, d, m) +
+        double busy = (double)m * loads[d].work + blocked_sends(S, &p, sc, d, m) +
                       zero3_gathers(S, &p, sc, d, m, fused);
         /* the device's lowest stage is d: nothing reaches it before the
          * forwards of the stages below; with fused backwards (and Megatron's
@@ -325,6 +333,7 @@ static void bound_one(search_t *S, int64_t j, hpgo_work_cache_t *cache)
             lb = t;
     }
     free(opt);
+    free(loads);
     free(before);
     free(sc);
     cd->lb = lb;

@@ -416,16 +416,50 @@ static double gathered_pass(double ag, const hpgo_stage_cost_t *st, double dur)
     return dur + ag1;
 }
 
-double hpgo_step_mb_scatter(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int precision,
-                            const hpgo_stage_cost_t *st, int64_t m)
+/* Whether an even plan's gradients are synchronised over replicas: dp x cp
+ * of them, or the routed experts' over their expert data-parallel group. */
+static int even_replicas(const hpgo_parplan_t *p)
 {
-    int replicas = p->dp * p->cp > 1 || hpgo_parplan_edp(p) > 1;
-    if (p->n_groups > 0 || !(p->zero >= 2 && replicas && !(p->zero >= 3 && p->pp > 1 && m > 1)))
-        return 0;
+    return p->dp * p->cp > 1 || hpgo_parplan_edp(p) > 1;
+}
+
+/* A device's view of an even plan on the cluster itself (even_views). */
+static devview_t even_view(const hpgo_cluster_t *c, const hpgo_parplan_t *p)
+{
     devview_t v = {0};
     v.c = c;
     v.p = *p;
     v.speed = 1;
+    v.replicas = even_replicas(p);
+    return v;
+}
+
+/* ZeRO-2/3 reduce-scatter each micro-batch's gradients (DeepSpeed; FSDP2
+ * without pipelining: torchtitan leaves gradient sync on), except FSDP
+ * under pipeline parallelism (P devices, m micro-batches), which
+ * accumulates them unsharded and reduce-scatters once after the stage's
+ * last backward (torch/distributed/pipelining/stage.py; Llama 3 section
+ * 3.3.2). */
+static int per_mb_scatter(const hpgo_parplan_t *p, int replicas, int32_t P, int64_t m)
+{
+    return p->zero >= 2 && replicas && !(p->zero >= 3 && P > 1 && m > 1);
+}
+
+/* The collective that synchronises the gradients after the backward:
+ * DeepSpeed's pipeline engine under ZeRO-1 all-reduces the fp32 gradients
+ * (_exec_reduce_grads -> _bf16_reduce_grads); ZeRO shards reduce-scatter. */
+static int sync_collective(const hpgo_parplan_t *p)
+{
+    int ds_ar = p->zero == 1 && p->optimizer_impl == HPGO_OPT_DEEPSPEED_BF16;
+    return p->zero >= 1 && !ds_ar ? HPGO_COLL_REDUCE_SCATTER : HPGO_COLL_ALLREDUCE;
+}
+
+double hpgo_step_mb_scatter(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int precision,
+                            const hpgo_stage_cost_t *st, int64_t m)
+{
+    if (p->n_groups > 0 || !per_mb_scatter(p, even_replicas(p), p->pp, m))
+        return 0;
+    devview_t v = even_view(c, p);
     double wbytes, gbytes, obytes;
     hpgo_work_state_bytes(precision, p->fp8_params, &wbytes, &gbytes, &obytes);
     if (!p->overlap_grad_reduce)
@@ -437,24 +471,18 @@ double hpgo_step_mb_scatter(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
 
 void hpgo_step_sync_bounds(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int precision,
                            const hpgo_stage_cost_t *sc, int32_t d, int64_t m, int fused,
-                           double *compute_extra, double *step_extra)
+                           const hpgo_device_load_t *load, double *compute_extra,
+                           double *step_extra)
 {
     *compute_extra = *step_extra = 0;
-    int replicas = p->dp * p->cp > 1 || hpgo_parplan_edp(p) > 1;
-    if (p->n_groups > 0 || !replicas)
+    if (p->n_groups > 0 || !even_replicas(p))
         return;
-    devview_t v = {0};
-    v.c = c;
-    v.p = *p;
-    v.speed = 1;
-    int per_mb_rs = p->zero >= 2 && !(p->zero >= 3 && p->pp > 1 && m > 1);
+    devview_t v = even_view(c, p);
+    int per_mb_rs = per_mb_scatter(p, 1, p->pp, m);
     int accum = hpgo_step_torch_pipeline(p) && hpgo_step_fsdp_accumulates(p, m);
     double wbytes, gbytes, obytes;
     hpgo_work_state_bytes(precision, p->fp8_params, &wbytes, &gbytes, &obytes);
-    int ds_ar = p->zero == 1 && p->optimizer_impl == HPGO_OPT_DEEPSPEED_BF16;
-    int op_sync = p->zero >= 1 && !ds_ar ? HPGO_COLL_REDUCE_SCATTER : HPGO_COLL_ALLREDUCE;
-    hpgo_device_load_t load;
-    hpgo_step_device_load(p, sc, d, &load);
+    int op_sync = sync_collective(p);
     double hid = 0, one_lo = INFINITY, one_hi = 0;
     for (int32_t ch = 0; ch < p->vstages; ch++) {
         const hpgo_stage_cost_t *st = &sc[hpgo_sched_stage(p->schedule, p->pp, p->vstages, d, ch)];
@@ -468,16 +496,16 @@ void hpgo_step_sync_bounds(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int
             hid += (nb - 1) * tb < last ? (nb - 1) * tb : last;
         }
         double layer = per_mb_rs ? 0 : st->params / nb;
-        double one = layer > 0 && load.params > 0
+        double one = layer > 0 && load->params > 0
                          ? grad_coll(0, &v, HPGO_COLL_ALLGATHER, layer,
-                                     layer * load.expert_params / load.params, 2)
+                                     layer * load->expert_params / load->params, 2)
                          : 0;
         one_lo = one < one_lo ? one : one_lo;
         one_hi = one > one_hi ? one : one_hi;
     }
     *compute_extra = dp_contention(hid);
     if (p->zero >= 1 && p->zero <= 2) {
-        double t_ag = grad_coll(0, &v, HPGO_COLL_ALLGATHER, load.params, load.expert_params, 2);
+        double t_ag = grad_coll(0, &v, HPGO_COLL_ALLGATHER, load->params, load->expert_params, 2);
         if (p->overlap_grad_reduce) {
             /* the engine's exposed first-layer gather is the first chunk's
              * in completion order: at least the least of them, and the rest
@@ -507,11 +535,11 @@ static int peaks_before_grads(const hpgo_parplan_t *p, int64_t m, const hpgo_sta
 }
 
 void hpgo_step_peak_memory(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
-                           const hpgo_stage_cost_t *sc, int32_t d, int64_t m, double stored,
-                           double other, hpgo_mem_t *out)
+                           const hpgo_stage_cost_t *sc, int32_t d, int64_t m,
+                           const hpgo_device_load_t *ld, double stored, double other,
+                           hpgo_mem_t *out)
 {
-    hpgo_device_load_t load;
-    hpgo_step_device_load(p, sc, d, &load);
+    const hpgo_device_load_t load = *ld;
     double accum = hpgo_step_accum_params(p, sc, d, m);
     if (!peaks_before_grads(p, m, &sc[0])) {
         hpgo_memory_breakdown3(c, p, precision, load.params, load.expert_params,
@@ -534,13 +562,9 @@ void hpgo_step_peak_memory(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int
 double hpgo_step_zero3_gather(const hpgo_cluster_t *c, const hpgo_parplan_t *p,
                               const hpgo_stage_cost_t *st)
 {
-    if (p->zero < 3 || p->n_groups > 0 ||
-        !(p->dp * p->cp > 1 || hpgo_parplan_edp(p) > 1))
+    if (p->zero < 3 || p->n_groups > 0 || !even_replicas(p))
         return 0;
-    devview_t v = {0};
-    v.c = c;
-    v.p = *p;
-    v.speed = 1;
+    devview_t v = even_view(c, p);
     return zero3_gather(0, &v, st);
 }
 
@@ -845,7 +869,7 @@ static int even_views(eng_t *e, hpgo_err_t *err)
                             "%lld: give each pipeline stage its own group (stages) on a cluster "
                             "of several GPU types",
                             (long long)(per * e->P), (long long)p0);
-    int replicas = p->dp * p->cp > 1 || hpgo_parplan_edp(p) > 1;
+    int replicas = even_replicas(p);
     for (int32_t d = 0; d < e->P; d++) {
         devview_t *v = &e->views[d];
         v->c = c;
@@ -1337,12 +1361,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     hpgo_cancel_t *cancel = opts ? opts->cancel : NULL;
     /* gradients to synchronise: dense ones over dp x cp, expert ones over
      * the expert data-parallel group (which can exceed 1 with dp x cp = 1) */
-    /* ZeRO-2/3 reduce-scatter each micro-batch's gradients (DeepSpeed; FSDP2
-     * without pipelining: torchtitan leaves gradient sync on), except FSDP
-     * under pipeline parallelism, which accumulates them unsharded and
-     * reduce-scatters once after the stage's last backward
-     * (torch/distributed/pipelining/stage.py; Llama 3 section 3.3.2) */
-#define PER_MB_RS(v) (p->zero >= 2 && (v)->replicas && !(p->zero >= 3 && P > 1 && m > 1))
+    /* per_mb_scatter on a device's view */
+#define PER_MB_RS(v) per_mb_scatter(p, (v)->replicas, P, m)
     /* activations offloaded to the host go down after each forward and come
      * back before the backward on the GPU's host link, beside the compute
      * (Megatron's fine-grained activation offloading, spec 6) */
@@ -1635,10 +1655,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
             if (s->dp_free > sync)
                 sync = s->dp_free;
         } else if (v->replicas) {
-            /* DeepSpeed's pipeline engine under ZeRO-1 all-reduces the fp32
-             * gradients (_exec_reduce_grads -> _bf16_reduce_grads) */
-            int ds_ar = p->zero == 1 && p->optimizer_impl == HPGO_OPT_DEEPSPEED_BF16;
-            int op_sync = p->zero >= 1 && !ds_ar ? HPGO_COLL_REDUCE_SCATTER : HPGO_COLL_ALLREDUCE;
+            int op_sync = sync_collective(p);
             /* chunks in the order their gradients complete */
             for (int32_t ch = 0; ch < V; ch++)
                 order[ch] = ch;
@@ -1748,7 +1765,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                                    maxlayer, s->peak + transient, load.max_act + transient,
                                    overhead + load.state_bytes, accum_p, &o->mem);
         else
-            hpgo_step_peak_memory(c, p, w->precision, sc, d, m, s->peak,
+            hpgo_step_peak_memory(c, p, w->precision, sc, d, m, &load, s->peak,
                                   overhead + load.state_bytes, &o->mem);
         if (v->mixed) {
             /* memory per GPU type: each part's largest replica, its

@@ -129,24 +129,27 @@ double hpgo_step_gathered_pass(double ag, const hpgo_stage_cost_t *st, double du
 double hpgo_step_mb_scatter(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int precision,
                             const hpgo_stage_cost_t *st, int64_t m);
 /* Least time an even plan's gradient synchronisation adds to device d
- * of a step of m micro-batches (engine.c, for the search's bound): to its
- * compute, the slowdown beside the gradient buckets that overlap each
- * chunk's last backward (whose pass is at least B + W under fused
- * schedules, W otherwise); to its optimizer step, ZeRO 1 / 2's parameter
- * all-gather. */
+ * (`load` as hpgo_step_device_load gives it) in a step of m micro-batches
+ * (engine.c, for the search's bound): to its compute, the slowdown beside
+ * the gradient buckets that overlap each chunk's last backward (whose pass
+ * is at least B + W under fused schedules, W otherwise); to its optimizer
+ * step, ZeRO 1 / 2's parameter all-gather. */
 void hpgo_step_sync_bounds(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int precision,
                            const hpgo_stage_cost_t *sc, int32_t d, int64_t m, int fused,
-                           double *compute_extra, double *step_extra);
-/* Memory of an even plan's device d at its peak with `stored` bytes of
- * stored activations (the engine's peak; a lower figure gives a lower
- * bound): the model states, the stage's working set and `other`.  A
+                           const hpgo_device_load_t *load, double *compute_extra,
+                           double *step_extra);
+/* Memory of an even plan's device d (`load` as hpgo_step_device_load
+ * gives it) at its peak with `stored` bytes of stored activations (the
+ * engine's peak; a lower figure gives a lower bound): the model states,
+ * the stage's working set and `other`.  A
  * PyTorch step of one micro-batch without a pipeline peaks at its loss
  * before any gradient exists (engine.c says when), so its peak is the
  * larger of that moment without gradients and the layers' working set
  * with them. */
 void hpgo_step_peak_memory(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int32_t precision,
-                           const hpgo_stage_cost_t *sc, int32_t d, int64_t m, double stored,
-                           double other, hpgo_mem_t *out);
+                           const hpgo_stage_cost_t *sc, int32_t d, int64_t m,
+                           const hpgo_device_load_t *load, double stored, double other,
+                           hpgo_mem_t *out);
 /* Parameters whose gradients device d holds unsharded at once under
  * FSDP2 with torch.distributed.pipelining (engine.c says when), or -1
  * where memory.c's rule (every dense parameter) applies. */
