@@ -45,7 +45,16 @@ def runs_table(checks, title):
           f"{sum(e <= 0.10 for e in errs)} within 10 %, {sum(e <= 0.25 for e in errs)} within 25 %, "
           f"max {max(errs) * 100:.1f} %; {sum(c.fits for c in checks)} fit as published (* does not)"
           + (f"; measured peaks: median |error| {statistics.median(mems) * 100:.1f} %, "
-             f"{sum(e <= 0.15 for e in mems)} of {len(mems)} within 15 %" if mems else "") + "\n")
+             f"{sum(e <= 0.15 for e in mems)} of {len(mems)} within 15 %" if mems else ""))
+    by_source = {}
+    for c in checks:
+        by_source.setdefault(c.run.source_id.split("-")[0], []).append(c)
+    if len(by_source) > 1:
+        print("by source: " + "; ".join(
+            f"{k} {len(v)} run{'s' if len(v) > 1 else ''}, median {statistics.median(abs(c.error) for c in v) * 100:.1f} %, "
+            f"{sum(abs(c.error) <= 0.10 for c in v)} within 10 %, {sum(c.fits for c in v)} fit"
+            for k, v in by_source.items()))
+    print()
 
 
 def _release(r):
@@ -92,6 +101,35 @@ def runs_markdown(checks):
               f"| {meas} |")
 
 
+def autoplan_vs_published(runs):
+    """autoplan's best plan on the GPUs and batch of each published bf16
+    run whose notes publish its whole plan (the DGX Cloud recipes), with
+    the run's kernel set and the userbuffer TP overlap it ran (autoplan's
+    plans keep Megatron's optimizer), beside the published throughput and
+    hpgo's simulation of the published plan; MFU in hpgo's count (causal
+    attention halved) for all three."""
+    import hpgo
+    print("autoplan's best plan against the published bf16 runs (same GPUs, batch, kernels "
+          "and TP overlap; MFU in hpgo's count):")
+    print(f"{'run':18s} {'published':>10s} {'MFU':>6s} {'as published':>12s} {'autoplan':>9s} "
+          f"{'MFU':>6s}  plan")
+    for run in runs:
+        if not run.source_id.startswith("NV-") or run.precision != "bf16":
+            continue
+        m, c, p = run.transformer(), run.cluster(), run.plan()
+        sim = hpgo.simulate(m, c, p, precision=run.precision, timeline=False)
+        best = hpgo.autoplan(m, c, run.gbs, gpus=run.gpus, precision=run.precision, top=1,
+                             tp_overlap=run.tp_overlap if run.tp_overlap != "none" else "te",
+                             kernels=run.kernels)[0]
+        per_token = sim.mfu_bf16 / (sim.tokens_per_second / run.gpus)  # MFU per token/s/GPU
+        pub = run.published_tokens_per_gpu()
+        b = best.tokens_per_second / run.gpus
+        print(f"{run.source_id:18s} {pub:10,.1f} {pub * per_token * 100:5.1f}% "
+              f"{sim.tokens_per_second / run.gpus:12,.1f} {b:9,.1f} {best.mfu * 100:5.1f}%  "
+              f"{best.plan.describe()}")
+    print()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernels", help="a kernel profile (hpgo profile kernels) to calibrate the GPU")
@@ -112,8 +150,10 @@ def main():
     else:
         print(f"({a.runs} absent: the measured-runs table is skipped)\n")
     if a.further:
-        runs_table(validation.check_runs(validation.load_runs(a.further)),
+        further = validation.load_runs(a.further)
+        runs_table(validation.check_runs(further),
                    f"Further measured runs of {a.further}; the GPUs' presets:")
+        autoplan_vs_published(further)
     gpus = [(None, "dgx-h100 preset (the H100's measured GEMM, fp8 and attention curves, "
                    "Calculon's memory curve)")]
     if a.kernels:

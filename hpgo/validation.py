@@ -342,6 +342,7 @@ class MeasuredRun:
     optimizer_impl: str = "megatron"
     cross_entropy: str = "auto"
     fp8_all_gather: bool = False
+    fp8_params: bool = False
 
     def transformer(self) -> Any:
         """The model: ``arch`` is a family (``gpt``: LayerNorm, biases, GeLU,
@@ -415,6 +416,7 @@ class MeasuredRun:
                             optimizer_impl=self.optimizer_impl,
                             cross_entropy=self.cross_entropy,
                             fp8_all_gather=self.fp8_all_gather,
+                            fp8_params=self.fp8_params,
                             # FSDP under pipelining keeps the gathered weights to the
                             # backward: torchtitan's default reshard policy is
                             # "not pp_enabled" (torchtitan/distributed/fsdp.py)
@@ -593,7 +595,11 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     Megatron-DeepSpeed calls the unfused one).  "op-level selective AC"
     (torchtitan's SAC) turns a selective recomputation into "selective-op".
     torchtitan's fp8 runs under FSDP gather their Float8Linear weights in fp8
-    (``fp8_all_gather``, ``_TORCHTITAN_FP8_ALL_GATHER``)."""
+    (``fp8_all_gather``, ``_TORCHTITAN_FP8_ALL_GATHER``); fp8 runs whose
+    notes give ``--fp8-param-gather`` (NeMo's ``fp8_params``) keep fp8
+    weights only (``fp8_params``); NeMo's runs on Apex's
+    ``distributed_fused_adam`` with ``grad_sync_dtype bf16`` get its
+    gradient path (``optimizer_impl="apex_bf16"``)."""
     import dataclasses
     import re
     by_id = {r.source_id: r for r in runs}
@@ -625,14 +631,17 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     deepspeed = "DeepSpeed" in text
     no_overlap = run.source_id.startswith("MS-") or deepspeed
     bf16_opt = deepspeed and run.precision == "bf16" and run.zero == 1
+    apex = "distributed_fused_adam" in text and "grad_sync_dtype bf16" in text and run.zero == 1
     f8ag = (_TORCHTITAN_FP8_ALL_GATHER and torch and run.precision == "fp8" and run.zero == 3
             and run.source_id.startswith(_COMPILE_BLOCKS_SOURCES))
     return dataclasses.replace(run, kernels=kernels, tp_overlap=tpo, recompute=rc,
                                fp8_all_gather=f8ag,
+                               fp8_params=run.precision == "fp8" and "--fp8-param-gather" in text,
                                cp_comm="torch_sdpa" if torch else "p2p",
                                attention="flash2" if torch else "auto",
                                overlap_grad_reduce=not no_overlap,
-                               optimizer_impl="deepspeed_bf16" if bf16_opt else "megatron",
+                               optimizer_impl=("deepspeed_bf16" if bf16_opt else "apex_bf16"
+                                               if apex else "megatron"),
                                cross_entropy="unfused" if kernels == "te" and
                                "--cross-entropy-loss-fusion" not in text else "auto")
 

@@ -165,6 +165,58 @@ def test_deepspeed_bf16_optimizer_gradient_path():
         p.with_(optimizer_impl="apex")
 
 
+# -- Apex's DistributedFusedAdam (NeMo's distributed_fused_adam) ---------------------------
+
+def test_apex_distributed_fused_adam_model_states():
+    """NeMo's recipes run Apex's DistributedFusedAdam with a bf16 gradient
+    buffer: per parameter 2 B weights, 2 B unsharded gradients, 10 B of
+    optimizer state over the shard group (fp32 moments, the master as int16
+    remainders of the bf16 weight; an fp32 master with fp8 weights only),
+    where Megatron's distributed optimizer holds 2 + 4 + 12 / N; its
+    gradient reduce-scatter moves 16-bit gradients."""
+    m = hpgo.transformer("llama3-8b", seq=8192).with_(layers=4)
+    c = hpgo.Cluster.preset("dgx-h100", nodes=1)
+    p = hpgo.ParallelPlan(global_batch=64, dp=4, cp=2, micro_batch=1, zero=1)
+    n = 8  # ZeRO 1 shards over dp x cp
+    for prec, f8 in (("bf16", False), ("fp8", True), ("fp8", False)):
+        q = p.with_(fp8_params=f8)
+        mg = hpgo.simulate(m, c, q, precision=prec, timeline=False)
+        ap = hpgo.simulate(m, c, q.with_(optimizer_impl="apex_bf16"), precision=prec,
+                           timeline=False)
+        params = mg.stages[0]["params"]
+        a, b = mg.memory[0], ap.memory[0]
+        assert b.weights == pytest.approx(a.weights)
+        assert a.gradients == pytest.approx(4 * params)
+        assert b.gradients == pytest.approx(2 * params)
+        master = 4 if (prec == "fp8" and f8) else 2
+        assert a.optimizer == pytest.approx(12 * params / n)
+        assert b.optimizer == pytest.approx((8 + master) * params / n)
+        assert b.total < a.total
+    # ZeRO 1 only: the optimizer shards its state and keeps every gradient
+    for z in (0, 2, 3):
+        with pytest.raises(ValueError, match="apex_bf16"):
+            hpgo.simulate(m, c, p.with_(zero=z, optimizer_impl="apex_bf16"))
+    assert "optimizer=apex_bf16" in p.with_(optimizer_impl="apex_bf16").describe()
+    # no framework hpgo exports to runs it
+    from hpgo import frameworks
+    for fw in ("megatron", "torchtitan", "deepspeed"):
+        with pytest.raises(ValueError, match="DistributedFusedAdam"):
+            frameworks.check(fw, p.with_(optimizer_impl="apex_bf16"), m)
+
+
+def test_apex_gradient_reduce_scatter_moves_16_bit_gradients():
+    m = hpgo.transformer("llama3-8b", seq=4096).with_(layers=4)
+    c = hpgo.Cluster.preset("dgx-h100", nodes=4)
+    p = hpgo.ParallelPlan(global_batch=32, dp=32, micro_batch=1, zero=1,
+                          overlap_grad_reduce=False)
+    def scatter(r):
+        return sum(e[1] for e in r.events if e[2] == 0 and e[3] == "reduce_scatter")
+    mg = hpgo.simulate(m, c, p)
+    ap = hpgo.simulate(m, c, p.with_(optimizer_impl="apex_bf16"))
+    assert scatter(ap) == pytest.approx(scatter(mg) / 2, rel=0.1)
+    assert ap.iteration_time < mg.iteration_time
+
+
 def test_megatron_refuses_pytorchs_context_parallelism():
     from hpgo import frameworks
     m = hpgo.transformer("llama3-8b", seq=8192)

@@ -103,11 +103,20 @@ FURTHER = Path(__file__).resolve().parents[1] / "benchmarks" / "further_publishe
 
 def test_further_runs_load_with_their_stacks_and_fit():
     """The further published runs (torchtitan's rows the reference leaves
-    out, Trainy's H200 run): each parses, gets the stack its notes name
-    (eager without torch.compile, the June 2025 code's kernel set, async TP,
-    FSDP's float8 all-gather) and is judged to fit as published."""
+    out, Trainy's H200 run, NVIDIA's DGX Cloud recipes): each parses, gets
+    the stack its notes name (eager without torch.compile, the June 2025
+    code's kernel set, async TP, FSDP's float8 all-gather; NeMo's userbuffer
+    overlap, fused loss, fp8 weights and Apex optimizer) and is judged to fit
+    as published."""
     runs = {r.source_id: r for r in validation.load_runs(FURTHER)}
-    assert len(runs) == 19
+    assert len(runs) == 31
+    nv = [r for r in runs.values() if r.source_id.startswith("NV-")]
+    assert len(nv) == 12
+    for r in nv:
+        assert (r.kernels, r.optimizer_impl, r.cross_entropy, r.zero) == \
+            ("te", "apex_bf16", "auto", 1), r.source_id
+        assert r.tp_overlap == ("te" if r.tp > 1 else "none"), r.source_id
+        assert r.fp8_params == (r.precision == "fp8"), r.source_id
     assert runs["TT-T1-8b-eager"].kernels == "eager-unfused-norm"
     assert runs["TT-T3-8b-128-fp8"].kernels == "compile-blocks"
     ty = runs["TY-H200-8b-64"]

@@ -532,7 +532,7 @@ static const memline_t *mem_line(search_t *S, int32_t ci, int32_t mi, int32_t rc
     ml->dsync = 0;
     if (zero <= 1 && g->dp > 1) {
         double wb, gb, ob, least_pb = INFINITY;
-        hpgo_work_state_bytes(S->w->precision, p.fp8_params, &wb, &gb, &ob);
+        hpgo_work_state_bytes(S->w->precision, p.fp8_params, p.optimizer_impl, &wb, &gb, &ob);
         int op = zero >= 1 ? HPGO_COLL_REDUCE_SCATTER : HPGO_COLL_ALLREDUCE;
         for (int32_t j = 0; j < g->s; j++) {
             double pb = sync_per_byte(pc, op, g->dp, g->tp, (int64_t)j * g->tp * g->dp);
@@ -773,7 +773,7 @@ static int variants(search_t *S, const base_t *b, int64_t bi, int make, double *
         const cfg_t *g0 = &S->cfgs[b->seg[0]], *g1 = &S->cfgs[b->seg[b->nseg - 1]];
         double e0 = edge_emb(S, g0->part, g0->tp, 0), e1 = edge_emb(S, g1->part, g1->tp, 1);
         double wb, gb, ob;
-        hpgo_work_state_bytes(S->w->precision, o->base->fp8_params, &wb, &gb, &ob);
+        hpgo_work_state_bytes(S->w->precision, o->base->fp8_params, o->base->optimizer_impl, &wb, &gb, &ob);
         double bytes = (e0 < e1 ? e0 : e1) * gb;
         if (g0->part != g1->part) {
             const hpgo_level_t *j = &S->c->join;
@@ -1266,7 +1266,7 @@ static void price(const search_t *S, cand_t *cd)
     }
     double *sent = tmp + 4 * P + 3; /* per stage: its replicas' send bytes, summed */
     double wbytes, gbytes, obytes, sync_lb = 0;
-    hpgo_work_state_bytes(S->w->precision, p.fp8_params, &wbytes, &gbytes, &obytes);
+    hpgo_work_state_bytes(S->w->precision, p.fp8_params, p.optimizer_impl, &wbytes, &gbytes, &obytes);
     int64_t next_local[HPGO_CLUSTER_MAX_PARTS] = {0};
     int64_t off = 0;
     double *before = tmp, *back = tmp + P + 1, *opt = tmp + 2 * P + 2;

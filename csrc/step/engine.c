@@ -461,7 +461,7 @@ double hpgo_step_mb_scatter(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
         return 0;
     devview_t v = even_view(c, p);
     double wbytes, gbytes, obytes;
-    hpgo_work_state_bytes(precision, p->fp8_params, &wbytes, &gbytes, &obytes);
+    hpgo_work_state_bytes(precision, p->fp8_params, p->optimizer_impl, &wbytes, &gbytes, &obytes);
     if (!p->overlap_grad_reduce)
         return grad_coll(0, &v, HPGO_COLL_REDUCE_SCATTER, st->params, st->expert_params, gbytes);
     int32_t nb = st->n_layers > 0 ? st->n_layers : 1;
@@ -481,7 +481,7 @@ void hpgo_step_sync_bounds(const hpgo_cluster_t *c, const hpgo_parplan_t *p, int
     int per_mb_rs = per_mb_scatter(p, 1, p->pp, m);
     int accum = hpgo_step_torch_pipeline(p) && hpgo_step_fsdp_accumulates(p, m);
     double wbytes, gbytes, obytes;
-    hpgo_work_state_bytes(precision, p->fp8_params, &wbytes, &gbytes, &obytes);
+    hpgo_work_state_bytes(precision, p->fp8_params, p->optimizer_impl, &wbytes, &gbytes, &obytes);
     int op_sync = sync_collective(p);
     double hid = 0, one_lo = INFINITY, one_hi = 0;
     for (int32_t ch = 0; ch < p->vstages; ch++) {
@@ -1356,7 +1356,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     /* ZeRO-3 gathers a chunk's weights before each pass (prefetched: an op
      * takes at least the gather's time) */
     double wbytes, gbytes, obytes;
-    hpgo_work_state_bytes(w->precision, p->fp8_params, &wbytes, &gbytes, &obytes);
+    hpgo_work_state_bytes(w->precision, p->fp8_params, p->optimizer_impl, &wbytes, &gbytes, &obytes);
 
     hpgo_cancel_t *cancel = opts ? opts->cancel : NULL;
     /* gradients to synchronise: dense ones over dp x cp, expert ones over

@@ -73,7 +73,7 @@ void hpgo_memory_breakdown4(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
                             double accum_params, int grads_held, hpgo_mem_t *out)
 {
     double wb, gb, ob;
-    hpgo_work_state_bytes(precision, p->fp8_params, &wb, &gb, &ob);
+    hpgo_work_state_bytes(precision, p->fp8_params, p->optimizer_impl, &wb, &gb, &ob);
     double wgather = wb; /* bytes of a gathered (unsharded) weight */
     /* FSDP2 (ZeRO 3 under a PyTorch kernel set, compiled or eager) */
     if (p->zero >= 3 && p->kernels != HPGO_KS_TE && precision != HPGO_PREC_FP32) {

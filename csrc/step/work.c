@@ -367,8 +367,8 @@ int64_t hpgo_work_layers(const hpgo_work_t *w)
     return w->kind == HPGO_WORK_TRANSFORMER ? w->x.layers : w->chain.n;
 }
 
-void hpgo_work_state_bytes(int32_t precision, int32_t fp8_params, double *weights, double *grads,
-                           double *optimizer)
+void hpgo_work_state_bytes(int32_t precision, int32_t fp8_params, int32_t optimizer_impl,
+                           double *weights, double *grads, double *optimizer)
 {
     if (precision == HPGO_PREC_FP32) {
         *weights = 4, *grads = 4, *optimizer = 8;
@@ -379,6 +379,25 @@ void hpgo_work_state_bytes(int32_t precision, int32_t fp8_params, double *weight
     *weights = precision == HPGO_PREC_FP8 ? (fp8_params ? 2 : 4) : 2;
     *grads = 4;
     *optimizer = 12;
+    if (optimizer_impl == HPGO_OPT_APEX_BF16) {
+        /* Apex's DistributedFusedAdam (apex/contrib/optimizers/
+         * distributed_fused_adam.py) as NeMo's distributed_fused_adam with
+         * grad_sync_dtype bf16 and contiguous grad / param buffers: every
+         * parameter's gradient lives unsharded in a persistent 16-bit
+         * buffer (_init_grad_buffer) and is reduce-scattered in 16 bits.
+         * Its shard keeps fp32 exp_avg and exp_avg_sq and, for a bf16 model
+         * (NeMo's store_param_remainders), the low 16 bits of the fp32
+         * master as an int16: the master is rebuilt from the bf16 weight,
+         * 10 B.  fp8 weights kept in fp8 (fp8_params) have no 16-bit copy to
+         * rebuild it from: NeMo sets store_params, an fp32 master, 12 B.
+         * The reduce-scatter writes a second, sharded 16-bit gradient (2 / N
+         * B) kept from the last backward to the next step's zero_grad, so
+         * not at the activations' peak: not counted. */
+        *grads = 2;
+        *optimizer = precision == HPGO_PREC_BF16 || (precision == HPGO_PREC_FP8 && !fp8_params)
+                         ? 10
+                         : 12;
+    }
 }
 
 /* ---- transformer -------------------------------------------------------- */

@@ -194,9 +194,13 @@ void hpgo_work_params(const hpgo_work_t *w, hpgo_params_t *out);
 int hpgo_work_is_moe_layer(const hpgo_xformer_t *x, int64_t i);
 
 /* Bytes per parameter of weights, gradients and optimizer state for the
- * precision (bf16 / fp16: 2 + 4 + 12 as Megatron with fp32 main gradients
- * and Adam; fp8: 2 more for the fp8 weight copies; fp32: 4 + 4 + 8). */
-void hpgo_work_state_bytes(int32_t precision, int32_t fp8_params, double *weights, double *grads,
-                           double *optimizer);
+ * precision and the optimizer's gradient path (HPGO_OPT_*): bf16 / fp16
+ * 2 + 4 + 12 as Megatron with fp32 main gradients and Adam; fp8: 2 more for
+ * the fp8 weight copies; fp32: 4 + 4 + 8; Apex's DistributedFusedAdam as
+ * NeMo configures it: 16-bit gradients (2), fp32 moments and the master as
+ * int16 remainders of the bf16 weight (10), an fp32 master with fp8 weights
+ * (12).  The gradient bytes are also what a gradient collective moves. */
+void hpgo_work_state_bytes(int32_t precision, int32_t fp8_params, int32_t optimizer_impl,
+                           double *weights, double *grads, double *optimizer);
 
 #endif
