@@ -114,7 +114,7 @@ def autoplan_vs_published(runs):
     print(f"{'run':18s} {'published':>10s} {'MFU':>6s} {'as published':>12s} {'autoplan':>9s} "
           f"{'MFU':>6s}  plan")
     for run in runs:
-        if not run.source_id.startswith("NV-") or run.precision != "bf16":
+        if not run.source_id.startswith(("NV-", "NV2-")) or run.precision != "bf16":
             continue
         m, c, p = run.transformer(), run.cluster(), run.plan()
         sim = hpgo.simulate(m, c, p, precision=run.precision, timeline=False)

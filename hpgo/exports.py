@@ -120,6 +120,8 @@ def megatron_args(plan: Any, model: Any = None, *, precision: str = "bf16") -> s
         a.append("--use-torch-fsdp2 --no-gradient-accumulation-fusion --ckpt-format torch_dist")
     if plan.overlap_grad_reduce and plan.dp * plan.cp > 1 and plan.zero != 3:
         a.append("--overlap-grad-reduce" + (" --overlap-param-gather" if plan.zero else ""))
+    if getattr(plan, "optimizer_impl", "megatron") == "megatron_bf16_grads":
+        a.append("--grad-reduce-in-bf16")
     a.append({"bf16": "--bf16", "fp16": "--fp16", "fp8": "--bf16 --fp8-format hybrid"}[precision])
     if precision == "fp8" and plan.fp8_params:
         a.append("--fp8-param-gather")

@@ -134,10 +134,11 @@ MEGATRON = Framework(
              f"{_MCORE}/model_parallel_config.py __post_init__: 'When using expert parallelism "
              "and tensor parallelism for training, sequence parallelism must be used'",
              lambda p, m, pr: p.ep > 1 and p.tp > 1 and not p.sequence_parallel),
-        Rule("the gradient path is Megatron's own (optimizer_impl 'megatron'): not DeepSpeed's "
-             "BF16_Optimizer nor Apex's DistributedFusedAdam",
-             f"{_MCORE}/optimizer/__init__.py get_megatron_optimizer",
-             lambda p, m, pr: getattr(p, "optimizer_impl", "megatron") != "megatron"),
+        Rule("the gradient path is Megatron's own (optimizer_impl 'megatron' or "
+             "'megatron_bf16_grads'): not DeepSpeed's BF16_Optimizer nor Apex's "
+             "DistributedFusedAdam", f"{_MCORE}/optimizer/__init__.py get_megatron_optimizer",
+             lambda p, m, pr: getattr(p, "optimizer_impl", "megatron")
+             not in ("megatron", "megatron_bf16_grads")),
     ),
     defaults={
         # Megatron-Core with Transformer Engine (--transformer-impl
@@ -242,7 +243,8 @@ TORCHTITAN = Framework(
              "(2026-04-27)",
              lambda p, m, pr: getattr(p, "fp8_all_gather", False)),
         Rule("the optimizer is PyTorch's AdamW (optimizer_impl 'megatron', the kernel set's "
-             "Adam): not DeepSpeed's BF16_Optimizer nor Apex's DistributedFusedAdam",
+             "Adam): not DeepSpeed's BF16_Optimizer, Apex's DistributedFusedAdam nor "
+             "Megatron's 16-bit gradient buffer",
              f"{_TT} torchtitan/components/optimizer.py",
              lambda p, m, pr: getattr(p, "optimizer_impl", "megatron") != "megatron"),
     ),
@@ -317,9 +319,11 @@ DEEPSPEED = Framework(
              lambda p, m, pr: bool(p.overlap_moe_comm)),
         Rule("no fp8-only weights", f"{_DS} deepspeed/runtime/config.py: no fp8 section",
              lambda p, m, pr: p.fp8_params),
-        Rule("no Apex DistributedFusedAdam gradient path (optimizer_impl 'apex_bf16')",
+        Rule("no Apex DistributedFusedAdam nor Megatron gradient buffer (optimizer_impl "
+             "'apex_bf16', 'megatron_bf16_grads')",
              f"{_DS} deepspeed/runtime/engine.py _configure_optimizer",
-             lambda p, m, pr: getattr(p, "optimizer_impl", "megatron") == "apex_bf16"),
+             lambda p, m, pr: getattr(p, "optimizer_impl", "megatron")
+             in ("apex_bf16", "megatron_bf16_grads")),
     ),
     defaults={
         # Megatron-DeepSpeed's fused kernels (apex/Megatron fused softmax,

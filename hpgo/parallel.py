@@ -52,7 +52,7 @@ KERNEL_SETS = {"te": 0, "compile": 1, "eager": 2, "compile-blocks": 3, "compile-
 TP_OVERLAPS = {"none": 0, "te": 1, "async": 2}
 CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2, "torch_sdpa": 3}
 ATTENTIONS = {"auto": 0, "flash2": 1}
-OPTIMIZER_IMPLS = {"megatron": 0, "deepspeed_bf16": 1, "apex_bf16": 2}
+OPTIMIZER_IMPLS = {"megatron": 0, "deepspeed_bf16": 1, "apex_bf16": 2, "megatron_bf16_grads": 3}
 CROSS_ENTROPIES = {"auto": 0, "unfused": 1}
 RECOMPUTE_METHODS = {"uniform": 0, "block": 1}
 # Share of what ideal phase-by-phase pairing hides that Megatron's 1F1B
@@ -454,8 +454,10 @@ class ParallelPlan:
     ``grad_sync_dtype: bf16``, ZeRO 1 only: an unsharded 16-bit gradient
     buffer reduce-scattered in 16 bits, fp32 moments and the fp32 master kept
     as 16-bit remainders of the bf16 weights -- 2 + 2 + 10 bytes a parameter,
-    the moments and remainders sharded; an fp32 master under ``fp8_params``);
-    ``cross_entropy``
+    the moments and remainders sharded; an fp32 master under ``fp8_params``)
+    or ``"megatron_bf16_grads"`` (Megatron's with ``--grad-reduce-in-bf16``,
+    NeMo 2's performance mode; ZeRO 0 or 1: 16-bit gradients accumulated and
+    reduced, 2 + 2 + 12 bytes a parameter); ``cross_entropy``
     the loss over the vocabulary: ``"auto"`` (the kernel set's: Transformer
     Engine's fused kernel under ``kernels="te"``) or ``"unfused"``
     (Megatron's fp32 ``vocab_parallel_cross_entropy``, Megatron-LM's default

@@ -28,6 +28,7 @@ Megatron-Bridge's tables for the same models.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,7 @@ class PublishedRun:
     overlap_moe_comm: bool = False  # EP all-to-all overlapped with another micro-batch
     fp8_params: bool = True         # fp8 runs keep fp8 weights only (--fp8-param-gather)
     tp_overlap: str = "none"        # tensor-parallel overlap ("te": userbuffers, --tp-comm-overlap)
+    bf16_grads: bool = False        # 16-bit gradient buffer (grad_reduce_in_fp32 off)
 
     def plan(self, recompute: str | None = None) -> Any:
         from .parallel import ParallelPlan
@@ -72,6 +74,8 @@ class PublishedRun:
                             moe_dispatcher=self.dispatcher,
                             overlap_moe_comm=self.overlap_moe_comm,
                             fp8_params=self.precision == "fp8" and self.fp8_params,
+                            optimizer_impl=("megatron_bf16_grads" if self.bf16_grads and not self.fsdp
+                                            else "megatron"),
                             tp_overlap=self.tp_overlap if self.tp > 1 else "none")
 
 
@@ -79,8 +83,10 @@ _MB = "Megatron-Bridge performance summary, NeMo "
 # Settings the tables leave out, from the performance recipes of the same
 # period (NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs, matched to
 # the releases by their parallel sizes; the rows' notes say which are
-# uncertain): every MoE run force-balances the routing, token-dropless.
-MEGATRON_BRIDGE_H100: tuple[PublishedRun, ...] = (
+# uncertain): every MoE run force-balances the routing, token-dropless; every
+# recipe turns grad_reduce_in_fp32 off (16-bit gradients: bf16_grads, which
+# Megatron-FSDP's row does not take).
+_MEGATRON_BRIDGE_H100: tuple[PublishedRun, ...] = (
     PublishedRun(_MB + "26.02", "gpt-oss-120b", 64, "bf16", 1280, 1, 4096, False, 1, 4, 1, 1, 8, 5993,
                  "recompute modules layernorm, moe_act", recompute="selective"),
     PublishedRun(_MB + "26.02", "qwen3-30b-a3b", 16, "fp8", 1024, 1, 4096, False, 1, 2, 1, 12, 8, 5113,
@@ -115,6 +121,8 @@ MEGATRON_BRIDGE_H100: tuple[PublishedRun, ...] = (
                  "layout Et|(tt|)*30mL", recompute="selective", dispatcher="deepep",
                  overlap_moe_comm=True),
 )
+MEGATRON_BRIDGE_H100: tuple[PublishedRun, ...] = tuple(
+    dataclasses.replace(r, bf16_grads=True) for r in _MEGATRON_BRIDGE_H100)
 
 
 def _derived(tokens_per_gpu: float, what: str, kw: dict) -> PublishedRun:
@@ -599,7 +607,9 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     notes give ``--fp8-param-gather`` (NeMo's ``fp8_params``) keep fp8
     weights only (``fp8_params``); NeMo's runs on Apex's
     ``distributed_fused_adam`` with ``grad_sync_dtype bf16`` get its
-    gradient path (``optimizer_impl="apex_bf16"``)."""
+    gradient path (``optimizer_impl="apex_bf16"``), runs whose notes give
+    ``--grad-reduce-in-bf16`` Megatron's 16-bit gradients
+    (``"megatron_bf16_grads"``)."""
     import dataclasses
     import re
     by_id = {r.source_id: r for r in runs}
@@ -632,6 +642,7 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     no_overlap = run.source_id.startswith("MS-") or deepspeed
     bf16_opt = deepspeed and run.precision == "bf16" and run.zero == 1
     apex = "distributed_fused_adam" in text and "grad_sync_dtype bf16" in text and run.zero == 1
+    bf16_grads = "--grad-reduce-in-bf16" in text and run.zero <= 1
     f8ag = (_TORCHTITAN_FP8_ALL_GATHER and torch and run.precision == "fp8" and run.zero == 3
             and run.source_id.startswith(_COMPILE_BLOCKS_SOURCES))
     return dataclasses.replace(run, kernels=kernels, tp_overlap=tpo, recompute=rc,
@@ -641,7 +652,8 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
                                attention="flash2" if torch else "auto",
                                overlap_grad_reduce=not no_overlap,
                                optimizer_impl=("deepspeed_bf16" if bf16_opt else "apex_bf16"
-                                               if apex else "megatron"),
+                                               if apex else "megatron_bf16_grads" if bf16_grads
+                                               else "megatron"),
                                cross_entropy="unfused" if kernels == "te" and
                                "--cross-entropy-loss-fusion" not in text else "auto")
 

@@ -204,6 +204,33 @@ def test_apex_distributed_fused_adam_model_states():
             frameworks.check(fw, p.with_(optimizer_impl="apex_bf16"), m)
 
 
+def test_megatron_bf16_gradients():
+    """Megatron with --grad-reduce-in-bf16 (NeMo 2's performance mode): the
+    gradient buffer in 16 bits (2 B a parameter, not 4), the optimizer's
+    state as Megatron's; DDP or the distributed optimizer only; Megatron's
+    export says so and the other frameworks refuse it."""
+    m = hpgo.transformer("llama3-8b", seq=8192).with_(layers=4)
+    c = hpgo.Cluster.preset("dgx-h100", nodes=1)
+    p = hpgo.ParallelPlan(global_batch=64, dp=8, micro_batch=1, zero=1)
+    for prec in ("bf16", "fp8"):
+        mg = hpgo.simulate(m, c, p, precision=prec, timeline=False).memory[0]
+        bg = hpgo.simulate(m, c, p.with_(optimizer_impl="megatron_bf16_grads"), precision=prec,
+                           timeline=False).memory[0]
+        assert bg.gradients == pytest.approx(mg.gradients / 2)
+        assert (bg.weights, bg.optimizer) == (pytest.approx(mg.weights),
+                                              pytest.approx(mg.optimizer))
+    for z in (2, 3):
+        with pytest.raises(ValueError, match="megatron_bf16_grads"):
+            hpgo.simulate(m, c, p.with_(zero=z, optimizer_impl="megatron_bf16_grads"))
+    q = p.with_(optimizer_impl="megatron_bf16_grads")
+    assert "--grad-reduce-in-bf16" in q.megatron_args(m)
+    assert "--grad-reduce-in-bf16" not in p.megatron_args(m)
+    from hpgo import frameworks
+    for fw in ("torchtitan", "deepspeed"):
+        with pytest.raises(ValueError, match="16-bit gradient buffer|gradient buffer"):
+            frameworks.check(fw, q, m)
+
+
 def test_apex_gradient_reduce_scatter_moves_16_bit_gradients():
     m = hpgo.transformer("llama3-8b", seq=4096).with_(layers=4)
     c = hpgo.Cluster.preset("dgx-h100", nodes=4)
@@ -212,9 +239,10 @@ def test_apex_gradient_reduce_scatter_moves_16_bit_gradients():
     def scatter(r):
         return sum(e[1] for e in r.events if e[2] == 0 and e[3] == "reduce_scatter")
     mg = hpgo.simulate(m, c, p)
-    ap = hpgo.simulate(m, c, p.with_(optimizer_impl="apex_bf16"))
-    assert scatter(ap) == pytest.approx(scatter(mg) / 2, rel=0.1)
-    assert ap.iteration_time < mg.iteration_time
+    for impl in ("apex_bf16", "megatron_bf16_grads"):
+        ap = hpgo.simulate(m, c, p.with_(optimizer_impl=impl))
+        assert scatter(ap) == pytest.approx(scatter(mg) / 2, rel=0.1)
+        assert ap.iteration_time < mg.iteration_time
 
 
 def test_megatron_refuses_pytorchs_context_parallelism():

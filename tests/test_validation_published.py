@@ -35,6 +35,20 @@ def test_every_published_configuration_fits_with_some_recomputation():
     assert all(c.fits for c in ZOO)
 
 
+def test_megatron_bridge_recipes_reduce_gradients_in_16_bits():
+    """Megatron-Bridge's performance recipes turn grad_reduce_in_fp32 off:
+    the rows run Megatron's 16-bit gradient buffer (Megatron-FSDP's row keeps
+    its own path), which takes 2 bytes a parameter less than fp32 gradients."""
+    for r in validation.MEGATRON_BRIDGE_H100:
+        assert r.bf16_grads
+        assert r.plan().optimizer_impl == ("megatron" if r.fsdp else "megatron_bf16_grads")
+    for r in validation.MEGATRON_MOE_MODELZOO_H100 + validation.MCORE_MOE_TRACKER_H100:
+        assert r.plan().optimizer_impl == "megatron"
+    run = [r for r in validation.MEGATRON_BRIDGE_H100 if r.model == "llama3-70b"][0]
+    bf16, fp32 = validation.check((run, dataclasses.replace(run, bf16_grads=False)))
+    assert fp32.memory_gib - bf16.memory_gib > 4
+
+
 @pytest.mark.parametrize("key", [("25.11", "llama3-70b"), ("26.02", "llama3-70b"),
                                  ("25.11", "llama3-405b"), ("26.02", "llama3-405b")])
 def test_dense_fp8_llama_runs_within_15_percent(key):

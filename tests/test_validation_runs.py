@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpgo import validation
+from hpgo.parallel import pipeline_split
 
 REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "published_runs.csv"
 needs_ref = pytest.mark.skipif(not REF.exists(), reason="../shared/reference is not beside the checkout")
@@ -109,14 +110,18 @@ def test_further_runs_load_with_their_stacks_and_fit():
     overlap, fused loss, fp8 weights and Apex optimizer) and is judged to fit
     as published."""
     runs = {r.source_id: r for r in validation.load_runs(FURTHER)}
-    assert len(runs) == 31
-    nv = [r for r in runs.values() if r.source_id.startswith("NV-")]
-    assert len(nv) == 12
-    for r in nv:
-        assert (r.kernels, r.optimizer_impl, r.cross_entropy, r.zero) == \
-            ("te", "apex_bf16", "auto", 1), r.source_id
-        assert r.tp_overlap == ("te" if r.tp > 1 else "none"), r.source_id
-        assert r.fp8_params == (r.precision == "fp8"), r.source_id
+    assert len(runs) == 43
+    for prefix, opt in (("NV-", "apex_bf16"), ("NV2-", "megatron_bf16_grads")):
+        nv = [r for r in runs.values() if r.source_id.startswith(prefix)]
+        assert len(nv) == 12
+        for r in nv:
+            assert (r.kernels, r.optimizer_impl, r.cross_entropy, r.zero) == \
+                ("te", opt, "auto", 1), r.source_id
+            assert r.tp_overlap == ("te" if r.tp > 1 else "none"), r.source_id
+            assert r.fp8_params == (r.precision == "fp8"), r.source_id
+    # NeMo 2's 405B counts the embedding and the loss as pipeline layers
+    assert runs["NV2-405b-bf16-512"].plan().split == \
+        pipeline_split(126, 64, embedding_layer=True, loss_layer=True)
     assert runs["TT-T1-8b-eager"].kernels == "eager-unfused-norm"
     assert runs["TT-T3-8b-128-fp8"].kernels == "compile-blocks"
     ty = runs["TY-H200-8b-64"]

@@ -142,12 +142,17 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
     if (p->attention != HPGO_ATT_AUTO && p->attention != HPGO_ATT_FLASH2)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "attention must be 0 (auto) or 1 (flash2), got %d", (int)p->attention);
-    if (p->optimizer_impl != HPGO_OPT_MEGATRON && p->optimizer_impl != HPGO_OPT_DEEPSPEED_BF16 &&
-        p->optimizer_impl != HPGO_OPT_APEX_BF16)
+    if (p->optimizer_impl < HPGO_OPT_MEGATRON || p->optimizer_impl > HPGO_OPT_MEGATRON_BF16_GRADS)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                            "optimizer_impl must be 0 (megatron), 1 (deepspeed_bf16) or 2 "
-                            "(apex_bf16), got %d",
+                            "optimizer_impl must be 0 (megatron), 1 (deepspeed_bf16), 2 "
+                            "(apex_bf16) or 3 (megatron_bf16_grads), got %d",
                             (int)p->optimizer_impl);
+    if (p->optimizer_impl == HPGO_OPT_MEGATRON_BF16_GRADS && p->zero > 1)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "optimizer_impl megatron_bf16_grads (Megatron's gradient buffer in "
+                            "16 bits) runs with DDP or the distributed optimizer: zero must be 0 "
+                            "or 1, got %d",
+                            (int)p->zero);
     if (p->optimizer_impl == HPGO_OPT_APEX_BF16 && p->zero != 1)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "optimizer_impl apex_bf16 (Apex's DistributedFusedAdam) shards the "

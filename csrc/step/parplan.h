@@ -149,7 +149,9 @@ typedef struct hpgo_parplan {
      * micro-batch's 16-bit gradients added into fp32 ones by a separate
      * pass; its pipeline engine all-reduces them under ZeRO-1) or Apex's
      * DistributedFusedAdam as NeMo's recipes configure it (ZeRO-1 only: a
-     * 16-bit gradient buffer reduce-scattered in 16 bits; hpgo_work_state_bytes) */
+     * 16-bit gradient buffer reduce-scattered in 16 bits; hpgo_work_state_bytes)
+     * or Megatron's with 16-bit gradients (--grad-reduce-in-bf16, NeMo's
+     * performance mode; ZeRO 0 or 1) */
     int32_t optimizer_impl;
     /* the loss over the vocabulary (HPGO_CE_*): the kernel set's own, or
      * Megatron's unfused fp32 vocab_parallel_cross_entropy (Megatron-LM
@@ -183,7 +185,12 @@ enum { HPGO_TPO_NONE = 0, HPGO_TPO_TE = 1, HPGO_TPO_ASYNC = 2 };
 /* TORCH_SDPA: PyTorch's context parallelism around SDPA (work.c torch_cp_core) */
 enum { HPGO_CP_P2P = 0, HPGO_CP_ALLGATHER = 1, HPGO_CP_A2A = 2, HPGO_CP_TORCH_SDPA = 3 };
 enum { HPGO_ATT_AUTO = 0, HPGO_ATT_FLASH2 = 1 };
-enum { HPGO_OPT_MEGATRON = 0, HPGO_OPT_DEEPSPEED_BF16 = 1, HPGO_OPT_APEX_BF16 = 2 };
+enum {
+    HPGO_OPT_MEGATRON = 0,
+    HPGO_OPT_DEEPSPEED_BF16 = 1,
+    HPGO_OPT_APEX_BF16 = 2,
+    HPGO_OPT_MEGATRON_BF16_GRADS = 3
+};
 enum { HPGO_CE_AUTO = 0, HPGO_CE_UNFUSED = 1 };
 /* uniform: every layer recomputed, the inputs of groups of N layers
  * stored; block: the first N layers of each model stage recomputed, the

@@ -379,6 +379,15 @@ void hpgo_work_state_bytes(int32_t precision, int32_t fp8_params, int32_t optimi
     *weights = precision == HPGO_PREC_FP8 ? (fp8_params ? 2 : 4) : 2;
     *grads = 4;
     *optimizer = 12;
+    if (optimizer_impl == HPGO_OPT_MEGATRON_BF16_GRADS) {
+        /* Megatron-Core's DDP with grad_reduce_in_fp32 off (Megatron-LM's
+         * --grad-reduce-in-bf16, NeMo 2's performance mode): the gradient
+         * buffer, its accumulation and reduce-scatter in 16 bits.  The
+         * distributed optimizer casts its shard to fp32 for the step
+         * (_copy_model_grads_to_main_grads: 4 / N B, freed by zero_grad),
+         * after the activations are gone: not counted at their peak. */
+        *grads = 2;
+    }
     if (optimizer_impl == HPGO_OPT_APEX_BF16) {
         /* Apex's DistributedFusedAdam (apex/contrib/optimizers/
          * distributed_fused_adam.py) as NeMo's distributed_fused_adam with

@@ -199,7 +199,10 @@ int hpgo_work_is_moe_layer(const hpgo_xformer_t *x, int64_t i);
  * the fp8 weight copies; fp32: 4 + 4 + 8; Apex's DistributedFusedAdam as
  * NeMo configures it: 16-bit gradients (2), fp32 moments and the master as
  * int16 remainders of the bf16 weight (10), an fp32 master with fp8 weights
- * (12).  The gradient bytes are also what a gradient collective moves. */
+ * (12); Megatron's with --grad-reduce-in-bf16: 16-bit gradients (2), the
+ * optimizer's state as Megatron's (12; its fp32 copy of the gradient shard
+ * exists only during the step).  The gradient bytes are also what a
+ * gradient collective moves. */
 void hpgo_work_state_bytes(int32_t precision, int32_t fp8_params, int32_t optimizer_impl,
                            double *weights, double *grads, double *optimizer);
 
