@@ -27,8 +27,8 @@ from typing import Any, Iterator, Mapping
 from . import _args, _core
 from . import frameworks as _frameworks
 from .cluster import Cluster
-from .parallel import (CP_COMMS, DISPATCHERS, DISPATCHERS_BY_CODE, KERNEL_SETS, PRECISIONS,
-                       RECOMPUTE_MODES, SCHEDULES, TP_OVERLAPS, MemoryBreakdown, ParallelPlan,
+from .parallel import (CP_COMMS, DISPATCHERS, DISPATCHERS_BY_CODE, KERNEL_SETS,
+                       OPTIMIZER_IMPLS, PRECISIONS, RECOMPUTE_MODES, SCHEDULES, TP_OVERLAPS, MemoryBreakdown, ParallelPlan,
                        StepResult, _as_model, _headroom_cluster, _overhead_bytes,
                        _positive_real, headroom_fraction, overlap_share, simulate)
 from .workmodel import ProfiledModel, Transformer, model_id
@@ -366,6 +366,8 @@ def _stack(name: str, v: Any, allowed: dict) -> int:
 
 
 _KS_NAMES = {v: k for k, v in KERNEL_SETS.items()}
+# the ZeRO stages an optimizer's gradient path runs (hpgo_parplan_validate)
+_OPT_ZEROS = {"apex_bf16": (1,), "megatron_bf16_grads": (0, 1)}
 # what the search offers: torchtitan's op-level checkpointing (selective-op)
 # and its earlier kernel sets (compile-blocks, compile-fa2, eager-unfused-norm)
 # are simulated, not searched
@@ -478,7 +480,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              offload_optimizer: bool | None = False,
              offload_activations: float | None = 0.0,
              kernels: str = "te", tp_overlap: str = "none", cp_comm: str = "p2p",
-             timeout: float | None = None,
+             optimizer_impl: str = "megatron", timeout: float | None = None,
              executor: Any = None, headroom: float | None = None,
              tokens: float | None = None, price: "float | Mapping[str, float] | None" = None,
              max_days: float | None = None, max_batch: bool = False,
@@ -512,7 +514,12 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     plan is priced on (not searched; :class:`ParallelPlan`; ``"te"``,
     ``"compile"`` or ``"eager"``: torchtitan's earlier kernel sets and its
     op-level checkpointing are simulated, not searched): ``tp_overlap``
-    applies to the plans with sequence parallelism.
+    applies to the plans with sequence parallelism.  ``optimizer_impl`` is
+    the optimizer's gradient path every plan is priced on (not searched;
+    :class:`ParallelPlan`): ``"megatron_bf16_grads"`` (16-bit gradients,
+    Megatron-LM's ``--grad-reduce-in-bf16``, NeMo's and Megatron-Bridge's
+    performance recipes) ranks only ZeRO 0 and 1 plans, ``"apex_bf16"``
+    (NeMo's Apex optimizer) only ZeRO 1 plans.
     ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
     search with KeyboardInterrupt.  Raises ValueError for impossible arguments; a search with no
     plan that fits returns an empty ranking whose ``table()`` says why.
@@ -604,13 +611,21 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             share, *_memory_opts(c, reshard_after_forward, shard_size, offload_optimizer,
                                  offload_activations),
             _stack("kernels", kernels, _SEARCH_KERNELS),
-            _stack("tp_overlap", tp_overlap, TP_OVERLAPS), _stack("cp_comm", cp_comm, CP_COMMS))
+            _stack("tp_overlap", tp_overlap, TP_OVERLAPS), _stack("cp_comm", cp_comm, CP_COMMS),
+            _stack("optimizer_impl", optimizer_impl, OPTIMIZER_IMPLS))
+    zeros = _OPT_ZEROS.get(optimizer_impl)
+    if zeros is not None and zero is not None and zero not in zeros:
+        raise ValueError(f"optimizer_impl={optimizer_impl!r} runs ZeRO "
+                         f"{' or '.join(map(str, zeros))}, not zero={zero}")
     if tp_overlap == "te" and kernels != "te" or tp_overlap == "async" and kernels != "compile":
         raise ValueError(f"tp_overlap={tp_overlap!r} does not run on kernels={kernels!r} "
                          "('te' needs kernels='te', 'async' kernels='compile')")
     if (tokens is not None) and not isinstance(m, Transformer):
         raise ValueError("tokens= needs a transformer model (a profiled model has no tokens)")
     if c.parts or c.speeds:
+        if optimizer_impl != "megatron":
+            raise ValueError("optimizer_impl= is searched on one GPU type only: the search over "
+                             "uneven plans prices Megatron's gradient path")
         # several GPU types or slowed GPUs: the search over uneven plans
         from .autoplan_hetero import hetero_search
         given = {k for k, v in (("gpus", gpus), ("max_gpus", max_gpus), ("pp", pp), ("dp", dp),
@@ -653,7 +668,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
                             fp8_params=bool(f8p), reshard_after_forward=bool(reshard),
                             shard_size=shard, offload_optimizer=bool(off_opt),
                             offload_activations=off_act, kernels=_KS_NAMES[ks],
-                            tp_overlap=_TPO_NAMES[tpo], cp_comm=_CP_NAMES[cpc])
+                            tp_overlap=_TPO_NAMES[tpo], cp_comm=_CP_NAMES[cpc],
+                            optimizer_impl=optimizer_impl)
 
     def search(o: tuple) -> dict:
         if executor is not None:
@@ -665,6 +681,11 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     if fw is not None:
         if _bool("max_batch", max_batch) or max_days is not None:
             raise ValueError("framework= does not combine with max_batch=True or max_days=")
+        probe = ParallelPlan(global_batch=2, dp=2, zero=1, optimizer_impl=optimizer_impl)
+        bad = [r.what for r in fw.rules
+               if "optimizer_impl" in r.what and r.refuses(probe, None, precision)]
+        if bad:
+            raise ValueError(f"{fw.title} does not run optimizer_impl={optimizer_impl!r}: {bad[0]}")
         unset = {k for k, v in (("reshard_after_forward", reshard_after_forward is True),
                                 ("kernels", kernels == "te"), ("tp_overlap", tp_overlap == "none"),
                                 ("cp_comm", cp_comm == "p2p")) if v}

@@ -246,6 +246,11 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
                        default="p2p",
                        help="context-parallel K/V exchange: ring, all-gather, Ulysses all-to-all, "
                             "PyTorch's SDPA context parallelism")
+    stack.add_argument("--optimizer", choices=("megatron", "megatron_bf16_grads", "apex_bf16",
+                                               "deepspeed_bf16"), default="megatron",
+                       help="the optimizer's gradient path: Megatron's fp32 gradients (default), "
+                            "its 16-bit gradients (--grad-reduce-in-bf16; ZeRO 0/1), NeMo's Apex "
+                            "optimizer (ZeRO 1), DeepSpeed's BF16_Optimizer")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="seconds the search may take")
     p.add_argument("--framework", choices=("megatron", "torchtitan", "deepspeed"),
                    help="rank only plans this framework runs (docs/exports.md)")
@@ -341,7 +346,7 @@ def run_autoplan(args) -> int:
                       moe_dispatcher=args.moe_dispatcher, fp8_params=args.fp8_params,
                       max_days=args.max_days, framework=framework, **_memory_args(args), **opts,
                       kernels=args.kernels, tp_overlap=args.tp_overlap, cp_comm=args.cp_comm,
-                      **fixed)
+                      optimizer_impl=args.optimizer, **fixed)
     if args.output and len(r):
         r[0].plan.save(args.output)
         print(f"wrote {args.output}", file=sys.stderr)

@@ -50,6 +50,48 @@ def test_pruned_search_equals_exhaustive(seed):
 
 
 @pytest.mark.parametrize("seed", range(8))
+def test_pruned_equals_exhaustive_with_an_optimizer_gradient_path(seed):
+    # 16-bit gradients (Megatron's --grad-reduce-in-bf16, NeMo's Apex
+    # optimizer): their model states go through the memory and time bounds,
+    # and only the ZeRO stages they run are ranked
+    rng = random.Random(900 + seed)
+    model = random_transformer(rng)
+    cluster = hpgo.Cluster.preset(rng.choice(["dgx-a100-40gb", "dgx-h100"]),
+                                  nodes=rng.choice([1, 2]))
+    cluster = cluster.with_gpu(memory_bytes=rng.choice([4e9, 16e9, 80e9]))
+    gb, top = rng.choice([8, 16, 32]), rng.choice([1, 5, 20])
+    impl = ("megatron_bf16_grads", "apex_bf16")[seed % 2]
+    fast = hpgo.autoplan(model, cluster, gb, top=top, optimizer_impl=impl,
+                         threads=rng.choice([1, 2]))
+    slow = hpgo.autoplan(model, cluster, gb, top=top, optimizer_impl=impl, exhaustive=True,
+                         threads=1)
+    assert key(fast) == key(slow)
+    assert slow.stats["bounds_broken"] == 0
+    for rp in slow:
+        assert rp.plan.optimizer_impl == impl
+        assert rp.plan.zero in ((0, 1) if impl == "megatron_bf16_grads" else (1,))
+
+
+def test_sixteen_bit_gradients_fit_plans_that_fp32_gradients_do_not():
+    # Llama 3.1 405B as NVIDIA's recipe runs it (TP 8, CP 2, PP 9, VP 7, no
+    # recomputation) fits only with the 2 bytes a parameter 16-bit gradients
+    # save; autoplan then finds it
+    m = hpgo.transformer("llama3-405b", seq=8192).with_(vocab=51200)
+    c = hpgo.Cluster.preset("dgx-h100", nodes=72)
+    fixed = dict(tp=8, cp=2, pp=9, virtual_stages=7, recompute="none", schedule="interleaved-1f1b",
+                 tp_overlap="te", zero=1)
+    assert len(hpgo.autoplan(m, c, 252, top=1, **fixed)) == 0
+    r = hpgo.autoplan(m, c, 252, top=1, optimizer_impl="megatron_bf16_grads", **fixed)
+    assert len(r) == 1 and r[0].result.fits
+    assert r[0].plan.optimizer_impl == "megatron_bf16_grads"
+    with pytest.raises(ValueError, match="zero"):
+        hpgo.autoplan(m, c, 252, optimizer_impl="apex_bf16", zero=2)
+    with pytest.raises(ValueError, match="does not run optimizer_impl"):
+        hpgo.autoplan("llama3-8b", "dgx-h100", 64, optimizer_impl="apex_bf16",
+                      framework="torchtitan")
+
+
+@pytest.mark.parametrize("seed", range(8))
 def test_pruned_equals_exhaustive_with_sharding_and_offloading_searched(seed):
     # reshard after forward, offloaded optimizer and activations searched,
     # hybrid sharding, straggler jitter, NCCL latency and the allocator's

@@ -589,6 +589,11 @@ static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *
                     break;
                 if (!free_or(o->zero, z))
                     continue;
+                /* the ZeRO stages the optimizer's gradient path runs
+                 * (hpgo_parplan_validate refuses the others) */
+                if ((p.optimizer_impl == HPGO_OPT_APEX_BF16 && z != 1) ||
+                    (p.optimizer_impl == HPGO_OPT_MEGATRON_BF16_GRADS && z > 1))
+                    continue;
                 p.zero = z;
                 p.shard_size = 0;
                 if (o->shard_size > 0 && z > 0) {
@@ -704,6 +709,7 @@ static int enumerate(search_t *S, int64_t N, hpgo_err_t *err)
                 base.reshard_after_forward = 1; /* ZeRO-3 as DeepSpeed and FSDP's default */
                 base.kernels = o->kernels > 0 ? o->kernels : HPGO_KS_TE;
                 base.cp_comm = o->cp_comm > 0 ? o->cp_comm : HPGO_CP_P2P;
+                base.optimizer_impl = o->optimizer_impl > 0 ? o->optimizer_impl : HPGO_OPT_MEGATRON;
                 /* schedules and their vstages */
                 static const int order[] = {HPGO_PS_1F1B, HPGO_PS_ZBH1, HPGO_PS_INTERLEAVED,
                                             HPGO_PS_ZBV, HPGO_PS_GPIPE};
@@ -804,7 +810,7 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "objective must be time or cost");
     if (o->schedule >= HPGO_PS__COUNT || o->recompute > HPGO_RC_FULL || o->zero > 3 ||
         o->sequence_parallel > 1 || o->kernels > HPGO_KS_EAGER || o->tp_overlap > HPGO_TPO_ASYNC ||
-        o->cp_comm > HPGO_CP_TORCH_SDPA)
+        o->cp_comm > HPGO_CP_TORCH_SDPA || o->optimizer_impl > HPGO_OPT_MEGATRON_BF16_GRADS)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "a fixed choice is out of range");
     if (o->no_reshard < -1 || o->no_reshard > 2 || o->offload_optimizer < -1 ||
         o->offload_optimizer > 1 || o->shard_size < 0 || !(o->offload_activations <= 1) ||

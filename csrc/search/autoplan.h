@@ -62,8 +62,9 @@ typedef struct hpgo_autoplan_opts {
     double offload_activations;/* >= 0: every plan's share; < 0: search 0, 0.5 and 1 */
     /* the training stack every plan is priced on (not searched; -1: the
      * defaults): kernel set, tensor-parallel overlap (on the plans with
-     * sequence parallelism), context-parallel exchange (parplan.h) */
-    int32_t kernels, tp_overlap, cp_comm;
+     * sequence parallelism), context-parallel exchange, the optimizer's
+     * gradient path (parplan.h; ZeRO stages it does not run are skipped) */
+    int32_t kernels, tp_overlap, cp_comm, optimizer_impl;
 } hpgo_autoplan_opts_t;
 
 typedef struct hpgo_autoplan_entry {
