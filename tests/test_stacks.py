@@ -43,6 +43,24 @@ def test_baseline_exposes_six_of_the_ten_sequence_parallel_collectives():
     assert 0 < st["tp_backward"] / n < 2 * ar
 
 
+def test_transformer_engine_gathers_in_fp8_under_fp8():
+    """Transformer Engine under fp8 gathers the norm output (written in fp8)
+    and the output gradient (cast before its gather) in 1 byte an element;
+    the reduce-scatters stay 16-bit."""
+    m = hpgo.transformer("llama3-70b")
+    p = hpgo.ParallelPlan(tp=8, pp=8, global_batch=8, sequence_parallel=True)
+    st = stage(m, H100, p, 1, precision="fp8")
+    n = st["layers"]
+    x = 2 * m.seq * m.hidden
+    ag = H100.collective_time("all_gather", 8, x / 2)
+    rs = H100.collective_time("reduce_scatter", 8, x)
+    assert st["tp_forward"] / n == pytest.approx(2 * (ag + rs), rel=1e-9)
+    # the same plan in bf16 gathers 2 bytes an element
+    st = stage(m, H100, p, 1)
+    ag16 = H100.collective_time("all_gather", 8, x)
+    assert st["tp_forward"] / n == pytest.approx(2 * (ag16 + rs), rel=1e-9)
+
+
 def test_torch_tensor_parallelism_copies_around_sequence_dim_collectives():
     """PyTorch's tensor parallelism keeps activations batch-first, [b, s, h],
     and NCCL gathers and scatters along dim 0: a reduce-scatter on the

@@ -1441,8 +1441,16 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
      * Float8RowwiseParallel, PrepareFloat8ModuleInput) casts before it
      * gathers: the forward input and the backward output gradient cross in
      * fp8, 1 B an element; reduce-scatters stay 16-bit.  The gathered fp8
-     * input is saved, so no backward re-gather. */
-    double Xg = k->tao ? X / s->E : X;
+     * input is saved, so no backward re-gather.  Transformer Engine under
+     * fp8 gathers in fp8 too (TE 1.13 - 2.x): LayerNormLinear's norm writes
+     * its output in fp8, into the userbuffer under --tp-comm-overlap, and
+     * gather_along_first_dim gathers that; the backward casts the output
+     * gradient to fp8 before its gather (grad_output_preprocess) and
+     * re-gathers the saved fp8 norm output for the weight gradient; every
+     * all-gather userbuffer is fp8 ("AllGather buffers use fp8 when using
+     * fp8 recipe", module/base.py initialize_ub).  Its reduce-scatters stay
+     * 16-bit (an fp8 buffer only where a recipe sets fp8_buf). */
+    double Xg = k->tao || (k->ks == HPGO_KS_TE && k->dtype == HPGO_DT_FP8) ? X / s->E : X;
     double cd = gemm_time(k, col_d.m, col_d.kk, col_d.n);
     double cw = gemm_time(&kw, col_w.m, col_w.kk, col_w.n);
     if (!s->sp) {
@@ -1471,10 +1479,10 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
          * recipes (Megatron-Bridge training/comm_overlap.py) reduce-scatter
          * by ring exchange on 1 SM, the bf16 ones pipelined */
         /* the bulk overlaps are userbuffers collectives too (16 SMs) */
-        regather = no_regather ? 0 : bulk(g, cd, ub_coll(c, HPGO_COLL_ALLGATHER, s, X));
-        *f += ring_ag(k, c, s, col_f, X, 0, 1) +
+        regather = no_regather ? 0 : bulk(g, cd, ub_coll(c, HPGO_COLL_ALLGATHER, s, Xg));
+        *f += ring_ag(k, c, s, col_f, Xg, 0, 1) +
               (k->dtype == HPGO_DT_FP8 ? p2p_rs(k, c, s, row_f, X, 1) : pipe_rs(k, c, s, row_f, X));
-        *b += ring_ag(k, c, s, row_d, X, 1, 1) + regather +
+        *b += ring_ag(k, c, s, row_d, Xg, 1, 1) + regather +
               bulk(g, cw, ub_coll(c, HPGO_COLL_REDUCE_SCATTER, s, X)) + (op_ag ? ag : 0);
         break;
     case HPGO_TPO_ASYNC: {
