@@ -51,7 +51,8 @@ def runs_table(checks, title):
         by_source.setdefault(c.run.source_id.split("-")[0], []).append(c)
     if len(by_source) > 1:
         print("by source: " + "; ".join(
-            f"{k} {len(v)} run{'s' if len(v) > 1 else ''}, median {statistics.median(abs(c.error) for c in v) * 100:.1f} %, "
+            f"{k} {len(v)} run{'s' if len(v) > 1 else ''}, median "
+            f"{statistics.median(abs(c.error) for c in v) * 100:.1f} %, "
             f"{sum(abs(c.error) <= 0.10 for c in v)} within 10 %, {sum(c.fits for c in v)} fit"
             for k, v in by_source.items()))
     print()

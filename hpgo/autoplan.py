@@ -28,9 +28,9 @@ from . import _args, _core
 from . import frameworks as _frameworks
 from .cluster import Cluster
 from .parallel import (CP_COMMS, DISPATCHERS, DISPATCHERS_BY_CODE, KERNEL_SETS,
-                       OPTIMIZER_IMPLS, PRECISIONS, RECOMPUTE_MODES, SCHEDULES, TP_OVERLAPS, MemoryBreakdown, ParallelPlan,
-                       StepResult, _as_model, _headroom_cluster, _overhead_bytes,
-                       _positive_real, headroom_fraction, overlap_share, simulate)
+                       OPTIMIZER_IMPLS, PRECISIONS, RECOMPUTE_MODES, SCHEDULES, TP_OVERLAPS,
+                       MemoryBreakdown, ParallelPlan, StepResult, _as_model, _headroom_cluster,
+                       _overhead_bytes, _positive_real, headroom_fraction, overlap_share, simulate)
 from .workmodel import ProfiledModel, Transformer, model_id
 
 __all__ = ["autoplan", "RankedPlan", "RankedPlans", "setup_line"]
@@ -366,7 +366,7 @@ def _stack(name: str, v: Any, allowed: dict) -> int:
 
 
 _KS_NAMES = {v: k for k, v in KERNEL_SETS.items()}
-# the ZeRO stages an optimizer's gradient path runs (hpgo_parplan_validate)
+# the ZeRO stages an optimizer's gradient path runs (hpgo_parplan_check)
 _OPT_ZEROS = {"apex_bf16": (1,), "megatron_bf16_grads": (0, 1)}
 # what the search offers: torchtitan's op-level checkpointing (selective-op)
 # and its earlier kernel sets (compile-blocks, compile-fa2, eager-unfused-norm)

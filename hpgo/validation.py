@@ -74,8 +74,8 @@ class PublishedRun:
                             moe_dispatcher=self.dispatcher,
                             overlap_moe_comm=self.overlap_moe_comm,
                             fp8_params=self.precision == "fp8" and self.fp8_params,
-                            optimizer_impl=("megatron_bf16_grads" if self.bf16_grads and not self.fsdp
-                                            else "megatron"),
+                            optimizer_impl=("megatron_bf16_grads"
+                                            if self.bf16_grads and not self.fsdp else "megatron"),
                             tp_overlap=self.tp_overlap if self.tp > 1 else "none")
 
 

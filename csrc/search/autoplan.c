@@ -590,7 +590,7 @@ static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *
                 if (!free_or(o->zero, z))
                     continue;
                 /* the ZeRO stages the optimizer's gradient path runs
-                 * (hpgo_parplan_validate refuses the others) */
+                 * (hpgo_parplan_check refuses the others) */
                 if ((p.optimizer_impl == HPGO_OPT_APEX_BF16 && z != 1) ||
                     (p.optimizer_impl == HPGO_OPT_MEGATRON_BF16_GRADS && z > 1))
                     continue;

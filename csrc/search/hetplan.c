@@ -773,7 +773,8 @@ static int variants(search_t *S, const base_t *b, int64_t bi, int make, double *
         const cfg_t *g0 = &S->cfgs[b->seg[0]], *g1 = &S->cfgs[b->seg[b->nseg - 1]];
         double e0 = edge_emb(S, g0->part, g0->tp, 0), e1 = edge_emb(S, g1->part, g1->tp, 1);
         double wb, gb, ob;
-        hpgo_work_state_bytes(S->w->precision, o->base->fp8_params, o->base->optimizer_impl, &wb, &gb, &ob);
+        hpgo_work_state_bytes(S->w->precision, o->base->fp8_params, o->base->optimizer_impl, &wb,
+                              &gb, &ob);
         double bytes = (e0 < e1 ? e0 : e1) * gb;
         if (g0->part != g1->part) {
             const hpgo_level_t *j = &S->c->join;
@@ -1266,7 +1267,8 @@ static void price(const search_t *S, cand_t *cd)
     }
     double *sent = tmp + 4 * P + 3; /* per stage: its replicas' send bytes, summed */
     double wbytes, gbytes, obytes, sync_lb = 0;
-    hpgo_work_state_bytes(S->w->precision, p.fp8_params, p.optimizer_impl, &wbytes, &gbytes, &obytes);
+    hpgo_work_state_bytes(S->w->precision, p.fp8_params, p.optimizer_impl, &wbytes, &gbytes,
+                          &obytes);
     int64_t next_local[HPGO_CLUSTER_MAX_PARTS] = {0};
     int64_t off = 0;
     double *before = tmp, *back = tmp + P + 1, *opt = tmp + 2 * P + 2;

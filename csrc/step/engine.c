@@ -1356,7 +1356,8 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
     /* ZeRO-3 gathers a chunk's weights before each pass (prefetched: an op
      * takes at least the gather's time) */
     double wbytes, gbytes, obytes;
-    hpgo_work_state_bytes(w->precision, p->fp8_params, p->optimizer_impl, &wbytes, &gbytes, &obytes);
+    hpgo_work_state_bytes(w->precision, p->fp8_params, p->optimizer_impl, &wbytes, &gbytes,
+                          &obytes);
 
     hpgo_cancel_t *cancel = opts ? opts->cancel : NULL;
     /* gradients to synchronise: dense ones over dp x cp, expert ones over
