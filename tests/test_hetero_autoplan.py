@@ -149,6 +149,8 @@ def test_refusals():
     five = hpgo.Cluster.combine(*(["dgx-h100"] * 5), bandwidth=1e9)
     with pytest.raises(ValueError, match="at most 4 GPU types"):
         hpgo.autoplan(m, five, 16)
+    with pytest.raises(ValueError, match="optimizer_impl"):
+        hpgo.autoplan(m, c, 16, optimizer_impl="megatron_bf16_grads")
 
 
 def test_timeout_stops_the_search():
