@@ -49,18 +49,19 @@ def test_pruned_search_equals_exhaustive(seed):
     assert fast.stats["simulated"] <= slow.stats["simulated"]
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", range(9))
 def test_pruned_equals_exhaustive_with_an_optimizer_gradient_path(seed):
     # 16-bit gradients (Megatron's --grad-reduce-in-bf16, NeMo's Apex
-    # optimizer): their model states go through the memory and time bounds,
-    # and only the ZeRO stages they run are ranked
+    # optimizer) and DeepSpeed's BF16_Optimizer: their model states and
+    # passes go through the memory and time bounds, and only the ZeRO stages
+    # they run are ranked
     rng = random.Random(900 + seed)
     model = random_transformer(rng)
     cluster = hpgo.Cluster.preset(rng.choice(["dgx-a100-40gb", "dgx-h100"]),
                                   nodes=rng.choice([1, 2]))
     cluster = cluster.with_gpu(memory_bytes=rng.choice([4e9, 16e9, 80e9]))
     gb, top = rng.choice([8, 16, 32]), rng.choice([1, 5, 20])
-    impl = ("megatron_bf16_grads", "apex_bf16")[seed % 2]
+    impl = ("megatron_bf16_grads", "apex_bf16", "deepspeed_bf16")[seed % 3]
     fast = hpgo.autoplan(model, cluster, gb, top=top, optimizer_impl=impl,
                          threads=rng.choice([1, 2]))
     slow = hpgo.autoplan(model, cluster, gb, top=top, optimizer_impl=impl, exhaustive=True,
@@ -69,7 +70,8 @@ def test_pruned_equals_exhaustive_with_an_optimizer_gradient_path(seed):
     assert slow.stats["bounds_broken"] == 0
     for rp in slow:
         assert rp.plan.optimizer_impl == impl
-        assert rp.plan.zero in ((0, 1) if impl == "megatron_bf16_grads" else (1,))
+        assert rp.plan.zero in {"megatron_bf16_grads": (0, 1), "apex_bf16": (1,)}.get(
+            impl, (0, 1, 2, 3))
 
 
 def test_sixteen_bit_gradients_fit_plans_that_fp32_gradients_do_not():
