@@ -366,8 +366,6 @@ def _stack(name: str, v: Any, allowed: dict) -> int:
 
 
 _KS_NAMES = {v: k for k, v in KERNEL_SETS.items()}
-# the ZeRO stages an optimizer's gradient path runs (hpgo_parplan_check)
-_OPT_ZEROS = {"apex_bf16": (1,), "megatron_bf16_grads": (0, 1)}
 # what the search offers: torchtitan's op-level checkpointing (selective-op)
 # and its earlier kernel sets (compile-blocks, compile-fa2, eager-unfused-norm)
 # are simulated, not searched
@@ -613,10 +611,6 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _stack("kernels", kernels, _SEARCH_KERNELS),
             _stack("tp_overlap", tp_overlap, TP_OVERLAPS), _stack("cp_comm", cp_comm, CP_COMMS),
             _stack("optimizer_impl", optimizer_impl, OPTIMIZER_IMPLS))
-    zeros = _OPT_ZEROS.get(optimizer_impl)
-    if zeros is not None and zero is not None and zero not in zeros:
-        raise ValueError(f"optimizer_impl={optimizer_impl!r} runs ZeRO "
-                         f"{' or '.join(map(str, zeros))}, not zero={zero}")
     if tp_overlap == "te" and kernels != "te" or tp_overlap == "async" and kernels != "compile":
         raise ValueError(f"tp_overlap={tp_overlap!r} does not run on kernels={kernels!r} "
                          "('te' needs kernels='te', 'async' kernels='compile')")
@@ -681,17 +675,13 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     if fw is not None:
         if _bool("max_batch", max_batch) or max_days is not None:
             raise ValueError("framework= does not combine with max_batch=True or max_days=")
-        probe = ParallelPlan(global_batch=2, dp=2, zero=1, optimizer_impl=optimizer_impl)
-        bad = [r.what for r in fw.rules
-               if "optimizer_impl" in r.what and r.refuses(probe, None, precision)]
-        if bad:
-            raise ValueError(f"{fw.title} does not run optimizer_impl={optimizer_impl!r}: {bad[0]}")
         unset = {k for k, v in (("reshard_after_forward", reshard_after_forward is True),
                                 ("kernels", kernels == "te"), ("tp_overlap", tp_overlap == "none"),
                                 ("cp_comm", cp_comm == "p2p")) if v}
         stats, entries = _framework_search(fw, m, precision, opts, int(top), search, to_plan,
                                            dict(schedule=schedule, zero=zero, recompute=recompute,
-                                                pp=pp, ep=ep), unset)
+                                                pp=pp, ep=ep, optimizer_impl=optimizer_impl),
+                                           unset)
     else:
         if _bool("max_batch", max_batch):
             if objective != "time" or max_days is not None or executor is not None:

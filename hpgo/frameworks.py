@@ -39,9 +39,10 @@ class Rule:
 @dataclass(frozen=True)
 class Framework:
     """A training framework: what it runs (``schedules``, ``zero`` stages,
-    ``recompute`` modes, ``precisions``, ``rules`` on combinations) and its
-    runtime ``defaults`` (ParallelPlan field -> value, or a function of the
-    plan where the framework's default depends on it)."""
+    ``recompute`` modes, ``precisions``, the optimizers' gradient paths
+    ``optimizers`` as ParallelPlan's ``optimizer_impl``, ``rules`` on
+    combinations) and its runtime ``defaults`` (ParallelPlan field -> value,
+    or a function of the plan where the framework's default depends on it)."""
 
     name: str
     title: str
@@ -55,6 +56,14 @@ class Framework:
     # fixed choices a ZeRO stage needs (searched as their own sub-space)
     zero_needs: Mapping[int, Mapping[str, int]] = dataclasses.field(default_factory=dict)
     launch: str = ""
+    optimizers: tuple[str, ...] = ("megatron",)
+
+
+# what each optimizer_impl is, for the refusals
+_OPTIMIZERS = {"megatron": "the framework's own optimizer",
+               "deepspeed_bf16": "DeepSpeed's BF16_Optimizer",
+               "apex_bf16": "Apex's DistributedFusedAdam",
+               "megatron_bf16_grads": "Megatron's 16-bit gradient buffer"}
 
 
 # ---------------------------------------------------------------- Megatron
@@ -134,11 +143,6 @@ MEGATRON = Framework(
              f"{_MCORE}/model_parallel_config.py __post_init__: 'When using expert parallelism "
              "and tensor parallelism for training, sequence parallelism must be used'",
              lambda p, m, pr: p.ep > 1 and p.tp > 1 and not p.sequence_parallel),
-        Rule("the gradient path is Megatron's own (optimizer_impl 'megatron' or "
-             "'megatron_bf16_grads'): not DeepSpeed's BF16_Optimizer nor Apex's "
-             "DistributedFusedAdam", f"{_MCORE}/optimizer/__init__.py get_megatron_optimizer",
-             lambda p, m, pr: getattr(p, "optimizer_impl", "megatron")
-             not in ("megatron", "megatron_bf16_grads")),
     ),
     defaults={
         # Megatron-Core with Transformer Engine (--transformer-impl
@@ -157,6 +161,9 @@ MEGATRON = Framework(
     },
     launch="torchrun --nproc-per-node 8 --nnodes N pretrain_gpt.py $(cat megatron.args) "
            "<data, tokenizer and optimizer arguments>",
+    # its own gradient path, fp32 or --grad-reduce-in-bf16 (arguments.py);
+    # core/optimizer/__init__.py get_megatron_optimizer
+    optimizers=("megatron", "megatron_bf16_grads"),
 )
 
 # -------------------------------------------------------------- torchtitan
@@ -242,11 +249,6 @@ TORCHTITAN = Framework(
              "enable_fsdp_float8_all_gather and the tensorwise recipe removed by #3127 "
              "(2026-04-27)",
              lambda p, m, pr: getattr(p, "fp8_all_gather", False)),
-        Rule("the optimizer is PyTorch's AdamW (optimizer_impl 'megatron', the kernel set's "
-             "Adam): not DeepSpeed's BF16_Optimizer, Apex's DistributedFusedAdam nor "
-             "Megatron's 16-bit gradient buffer",
-             f"{_TT} torchtitan/components/optimizer.py",
-             lambda p, m, pr: getattr(p, "optimizer_impl", "megatron") != "megatron"),
     ),
     defaults={
         # the export turns torch.compile on ([compile] enable)
@@ -319,11 +321,6 @@ DEEPSPEED = Framework(
              lambda p, m, pr: bool(p.overlap_moe_comm)),
         Rule("no fp8-only weights", f"{_DS} deepspeed/runtime/config.py: no fp8 section",
              lambda p, m, pr: p.fp8_params),
-        Rule("no Apex DistributedFusedAdam nor Megatron gradient buffer (optimizer_impl "
-             "'apex_bf16', 'megatron_bf16_grads')",
-             f"{_DS} deepspeed/runtime/engine.py _configure_optimizer",
-             lambda p, m, pr: getattr(p, "optimizer_impl", "megatron")
-             in ("apex_bf16", "megatron_bf16_grads")),
     ),
     defaults={
         # Megatron-DeepSpeed's fused kernels (apex/Megatron fused softmax,
@@ -338,6 +335,9 @@ DEEPSPEED = Framework(
     },
     launch="deepspeed --num_gpus 8 --num_nodes N pretrain_gpt.py --deepspeed "
            "--deepspeed_config ds_config.json <Megatron-DeepSpeed model arguments>",
+    # Megatron-DeepSpeed's gradient path, or its BF16_Optimizer
+    # (deepspeed/runtime/engine.py _configure_optimizer)
+    optimizers=("megatron", "deepspeed_bf16"),
 )
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (MEGATRON, TORCHTITAN, DEEPSPEED)}
@@ -375,10 +375,15 @@ def problems(framework: Any, plan: Any, model: Any = None,
     if precision not in fw.precisions:
         out.append(f"precision {precision!r} is not offered by {fw.title} (offered: "
                    f"{', '.join(fw.precisions)})")
+    opt = getattr(plan, "optimizer_impl", "megatron")
+    if opt not in fw.optimizers:
+        out.append(f"optimizer_impl={opt!r} ({_OPTIMIZERS.get(opt, opt)}) is not offered by "
+                   f"{fw.title} (offered: {', '.join(fw.optimizers)})")
     for r in fw.rules:
         if r.refuses(plan, model, precision):
             out.append(f"{r.what} [{r.source}]")
     return out
+
 
 
 def check(framework: Any, plan: Any, model: Any = None, precision: str = "bf16") -> None:
@@ -456,3 +461,7 @@ def refuse_fixed(framework: Any, fixed: Mapping[str, Any], precision: str) -> No
     if precision not in fw.precisions:
         raise ValueError(f"precision {precision!r} is not offered by {fw.title} (offered: "
                          f"{', '.join(fw.precisions)})")
+    opt = fixed.get("optimizer_impl")
+    if opt is not None and opt not in fw.optimizers:
+        raise ValueError(f"{fw.title} does not run optimizer_impl={opt!r} "
+                         f"({_OPTIMIZERS.get(opt, opt)}; it runs {', '.join(fw.optimizers)})")

@@ -589,10 +589,8 @@ static int enum_tail(search_t *S, hpgo_parplan_t base, double *ltimes, int32_t *
                     break;
                 if (!free_or(o->zero, z))
                     continue;
-                /* the ZeRO stages the optimizer's gradient path runs
-                 * (hpgo_parplan_check refuses the others) */
-                if ((p.optimizer_impl == HPGO_OPT_APEX_BF16 && z != 1) ||
-                    (p.optimizer_impl == HPGO_OPT_MEGATRON_BF16_GRADS && z > 1))
+                /* the ZeRO stages the optimizer's gradient path runs */
+                if (hpgo_parplan_check_optimizer_zero(p.optimizer_impl, z, NULL) != HPGO_OK)
                     continue;
                 p.zero = z;
                 p.shard_size = 0;
@@ -812,6 +810,9 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
         o->sequence_parallel > 1 || o->kernels > HPGO_KS_EAGER || o->tp_overlap > HPGO_TPO_ASYNC ||
         o->cp_comm > HPGO_CP_TORCH_SDPA || o->optimizer_impl > HPGO_OPT_MEGATRON_BF16_GRADS)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "a fixed choice is out of range");
+    if (o->zero >= 0 && o->optimizer_impl > 0 &&
+        hpgo_parplan_check_optimizer_zero(o->optimizer_impl, o->zero, err) != HPGO_OK)
+        return HPGO_E_INVALID;
     if (o->no_reshard < -1 || o->no_reshard > 2 || o->offload_optimizer < -1 ||
         o->offload_optimizer > 1 || o->shard_size < 0 || !(o->offload_activations <= 1) ||
         ((o->offload_activations > 0 || o->offload_optimizer == 1) && !host_ok(c)))

@@ -108,6 +108,22 @@ void hpgo_parplan_edp_group(const hpgo_parplan_t *p, int64_t *size, int64_t *str
     *stride = p->ep_outer ? etp : etp * p->ep;
 }
 
+int hpgo_parplan_check_optimizer_zero(int32_t optimizer_impl, int32_t zero, hpgo_err_t *err)
+{
+    if (optimizer_impl == HPGO_OPT_MEGATRON_BF16_GRADS && zero > 1)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "optimizer_impl megatron_bf16_grads (Megatron's gradient buffer in "
+                            "16 bits) runs with DDP or the distributed optimizer: zero must be 0 "
+                            "or 1, got %d",
+                            (int)zero);
+    if (optimizer_impl == HPGO_OPT_APEX_BF16 && zero != 1)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "optimizer_impl apex_bf16 (Apex's DistributedFusedAdam) shards the "
+                            "optimizer state only: zero must be 1, got %d",
+                            (int)zero);
+    return HPGO_OK;
+}
+
 int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
 {
     int rc;
@@ -147,17 +163,8 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
                             "optimizer_impl must be 0 (megatron), 1 (deepspeed_bf16), 2 "
                             "(apex_bf16) or 3 (megatron_bf16_grads), got %d",
                             (int)p->optimizer_impl);
-    if (p->optimizer_impl == HPGO_OPT_MEGATRON_BF16_GRADS && p->zero > 1)
-        return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                            "optimizer_impl megatron_bf16_grads (Megatron's gradient buffer in "
-                            "16 bits) runs with DDP or the distributed optimizer: zero must be 0 "
-                            "or 1, got %d",
-                            (int)p->zero);
-    if (p->optimizer_impl == HPGO_OPT_APEX_BF16 && p->zero != 1)
-        return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                            "optimizer_impl apex_bf16 (Apex's DistributedFusedAdam) shards the "
-                            "optimizer state only: zero must be 1, got %d",
-                            (int)p->zero);
+    if (hpgo_parplan_check_optimizer_zero(p->optimizer_impl, p->zero, err) != HPGO_OK)
+        return HPGO_E_INVALID;
     if (p->cross_entropy != HPGO_CE_AUTO && p->cross_entropy != HPGO_CE_UNFUSED)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "cross_entropy must be 0 (auto) or 1 (unfused), got %d",

@@ -214,6 +214,10 @@ enum { HPGO_DISPATCH_ALLTOALL = 0, HPGO_DISPATCH_DEDUP = 1 };
  * the model-dependent ones are in work.c.  HPGO_E_INVALID naming the field. */
 int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err);
 
+/* Whether the optimizer's gradient path (HPGO_OPT_*) runs ZeRO stage `zero`:
+ * HPGO_OK, or HPGO_E_INVALID with the reason in `err` (which may be NULL). */
+int hpgo_parplan_check_optimizer_zero(int32_t optimizer_impl, int32_t zero, hpgo_err_t *err);
+
 /* Replicas the dense model states are sharded over: shard_size, or dp x cp
  * when it is 0. */
 int64_t hpgo_parplan_shard(const hpgo_parplan_t *p);
