@@ -12,9 +12,13 @@ case by case, the published and simulated tokens/s per GPU, the error, the
 recomputation needed to fit, the fullest GPU's memory (and the measured
 peak where published); with --kernels, the same again on a GPU calibrated
 to kernels measured on an H100 (hpgo.calibrate;
-profiles/h100-sxm5-kernels.json).
+profiles/h100-sxm5-kernels.json).  With --write-checked, it writes
+hpgo's error on every one of these runs (and Korthikanti et al.'s) by
+stack, GPU generation and precision into the file each simulation's
+assumptions quote (hpgo/checked_runs.json; hpgo.validation.write_checked).
 
     python benchmarks/validate_published.py [--runs FILE.csv] [--further FILE.csv] [--kernels profiles/h100-sxm5-kernels.json]
+    python benchmarks/validate_published.py --write-checked hpgo/checked_runs.json
 """
 import argparse
 import pathlib
@@ -26,6 +30,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 RUNS = ROOT.parent / "shared" / "reference" / "published_runs.csv"
 # further published runs, from the same benchmarks and another source (its header names them)
 FURTHER = ROOT / "benchmarks" / "further_published_runs.csv"
+KORTHIKANTI = ROOT.parent / "shared" / "reference" / "korthikanti2022.csv"
 
 
 def runs_table(checks, title):
@@ -141,9 +146,22 @@ def main():
                     help="print only the measured-runs table, as Markdown")
     ap.add_argument("--further", default=str(FURTHER),
                     help="a second measured-runs CSV file (default: %(default)s; '' for none)")
+    ap.add_argument("--write-checked", metavar="FILE",
+                    help="write hpgo's error on every checked run, by stack, to FILE "
+                         "(hpgo/checked_runs.json is the file the assumptions quote)")
     a = ap.parse_args()
     if a.further and not pathlib.Path(a.further).is_file():
         ap.error(f"--further: no file {a.further}")
+    if a.write_checked:
+        for what, path in (("--runs", a.runs), ("Korthikanti et al.'s runs", KORTHIKANTI)):
+            if not pathlib.Path(path).is_file():
+                ap.error(f"--write-checked needs every checked run: no file {path} ({what})")
+        if not a.further:
+            ap.error("--write-checked needs the further runs (--further)")
+        for band in validation.write_checked(a.write_checked, a.runs, a.further, KORTHIKANTI):
+            print(band)
+        print(f"wrote {a.write_checked}")
+        return
     if a.markdown:
         runs_markdown(validation.check_runs(validation.load_runs(a.runs)))
         return

@@ -227,7 +227,8 @@ class RankedPlans:
                         "mfu_bf16": r.mfu_bf16, "precision": r.precision,
                         "memory_gib": mem.total / _GIB, "capacity_gib": mem.capacity / _GIB,
                         "usable_gib": mem.usable / _GIB, "fits": rp.fits,
-                        "days": r.days, "gpu_hours": r.gpu_hours, "cost": r.cost})
+                        "days": r.days, "gpu_hours": r.gpu_hours, "cost": r.cost,
+                        "checked": r.checked})
         return out
 
     def table(self) -> str:
@@ -246,8 +247,12 @@ class RankedPlans:
         head += "\n    " + self.setup()
         if not self.plans:
             return head + "\nno plan fits: " + self._why_none()
-        return head + "\n" + _plan_table(self.rows(), self.objective == "cost" or len(used) > 1,
-                                          self.precision, self.max_batch)
+        out = head + "\n" + _plan_table(self.rows(), self.objective == "cost" or len(used) > 1,
+                                         self.precision, self.max_batch)
+        # how far the model was from the published runs of the plans' stack
+        if self.plans[0].result.checked:
+            out += "\n" + self.plans[0].result.checked
+        return out
 
     def __repr__(self) -> str:
         return self.table()
@@ -264,7 +269,10 @@ class RankedPlans:
             f"<td>{html.escape(r['plan'])}</td></tr>" for r in self.rows())
         return (f"<p>{html.escape(self.table().splitlines()[0])}</p><table><tr><th>#</th>"
                 "<th>s/iter</th><th>tokens/s</th><th>MFU</th><th>GiB</th><th>plan</th></tr>"
-                f"{rows}</table>")
+                f"{rows}</table><p><small>{html.escape(self.setup())}"
+                + (f"; {html.escape(self.plans[0].result.checked)}"
+                   if self.plans and self.plans[0].result.checked else "")
+                + "</small></p>")
 
     def explain(self, i: int = 0, against: int = 3) -> str:
         """Why plan ``i`` beats the next ``against`` plans: the differences in

@@ -28,6 +28,7 @@ from typing import Any, Mapping
 
 from . import _core
 from . import _files
+from . import validation as _validation
 from .cluster import Cluster
 from .timeline import Timeline
 from .workmodel import ProfiledModel, Transformer, model_id, profile_model
@@ -1059,6 +1060,8 @@ class StepResult:
     tokens: float | None = None
     price: float | None = None
     gpu_notes: tuple[str, ...] = ()
+    # how far hpgo was from the published runs of this stack (hpgo.validation.checked_note)
+    checked: str | None = None
 
     # -- rates and the cost of a training run -------------------------------
     @property
@@ -1114,6 +1117,8 @@ class StepResult:
             parts.append(f"bf16-peak MFU {bf16 * 100:.1f} %")
         parts.append(f"{self.headroom * 100:g} % of each GPU's memory kept free")
         parts.extend(self.gpu_notes)
+        if self.checked:
+            parts.append(self.checked)
         if self.tokens is not None:
             parts.append(f"{self.tokens:.3g} tokens")
         if self.price is not None:
@@ -1173,7 +1178,8 @@ class StepResult:
         more = f"<tr><td colspan=6>... {len(self.devices) - 16} more</td></tr>" \
             if len(self.devices) > 16 else ""
         return (f"<p>{html.escape(self.summary())}</p><table><tr><th>device</th><th>busy s</th>"
-                f"<th>bubble</th><th>in flight</th><th>GiB</th><th>fits</th></tr>{rows}{more}</table>")
+                f"<th>bubble</th><th>in flight</th><th>GiB</th><th>fits</th></tr>{rows}{more}</table>"
+                f"<p><small>assumes: {html.escape(self.assumptions())}</small></p>")
 
     # -- memory over time -----------------------------------------------------
     def memory_events(self, device: int = 0) -> list[tuple[float, float, str]]:
@@ -1486,4 +1492,5 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         tokens=tokens, price=price,
         gpu_notes=tuple(f"{q.gpu.name} held to {q.gpu.power_limit:g} W: compute at "
                         f"{q.clock_factor():.3f} of its curves' clock"
-                        for q in (c.parts or (c,)) if q.gpu.power_limit > 0))
+                        for q in (c.parts or (c,)) if q.gpu.power_limit > 0),
+        checked=_validation.checked_note(plan, c, precision, m))

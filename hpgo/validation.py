@@ -29,12 +29,15 @@ Megatron-Bridge's tables for the same models.
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["PublishedRun", "MEGATRON_BRIDGE_H100", "MEGATRON_MOE_MODELZOO_H100", "MeasuredRun",
            "RunCheck", "load_runs", "check_runs",
-           "MEGATRON_BRIDGE_EP_OVERLAP_H100", "MCORE_MOE_TRACKER_H100", "Check", "check"]
+           "MEGATRON_BRIDGE_EP_OVERLAP_H100", "MCORE_MOE_TRACKER_H100", "Check", "check",
+           "Stack", "CheckedBand", "stack_of", "checked_bands", "checked_band", "checked_note",
+           "checked_runs", "write_checked", "CHECKED_FILE"]
 
 
 @dataclass(frozen=True)
@@ -697,3 +700,261 @@ def check_runs(runs: Any, *, gpu: Any = None) -> list[RunCheck]:
         merr = mem / run.measured_mem_gib - 1 if run.measured_mem_gib else None
         out.append(RunCheck(run, rc, pub, sim, sim / pub - 1, r.fits, mem, merr))
     return out
+
+
+# ---------------------------------------------------------------------------
+# What each answer says about the published runs of its stack
+# ---------------------------------------------------------------------------
+
+#: The shipped errors of hpgo on every published run it is checked against,
+#: written by ``benchmarks/validate_published.py --write-checked``.
+CHECKED_FILE = pathlib.Path(__file__).with_name("checked_runs.json")
+_CHECKED_FORMAT = "hpgo-checked-runs-1"
+
+
+@dataclass(frozen=True)
+class Stack:
+    """How the published checks group runs: the training stack (from the
+    plan's kernel set and gradient path), the GPU generation, the precision
+    class and whether the model routes to experts."""
+
+    stack: str        # "Megatron-LM / NeMo", "PyTorch (torchtitan)" or "DeepSpeed"
+    gpus: str         # "Hopper" (H100 / H200 SXM) or "Ampere" (A100)
+    precision: str    # "16-bit" or "fp8"
+    moe: bool
+
+    def describe(self, n: int = 2) -> str:
+        return (f"{'mixture-of-experts' if self.moe else 'dense'} {self.precision} "
+                f"{self.stack} run{'' if n == 1 else 's'} on {self.gpus} GPUs")
+
+
+def _generation(gpu: Any) -> str | None:
+    """The GPU generation the checks cover, told apart as the C core tells
+    its measured tables apart: the Hopper SXM die (132 SMs, dense bf16
+    700-1000 TFLOP/s: H100 SXM at any power limit, H200) and the A100
+    (108 SMs, 300-320 TFLOP/s); None for every other GPU."""
+    bf16 = gpu.bf16_flops
+    if gpu.multiprocessors == 132 and 700e12 <= bf16 <= 1000e12:
+        return "Hopper"
+    if gpu.multiprocessors == 108 and 300e12 <= bf16 <= 320e12:
+        return "Ampere"
+    return None
+
+
+def stack_of(plan: Any, cluster: Any, precision: str, model: Any) -> Stack | None:
+    """The :class:`Stack` a simulation of ``model`` under ``plan`` on
+    ``cluster`` belongs to, or None where no published run could be alike
+    (a GPU outside the checked generations, several GPU types, a plan with
+    its own stages, fp32, a model that is not a transformer)."""
+    from .workmodel import Transformer
+
+    if not isinstance(model, Transformer) or getattr(cluster, "parts", None):
+        return None
+    if plan.stages is not None or precision not in ("bf16", "fp16", "fp8"):
+        return None
+    gen = _generation(cluster.gpu)
+    if gen is None:
+        return None
+    if plan.optimizer_impl == "deepspeed_bf16":
+        stack = "DeepSpeed"
+    elif plan.kernels == "te":
+        stack = "Megatron-LM / NeMo"
+    else:
+        stack = "PyTorch (torchtitan)"
+    return Stack(stack, gen, "fp8" if precision == "fp8" else "16-bit", model.experts > 0)
+
+
+@dataclass(frozen=True)
+class CheckedBand:
+    """hpgo's errors on the published runs of one :class:`Stack`: each
+    run's tokens / s / GPU simulated as published against the measured, as
+    ``simulated / measured - 1`` (positive: hpgo faster than measured)."""
+
+    stack: Stack
+    runs: tuple[tuple[str, float], ...]   # (run, error)
+
+    @property
+    def median(self) -> float:
+        """Median |error|."""
+        import statistics
+        return statistics.median(abs(e) for _, e in self.runs)
+
+    @property
+    def low(self) -> float:
+        return min(e for _, e in self.runs)
+
+    @property
+    def high(self) -> float:
+        return max(e for _, e in self.runs)
+
+    def __str__(self) -> str:
+        n = len(self.runs)
+        span = (f"{self.low * 100:+.1f} %" if n == 1 else
+                f"{self.low * 100:+.1f} ... {self.high * 100:+.1f} %")
+        return (f"checked on {n} published {self.stack.describe(n)}: hpgo {span} against "
+                f"their measured tokens/s (median |error| {self.median * 100:.1f} %)")
+
+
+def _band_key(d: dict) -> Stack:
+    return Stack(d["stack"], d["gpus"], d["precision"], bool(d["moe"]))
+
+
+_checked_cache: dict = {}
+
+
+def checked_bands(path: Any = None) -> list[CheckedBand]:
+    """The bands of the shipped file (or of ``path``, a file written by
+    :func:`write_checked`); ValueError names the file and the field for a
+    malformed one."""
+    from . import _files
+
+    p = str(path or CHECKED_FILE)
+    if p in _checked_cache:
+        return _checked_cache[p]
+    doc = _files.load_json(p, "checked-runs file")
+    where = f"checked-runs file {p}"
+    if not isinstance(doc, dict) or doc.get("format") != _CHECKED_FORMAT:
+        raise ValueError(f"{where}: format must be {_CHECKED_FORMAT!r}")
+    bands = doc.get("bands")
+    if not isinstance(bands, list):
+        raise ValueError(f"{where}: 'bands' must be a list")
+    out = []
+    for i, b in enumerate(bands):
+        try:
+            key = _band_key(b)
+            runs = tuple((str(r), float(e)) for r, e in b["runs"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: bands[{i}] is malformed ({exc})") from None
+        if not runs or not all(-1 < e < 100 for _, e in runs):
+            raise ValueError(f"{where}: bands[{i}].runs must hold errors in (-1, 100)")
+        out.append(CheckedBand(key, runs))
+    _checked_cache[p] = out
+    return out
+
+
+def checked_band(plan: Any, cluster: Any, precision: str, model: Any) -> CheckedBand | None:
+    """The band of published runs on the stack of this simulation (see
+    :func:`stack_of`), or None where none is checked."""
+    key = stack_of(plan, cluster, precision, model)
+    if key is None:
+        return None
+    return next((b for b in checked_bands() if b.stack == key), None)
+
+
+def checked_note(plan: Any, cluster: Any, precision: str, model: Any) -> str | None:
+    """One line for an answer's assumptions: how far hpgo was from the
+    published runs of its stack, or that none of them (or none on its GPU)
+    is checked; None for a simulation no published run is like (not a
+    transformer, fp32, several GPU types or a plan with its own stages)."""
+    from .workmodel import Transformer
+
+    key = stack_of(plan, cluster, precision, model)
+    if key is None:
+        if (isinstance(model, Transformer) and not getattr(cluster, "parts", None)
+                and plan.stages is None and _generation(cluster.gpu) is None):
+            return f"not checked against published runs on {cluster.gpu.name} GPUs"
+        return None
+    band = next((b for b in checked_bands() if b.stack == key), None)
+    if band is None:
+        return f"no published {key.describe()} checked"
+    return str(band)
+
+
+def _korthikanti_checks(path: Any) -> list[tuple[Stack, str, float]]:
+    """Korthikanti et al. 2022's Table 5 runs (DGX A100 80 GB, fp16), as
+    ``benchmarks/bench_step.py`` prints them: the tokens/s error is the
+    published iteration time over hpgo's, less 1."""
+    import csv
+
+    from . import _files
+    from .cluster import Cluster
+    from .parallel import ParallelPlan, simulate
+    from .workmodel import transformer
+
+    text = _files.read_text(path, "Korthikanti CSV")
+    out = []
+    for row in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+        if not row["tab5_iter_s"]:
+            continue
+        v = int(row["interleave"])
+        m = transformer(hidden=int(row["hidden"]), ffn=int(row["ffn"]), heads=int(row["heads"]),
+                        layers=int(row["layers"]), seq=int(row["seq"]), vocab=51200)
+        p = ParallelPlan(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]),
+                         virtual_stages=v, micro_batch=int(row["mbs"]),
+                         global_batch=int(row["batch"]),
+                         schedule="interleaved-1f1b" if v > 1 else "1f1b",
+                         recompute="selective" if row["mode"] == "seqsel" else "full",
+                         sequence_parallel=row["mode"] == "seqsel")
+        c = Cluster.preset("dgx-a100-80gb", nodes=int(row["gpus"]) // 8)
+        r = simulate(m, c, p, precision="fp16", timeline=False)
+        key = stack_of(p, c, "fp16", m)
+        out.append((key, f"Korthikanti {row['model']} {row['mode']}",
+                    float(row["tab5_iter_s"]) / r.iteration_time - 1))
+    return out
+
+
+def checked_runs(reference: Any, further: Any, korthikanti: Any) -> list[tuple[Stack, str, float]]:
+    """Every published run hpgo is checked against, simulated as published:
+    the measured-runs files ``reference`` (``../shared/reference/
+    published_runs.csv``) and ``further`` (``benchmarks/
+    further_published_runs.csv``), Korthikanti et al.'s Table 5, and the
+    Megatron-Bridge, Megatron-MoE-ModelZoo and Megatron-Core MoE tracker
+    rows (the EP-overlap A/B pair is left out: its overlapped runs set a
+    constant).  Each as (stack, run, error)."""
+    from .workmodel import transformer
+
+    out = []
+    for path in (reference, further):
+        for chk in check_runs(load_runs(path)):
+            run = chk.run
+            key = stack_of(run.plan(chk.recompute), run.cluster(), run.precision,
+                           run.transformer())
+            out.append((key, run.source_id, chk.error))
+    out += _korthikanti_checks(korthikanti)
+    tables = ((MEGATRON_BRIDGE_H100, "Megatron-Bridge"),
+              (MEGATRON_MOE_MODELZOO_H100, "Megatron-MoE-ModelZoo"),
+              (MCORE_MOE_TRACKER_H100, "Megatron-Core MoE tracker"))
+    from .cluster import Cluster
+    for runs, name in tables:
+        for chk in check(runs):
+            r = chk.run
+            m = transformer(r.model, seq=r.seq)
+            c = Cluster.preset("dgx-h100", nodes=max(1, r.gpus // 8))
+            key = stack_of(r.plan(r.recompute or "none"), c, r.precision, m)
+            label = (f"{name} {r.model} {r.precision} {r.gpus} GPUs TP{r.tp} PP{r.pp} CP{r.cp} "
+                     f"VP{r.vp} EP{r.ep}"
+                     + (" DeepEP" if r.dispatcher == "deepep" else "")
+                     + (" a2a overlap" if r.overlap_moe_comm else "")
+                     + (f" ({r.source.rsplit(' ', 1)[-1]})" if r.source.startswith(_MB) else ""))
+            out.append((key, label, chk.error))
+    return [x for x in out if x[0] is not None]
+
+
+def write_checked(path: Any, reference: Any, further: Any, korthikanti: Any) -> list[CheckedBand]:
+    """Write the bands of :func:`checked_runs` to ``path`` (atomically: a
+    failed write leaves the old file) and return them."""
+    import json
+    import re
+
+    from . import _files
+
+    import math
+
+    groups: dict[Stack, list[tuple[str, float]]] = {}
+    for key, run, err in checked_runs(reference, further, korthikanti):
+        if not (math.isfinite(err) and -1 < err < 100):
+            raise ValueError(f"run {run}: its error {err!r} is not a finite number in (-1, 100)")
+        groups.setdefault(key, []).append((run, round(err, 4)))
+    order = sorted(groups, key=lambda k: (k.stack, k.gpus, k.precision, k.moe))
+    doc = {"format": _CHECKED_FORMAT,
+           "what": "hpgo's error on each published run it is checked against, simulated as "
+                   "published: simulated / measured tokens per second per GPU, less 1",
+           "written_by": "benchmarks/validate_published.py --write-checked",
+           "bands": [dict(dataclasses.asdict(k), runs=[list(r) for r in groups[k]])
+                     for k in order]}
+    text = json.dumps(doc, indent=1)
+    # one run a line
+    text = re.sub(r'\[\n\s+("(?:[^"\\]|\\.)*"),\n\s+([-0-9.e+]+)\n\s+\]', r"[\1, \2]", text)
+    _files.atomic_write(path, text + "\n")
+    _checked_cache.pop(str(path), None)
+    return [CheckedBand(k, tuple(groups[k])) for k in order]

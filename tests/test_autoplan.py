@@ -190,7 +190,8 @@ def test_table_names_the_gpus_each_plan_uses():
     lines = cost.table().splitlines()
     assert len({rp.plan.gpus for rp in cost}) > 1  # several counts ranked: a column says which
     assert lines[2].split()[:2] == ["#", "GPUs"]
-    assert [int(x.split()[1]) for x in lines[3:]] == [rp.plan.gpus for rp in cost]
+    assert [int(x.split()[1]) for x in lines[3:3 + len(cost)]] == [rp.plan.gpus for rp in cost]
+    assert lines[-1].startswith("checked on ")       # the published runs of its stack
     # the cost objective always shows the column, one GPU count or several
     tiny = hpgo.transformer(hidden=512, ffn=2048, heads=8, layers=4, seq=512, vocab=1000)
     one = hpgo.autoplan(tiny, c, 64, objective="cost", gpus=1, top=1)

@@ -1,0 +1,159 @@
+"""What every answer says about the published runs of its stack
+(hpgo.validation.checked_note, hpgo/checked_runs.json): the shipped errors are
+the ones the checks give today, each simulation quotes its stack's, and the
+file is read with clear errors."""
+import json
+import pathlib
+
+import pytest
+
+import hpgo
+from hpgo import graphfile, validation
+from hpgo.cli import main
+
+from conftest import shared_path
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_the_shipped_errors_are_what_the_checks_give():
+    """Every run the shipped file quotes, simulated now as published, gives
+    the shipped error (to the file's 4 decimals), and no checked run is
+    missing: regenerate with benchmarks/validate_published.py
+    --write-checked hpgo/checked_runs.json after a change to the model."""
+    got = validation.checked_runs(shared_path("reference", "published_runs.csv"),
+                                  ROOT / "benchmarks" / "further_published_runs.csv",
+                                  shared_path("reference", "korthikanti2022.csv"))
+    shipped = {(b.stack, run): err for b in validation.checked_bands() for run, err in b.runs}
+    now = {(key, run): err for key, run, err in got}
+    assert set(now) == set(shipped), "regenerate hpgo/checked_runs.json"
+    for k, err in now.items():
+        assert err == pytest.approx(shipped[k], abs=6e-5), (k, "regenerate hpgo/checked_runs.json")
+
+
+def test_each_band_is_one_stack_and_its_figures_come_from_its_runs():
+    bands = validation.checked_bands()
+    keys = [b.stack for b in bands]
+    assert len(keys) == len(set(keys))
+    stacks = {(k.stack, k.gpus, k.precision) for k in keys}
+    # the stacks the published runs cover
+    assert ("Megatron-LM / NeMo", "Hopper", "fp8") in stacks
+    assert ("PyTorch (torchtitan)", "Hopper", "16-bit") in stacks
+    assert ("Megatron-LM / NeMo", "Ampere", "16-bit") in stacks
+    for b in bands:
+        errs = [e for _, e in b.runs]
+        assert b.low == min(errs) and b.high == max(errs) and b.low <= b.high
+        assert min(abs(e) for e in errs) <= b.median <= max(abs(e) for e in errs)
+        text = str(b)
+        assert text.startswith(f"checked on {len(b.runs)} published ")
+        assert f"{b.median * 100:.1f} %" in text and f"{b.high * 100:+.1f} %" in text
+
+
+def _sim(model, cluster, plan, precision="bf16"):
+    return hpgo.simulate(model, cluster, plan, precision=precision, timeline=False)
+
+
+def test_a_simulation_quotes_its_stacks_published_runs():
+    m = hpgo.transformer("llama3-8b")
+    p = hpgo.ParallelPlan(global_batch=16, dp=8, micro_batch=2, recompute="full")
+    h100 = hpgo.Cluster.preset("dgx-h100", nodes=1)
+    band = {(b.stack.stack, b.stack.gpus, b.stack.precision, b.stack.moe): b
+            for b in validation.checked_bands()}
+    r = _sim(m, h100, p)
+    assert r.checked == str(band["Megatron-LM / NeMo", "Hopper", "16-bit", False])
+    assert r.checked in r.assumptions() and "assumes:" in r._repr_html_()
+    assert _sim(m, h100, p, "fp8").checked == str(band["Megatron-LM / NeMo", "Hopper", "fp8", False])
+    # the same plan on torchtitan's kernels and on its 500 W H100s
+    tt = hpgo.ParallelPlan(global_batch=16, dp=8, micro_batch=2, zero=3, kernels="compile",
+                           recompute="full")
+    teton = hpgo.Cluster.preset("grand-teton-h100", nodes=1)
+    assert _sim(m, teton, tt).checked == str(band["PyTorch (torchtitan)", "Hopper", "16-bit", False])
+    # an H200 is the same die; an A100's runs are another band
+    assert _sim(m, hpgo.Cluster.preset("dgx-h200", nodes=1), p).checked == r.checked
+    a100 = _sim(m, hpgo.Cluster.preset("dgx-a100-80gb", nodes=1), p)
+    assert a100.checked == str(band["Megatron-LM / NeMo", "Ampere", "16-bit", False])
+    # a mixture-of-experts model is its own band
+    moe = hpgo.transformer("qwen3-30b-a3b")
+    pm = hpgo.ParallelPlan(global_batch=16, dp=8, ep=8, micro_batch=1, recompute="full")
+    assert _sim(moe, h100, pm, "fp8").checked == str(band["Megatron-LM / NeMo", "Hopper", "fp8", True])
+
+
+def test_what_no_published_run_is_like_says_so_or_nothing():
+    m = hpgo.transformer("llama3-8b")
+    p = hpgo.ParallelPlan(global_batch=16, dp=8, micro_batch=2, recompute="full")
+    for preset, name in (("dgx-b200", "B200"), ("dgx1-v100", "V100"), ("h100-pcie", "H100-PCIe")):
+        got = _sim(m, hpgo.Cluster.preset(preset, nodes=1), p).checked
+        assert got.startswith("not checked against published runs on ") and name in got
+    # a stack with no published run on that generation
+    ds = hpgo.ParallelPlan(global_batch=16, dp=8, micro_batch=2, recompute="full",
+                           optimizer_impl="deepspeed_bf16")
+    got = _sim(m, hpgo.Cluster.preset("dgx-h100", nodes=1), ds).checked
+    assert got == "no published dense 16-bit DeepSpeed runs on Hopper GPUs checked"
+    # fp32 and models that are not transformers: no published run is like them
+    assert _sim(m, hpgo.Cluster.preset("dgx-h100", nodes=1), p, "fp32").checked is None
+    chain = hpgo.profile_model(graphfile.chain(
+        [("Input", 0, 0, 0, 0)] + [(f"l{i}", 1.0, 2.0, 1e6, 4e6) for i in range(4)],
+        {"batch_size": 1}))
+    r = hpgo.simulate(chain, hpgo.Cluster.preset("dgx-h100", nodes=1),
+                      hpgo.ParallelPlan(global_batch=8, dp=2), timeline=False)
+    assert r.checked is None and "checked" not in r.assumptions()
+
+
+def test_cli_and_autoplan_print_it(capsys):
+    assert main(["simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--dp", "8",
+                 "--global-batch", "16", "--micro-batch", "2", "--recompute", "full"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("assumes:"))
+    assert "checked on " in line and "Megatron-LM / NeMo runs on Hopper GPUs" in line
+    assert main(["simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--dp", "8",
+                 "--global-batch", "16", "--micro-batch", "2", "--recompute", "full",
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["checked"] in line
+    r = hpgo.autoplan("llama3-8b", hpgo.Cluster.preset("dgx-h100", nodes=1), 16, top=2)
+    assert r.table().splitlines()[-1] == r[0].result.checked
+    assert r[0].result.checked in r._repr_html_() or "checked on" in r._repr_html_()
+    assert all(row["checked"] == r[0].result.checked for row in r.rows())
+
+
+def _write(tmp_path, doc):
+    p = tmp_path / "checked.json"
+    p.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return p
+
+
+@pytest.mark.parametrize("doc, match", [
+    ("{", "not valid JSON"),
+    ({"format": "other", "bands": []}, "format must be"),
+    ({"format": "hpgo-checked-runs-1", "bands": {}}, "'bands' must be a list"),
+    ({"format": "hpgo-checked-runs-1", "bands": [{"stack": "x"}]}, r"bands\[0\] is malformed"),
+    ({"format": "hpgo-checked-runs-1",
+      "bands": [{"stack": "x", "gpus": "Hopper", "precision": "fp8", "moe": False, "runs": []}]},
+     r"bands\[0\].runs must hold"),
+    ({"format": "hpgo-checked-runs-1",
+      "bands": [{"stack": "x", "gpus": "Hopper", "precision": "fp8", "moe": False,
+                 "runs": [["a", "fast"]]}]}, r"bands\[0\] is malformed"),
+])
+def test_a_malformed_file_names_the_file_and_the_field(tmp_path, doc, match):
+    p = _write(tmp_path, doc)
+    with pytest.raises(ValueError, match=match) as e:
+        validation.checked_bands(p)
+    assert str(p) in str(e.value)
+
+
+def test_a_written_file_reads_back(tmp_path, monkeypatch):
+    """write_checked writes what checked_bands reads, and a failed write
+    leaves the old file."""
+    key = validation.Stack("Megatron-LM / NeMo", "Hopper", "fp8", False)
+    monkeypatch.setattr(validation, "checked_runs",
+                        lambda *a: [(key, "run-a", 0.05), (key, "run-b", -0.021)])
+    p = tmp_path / "c.json"
+    bands = validation.write_checked(p, "r", "f", "k")
+    back = validation.checked_bands(p)
+    assert back == bands and back[0].runs == (("run-a", 0.05), ("run-b", -0.021))
+    assert back[0].median == pytest.approx(0.0355)
+    old = p.read_text()
+    monkeypatch.setattr(validation, "checked_runs", lambda *a: [(key, "run-c", float("nan"))])
+    with pytest.raises(ValueError):
+        validation.write_checked(p, "r", "f", "k")
+    assert p.read_text() == old
