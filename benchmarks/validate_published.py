@@ -188,6 +188,10 @@ def main():
                         "Megatron-Core MoE release tracker, best H100 configurations")):
         for gpu, what in gpus:
             table(validation.check(runs, gpu=gpu), f"{name}; {what}:")
+    table(validation.check(validation.MEGATRON_BRIDGE_B200),
+          "Megatron-Bridge performance summaries, DGX B200 dense rows; dgx-b200 preset (the "
+          "datasheet's peaks, the bf16 MAMF share for every GEMM, the Hopper attention "
+          "fractions):")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ dispatcher or all-to-all overlap; the rows carry those from the performance
 recipes of the same period.  :func:`check` simulates each configuration
 as published and, where that does not fit in hpgo's memory model, also with
 the least recomputation (selective, then full) that does.
+``MEGATRON_BRIDGE_B200`` lists the same summaries' dense DGX B200 rows,
+simulated on the ``dgx-b200`` preset.
 ``MEGATRON_MOE_MODELZOO_H100`` lists Qwen3-235B-A22B runs of NVIDIA's
 Megatron-MoE-ModelZoo on 256 H100, which also publish the dispatcher, the
 recomputation and whether the all-to-alls were overlapped.
@@ -33,7 +35,8 @@ import pathlib
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PublishedRun", "MEGATRON_BRIDGE_H100", "MEGATRON_MOE_MODELZOO_H100", "MeasuredRun",
+__all__ = ["PublishedRun", "MEGATRON_BRIDGE_H100", "MEGATRON_BRIDGE_B200",
+           "MEGATRON_MOE_MODELZOO_H100", "MeasuredRun",
            "RunCheck", "load_runs", "check_runs",
            "MEGATRON_BRIDGE_EP_OVERLAP_H100", "MCORE_MOE_TRACKER_H100", "Check", "check",
            "Stack", "CheckedBand", "stack_of", "checked_bands", "checked_band", "checked_note",
@@ -64,6 +67,7 @@ class PublishedRun:
     fp8_params: bool = True         # fp8 runs keep fp8 weights only (--fp8-param-gather)
     tp_overlap: str = "none"        # tensor-parallel overlap ("te": userbuffers, --tp-comm-overlap)
     bf16_grads: bool = False        # 16-bit gradient buffer (grad_reduce_in_fp32 off)
+    system: str = "dgx-h100"        # the cluster preset the run is simulated on
 
     def plan(self, recompute: str | None = None) -> Any:
         from .parallel import ParallelPlan
@@ -126,6 +130,24 @@ _MEGATRON_BRIDGE_H100: tuple[PublishedRun, ...] = (
 )
 MEGATRON_BRIDGE_H100: tuple[PublishedRun, ...] = tuple(
     dataclasses.replace(r, bf16_grads=True) for r in _MEGATRON_BRIDGE_H100)
+
+# The dense rows of the same summaries on DGX B200 (NeMo 25.09 and 25.11:
+# "FP8-CS", per-tensor current scaling, the figure outside the parentheses;
+# the tables' other models are mixture-of-experts runs in MXFP8, blockwise
+# scaling hpgo does not price), with the recipes' settings as above.
+_B = dict(system="dgx-b200", bf16_grads=True)
+MEGATRON_BRIDGE_B200: tuple[PublishedRun, ...] = (
+    PublishedRun(_MB + "25.11", "llama3-8b", 8, "fp8", 128, 2, 8192, False, 1, 1, 1, 1, 1, 30624,
+                 "FP8-CS", **_B),
+    PublishedRun(_MB + "25.11", "llama3-405b", 128, "fp8", 64, 1, 8192, False, 4, 8, 2, 8, 1, 661,
+                 "Llama 3.1 405B, FP8-CS; tp communication overlapped (userbuffers)",
+                 tp_overlap="te", **_B),
+    PublishedRun(_MB + "25.09", "llama3-8b", 8, "fp8", 128, 2, 8192, False, 1, 1, 1, 1, 1, 29994,
+                 "FP8-CS", **_B),
+    PublishedRun(_MB + "25.09", "llama3-405b", 128, "fp8", 64, 1, 8192, False, 4, 8, 2, 8, 1, 664,
+                 "Llama 3.1 405B, FP8-CS; tp communication overlapped (userbuffers)",
+                 tp_overlap="te", **_B),
+)
 
 
 def _derived(tokens_per_gpu: float, what: str, kw: dict) -> PublishedRun:
@@ -232,7 +254,8 @@ class Check:
 
     def __repr__(self) -> str:
         r = self.run
-        s = (f"{r.model} on {r.gpus} H100 {r.precision} (TP{r.tp} PP{r.pp} CP{r.cp} VP{r.vp} "
+        gpu = {"dgx-h100": "H100", "dgx-b200": "B200"}.get(r.system, r.system)
+        s = (f"{r.model} on {r.gpus} {gpu} {r.precision} (TP{r.tp} PP{r.pp} CP{r.cp} VP{r.vp} "
              f"EP{r.ep} MBS{r.micro_batch} GBS{r.global_batch}): published "
              f"{r.tokens_per_gpu:,.0f}, simulated {self.tokens_per_gpu:,.0f} tokens/s/GPU "
              f"({self.error * 100:+.1f} %), {self.memory_gib:.1f} GiB "
@@ -246,7 +269,8 @@ class Check:
 
 def check(runs: tuple[PublishedRun, ...] = MEGATRON_BRIDGE_H100, *,
           gpu: Any = None) -> list[Check]:
-    """Simulate each published configuration on ``dgx-h100`` nodes, as
+    """Simulate each published configuration on nodes of its system
+    (``dgx-h100``, or ``dgx-b200`` for :data:`MEGATRON_BRIDGE_B200`), as
     published (with its recomputation where the source gives it, else none)
     and with the least recomputation that fits;
     ``gpu`` replaces the preset's GPU (e.g. one calibrated to measured
@@ -262,7 +286,7 @@ def check(runs: tuple[PublishedRun, ...] = MEGATRON_BRIDGE_H100, *,
     out = []
     for run in runs:
         m = transformer(run.model, seq=run.seq)
-        c = Cluster.preset("dgx-h100", nodes=max(1, run.gpus // 8))
+        c = Cluster.preset(run.system, nodes=max(1, run.gpus // 8))
         if gpu is not None:
             c = dataclasses.replace(c, gpu=gpu)
         pub = run.tokens_per_gpu
@@ -719,7 +743,7 @@ class Stack:
     class and whether the model routes to experts."""
 
     stack: str        # "Megatron-LM / NeMo", "PyTorch (torchtitan)" or "DeepSpeed"
-    gpus: str         # "Hopper" (H100 / H200 SXM) or "Ampere" (A100)
+    gpus: str         # "Hopper" (H100 / H200 SXM), "Blackwell" (B200) or "Ampere" (A100)
     precision: str    # "16-bit" or "fp8"
     moe: bool
 
@@ -731,11 +755,14 @@ class Stack:
 def _generation(gpu: Any) -> str | None:
     """The GPU generation the checks cover, told apart as the C core tells
     its measured tables apart: the Hopper SXM die (132 SMs, dense bf16
-    700-1000 TFLOP/s: H100 SXM at any power limit, H200) and the A100
-    (108 SMs, 300-320 TFLOP/s); None for every other GPU."""
+    700-1000 TFLOP/s: H100 SXM at any power limit, H200), the B200 (148
+    SMs, 2,000-2,600 TFLOP/s) and the A100 (108 SMs, 300-320 TFLOP/s);
+    None for every other GPU."""
     bf16 = gpu.bf16_flops
     if gpu.multiprocessors == 132 and 700e12 <= bf16 <= 1000e12:
         return "Hopper"
+    if gpu.multiprocessors == 148 and 2000e12 <= bf16 <= 2600e12:
+        return "Blackwell"
     if gpu.multiprocessors == 108 and 300e12 <= bf16 <= 320e12:
         return "Ampere"
     return None
@@ -912,6 +939,7 @@ def checked_runs(reference: Any, further: Any, korthikanti: Any) -> list[tuple[S
             out.append((key, run.source_id, chk.error))
     out += _korthikanti_checks(korthikanti)
     tables = ((MEGATRON_BRIDGE_H100, "Megatron-Bridge"),
+              (MEGATRON_BRIDGE_B200, "Megatron-Bridge"),
               (MEGATRON_MOE_MODELZOO_H100, "Megatron-MoE-ModelZoo"),
               (MCORE_MOE_TRACKER_H100, "Megatron-Core MoE tracker"))
     from .cluster import Cluster
@@ -919,7 +947,7 @@ def checked_runs(reference: Any, further: Any, korthikanti: Any) -> list[tuple[S
         for chk in check(runs):
             r = chk.run
             m = transformer(r.model, seq=r.seq)
-            c = Cluster.preset("dgx-h100", nodes=max(1, r.gpus // 8))
+            c = Cluster.preset(r.system, nodes=max(1, r.gpus // 8))
             key = stack_of(r.plan(r.recompute or "none"), c, r.precision, m)
             label = (f"{name} {r.model} {r.precision} {r.gpus} GPUs TP{r.tp} PP{r.pp} CP{r.cp} "
                      f"VP{r.vp} EP{r.ep}"

@@ -81,9 +81,14 @@ def test_a_simulation_quotes_its_stacks_published_runs():
 def test_what_no_published_run_is_like_says_so_or_nothing():
     m = hpgo.transformer("llama3-8b")
     p = hpgo.ParallelPlan(global_batch=16, dp=8, micro_batch=2, recompute="full")
-    for preset, name in (("dgx-b200", "B200"), ("dgx1-v100", "V100"), ("h100-pcie", "H100-PCIe")):
+    for preset, name in (("dgx1-v100", "V100"), ("h100-pcie", "H100-PCIe")):
         got = _sim(m, hpgo.Cluster.preset(preset, nodes=1), p).checked
         assert got.startswith("not checked against published runs on ") and name in got
+    # the B200's published runs are fp8 ones
+    b200 = hpgo.Cluster.preset("dgx-b200", nodes=1)
+    assert _sim(m, b200, p, "fp8").checked.startswith("checked on 4 published dense fp8 ")
+    assert (_sim(m, b200, p).checked ==
+            "no published dense 16-bit Megatron-LM / NeMo runs on Blackwell GPUs checked")
     # a stack with no published run on that generation
     ds = hpgo.ParallelPlan(global_batch=16, dp=8, micro_batch=2, recompute="full",
                            optimizer_impl="deepspeed_bf16")

@@ -194,9 +194,12 @@ static void gpu_b200(hpgo_gpu_t *g)
      * 7.1): 80 fp32, 1100 tf32, 2250 bf16, 4500 fp8 dense; 180 GB usable in a
      * DGX B200 (1.44 TB per 8, NVIDIA BasePOD), 8 TB/s; MAMF about 1745 of
      * 2250 (stas00/ml-engineering, TM 6.2).  Vector 16-bit: twice fp32 as on
-     * H100 [derived, UNVERIFIED]; SM count UNVERIFIED (0: unknown). */
+     * H100 [derived, UNVERIFIED]; 148 SMs (two dies of 74; CUDA's device
+     * properties as FlashAttention-4's and CUTLASS's B200 kernels size their
+     * grids to them). */
     memset(g, 0, sizeof *g);
     strcpy(g->name, "B200-180GB");
+    g->sms = 148;
     g->peak[HPGO_DT_FP32] = 80e12;
     g->peak[HPGO_DT_TF32] = 1100e12;
     g->peak[HPGO_DT_BF16] = 2250e12;

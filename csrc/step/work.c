@@ -179,12 +179,27 @@ static int hopper_peak(const hpgo_gpu_t *g)
     return pk >= 700e12 && pk <= 1000e12;
 }
 
+/* The B200 (148 SMs, dense bf16 2,000-2,600 TFLOP/s).  Its fused attention
+ * is priced at the Hopper tables' fractions of the peak: FlashAttention-4
+ * reaches at most 1,613 TFLOP/s (71 %) on a B200 in bf16, up to 1.3x cuDNN
+ * 9.13's rate (Zadouri et al. 2026, arXiv 2603.05451), so cuDNN's best is
+ * about 55 % of the B200's peak -- the fraction cuDNN reaches on an H100
+ * (539 of 989 TFLOP/s at 16k tokens, the forward table below); the same
+ * fractions at every length and for the backward are ASSUMED.  Without
+ * this the B200's attention ran on its GEMM curve (78 % of the peak). */
+static int blackwell_peak(const hpgo_gpu_t *g)
+{
+    double pk = g->peak[HPGO_DT_BF16];
+    return g->sms == 148 && pk >= 2000e12 && pk <= 2600e12;
+}
+
 /* Fraction of the 16-bit peak a fused attention kernel reaches over a
  * sequence of `len` keys at head size dh, causal or not, forward or
  * backward; 0 where no table applies (another GPU, or a calibrated
  * attention curve, which then prices it).  GPUs are told apart by their
  * dense bf16 peak: 700-1000 TFLOP/s for the Hopper parts (H100 SXM and
- * PCIe, H200: the same SM design), 300-320 for the A100. */
+ * PCIe, H200: the same SM design), 300-320 for the A100; the B200 takes
+ * the Hopper fractions (blackwell_peak). */
 static double attn_eff(const kctx_t *k, double len, double dh, int causal, int bwd)
 {
     const hpgo_gpu_t *g = k->g;
@@ -194,7 +209,7 @@ static double attn_eff(const kctx_t *k, double len, double dh, int causal, int b
         k->attn_dtype != HPGO_DT_BF16)
         return 0;
     double pk = g->peak[HPGO_DT_BF16];
-    int hopper = hopper_peak(g), ampere = pk >= 300e12 && pk <= 320e12;
+    int hopper = hopper_peak(g) || blackwell_peak(g), ampere = pk >= 300e12 && pk <= 320e12;
     if (!hopper && !ampere)
         return 0;
     double dfac = 1;
