@@ -881,10 +881,8 @@ def checked_note(plan: Any, cluster: Any, precision: str, model: Any) -> str | N
                 and plan.stages is None and _generation(cluster.gpu) is None):
             return f"not checked against published runs on {cluster.gpu.name} GPUs"
         return None
-    band = next((b for b in checked_bands() if b.stack == key), None)
-    if band is None:
-        return f"no published {key.describe()} checked"
-    return str(band)
+    band = checked_band(plan, cluster, precision, model)
+    return str(band) if band is not None else f"no published {key.describe()} checked"
 
 
 def _korthikanti_checks(path: Any) -> list[tuple[Stack, str, float]]:
@@ -962,11 +960,10 @@ def write_checked(path: Any, reference: Any, further: Any, korthikanti: Any) -> 
     """Write the bands of :func:`checked_runs` to ``path`` (atomically: a
     failed write leaves the old file) and return them."""
     import json
+    import math
     import re
 
     from . import _files
-
-    import math
 
     groups: dict[Stack, list[tuple[str, float]]] = {}
     for key, run, err in checked_runs(reference, further, korthikanti):
