@@ -5,13 +5,12 @@ Prints figures; run from the repository root:
     python benchmarks/bench_step.py [--repeat R]
 """
 import argparse
-import csv
 import statistics
 import time
 from pathlib import Path
 
 import hpgo
-from hpgo import graphfile
+from hpgo import graphfile, validation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,21 +66,7 @@ def korthikanti():
     print("\nKorthikanti et al. 2022, Table 5 (s per iteration, DGX A100 80 GB):")
     print(f"{'model':14s} {'mode':7s} {'published':>9s} {'hpgo':>8s} {'error':>7s} {'MFU':>6s}")
     errs = []
-    with open(path) as f:
-        rows = list(csv.DictReader(l for l in f if not l.startswith("#")))
-    for row in rows:
-        if not row["tab5_iter_s"]:
-            continue
-        v = int(row["interleave"])
-        m = hpgo.transformer(hidden=int(row["hidden"]), ffn=int(row["ffn"]), heads=int(row["heads"]),
-                             layers=int(row["layers"]), seq=int(row["seq"]), vocab=51200)
-        p = hpgo.ParallelPlan(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]),
-                              virtual_stages=v, micro_batch=int(row["mbs"]),
-                              global_batch=int(row["batch"]),
-                              schedule="interleaved-1f1b" if v > 1 else "1f1b",
-                              recompute="selective" if row["mode"] == "seqsel" else "full",
-                              sequence_parallel=row["mode"] == "seqsel")
-        c = hpgo.Cluster.preset("dgx-a100-80gb", nodes=int(row["gpus"]) // 8)
+    for row, m, c, p in validation.korthikanti_cases(path):
         r = hpgo.simulate(m, c, p, precision="fp16", timeline=False)
         ref = float(row["tab5_iter_s"])
         err = r.iteration_time / ref - 1

@@ -385,7 +385,6 @@ def problems(framework: Any, plan: Any, model: Any = None,
     return out
 
 
-
 def check(framework: Any, plan: Any, model: Any = None, precision: str = "bf16") -> None:
     """Raise ValueError naming every rule of ``framework`` the plan breaks."""
     fw = get(framework)

@@ -40,7 +40,7 @@ __all__ = ["PublishedRun", "MEGATRON_BRIDGE_H100", "MEGATRON_BRIDGE_B200",
            "RunCheck", "load_runs", "check_runs",
            "MEGATRON_BRIDGE_EP_OVERLAP_H100", "MCORE_MOE_TRACKER_H100", "Check", "check",
            "Stack", "CheckedBand", "stack_of", "checked_bands", "checked_band", "checked_note",
-           "checked_runs", "write_checked", "CHECKED_FILE"]
+           "checked_runs", "write_checked", "CHECKED_FILE", "korthikanti_cases"]
 
 
 @dataclass(frozen=True)
@@ -859,13 +859,14 @@ def checked_bands(path: Any = None) -> list[CheckedBand]:
     return out
 
 
+def _band_of(key: Stack | None) -> CheckedBand | None:
+    return None if key is None else next((b for b in checked_bands() if b.stack == key), None)
+
+
 def checked_band(plan: Any, cluster: Any, precision: str, model: Any) -> CheckedBand | None:
     """The band of published runs on the stack of this simulation (see
     :func:`stack_of`), or None where none is checked."""
-    key = stack_of(plan, cluster, precision, model)
-    if key is None:
-        return None
-    return next((b for b in checked_bands() if b.stack == key), None)
+    return _band_of(stack_of(plan, cluster, precision, model))
 
 
 def checked_note(plan: Any, cluster: Any, precision: str, model: Any) -> str | None:
@@ -881,19 +882,20 @@ def checked_note(plan: Any, cluster: Any, precision: str, model: Any) -> str | N
                 and plan.stages is None and _generation(cluster.gpu) is None):
             return f"not checked against published runs on {cluster.gpu.name} GPUs"
         return None
-    band = checked_band(plan, cluster, precision, model)
+    band = _band_of(key)
     return str(band) if band is not None else f"no published {key.describe()} checked"
 
 
-def _korthikanti_checks(path: Any) -> list[tuple[Stack, str, float]]:
-    """Korthikanti et al. 2022's Table 5 runs (DGX A100 80 GB, fp16), as
-    ``benchmarks/bench_step.py`` prints them: the tokens/s error is the
-    published iteration time over hpgo's, less 1."""
+def korthikanti_cases(path: Any) -> list[tuple[dict, Any, Any, Any]]:
+    """Korthikanti et al. 2022's Table 5 runs (DGX A100 80 GB, fp16, the
+    rows with a published iteration time) of
+    ``../shared/reference/korthikanti2022.csv``: (row, model, cluster,
+    plan) each, the row's ``tab5_iter_s`` the measured seconds."""
     import csv
 
     from . import _files
     from .cluster import Cluster
-    from .parallel import ParallelPlan, simulate
+    from .parallel import ParallelPlan
     from .workmodel import transformer
 
     text = _files.read_text(path, "Korthikanti CSV")
@@ -910,10 +912,19 @@ def _korthikanti_checks(path: Any) -> list[tuple[Stack, str, float]]:
                          schedule="interleaved-1f1b" if v > 1 else "1f1b",
                          recompute="selective" if row["mode"] == "seqsel" else "full",
                          sequence_parallel=row["mode"] == "seqsel")
-        c = Cluster.preset("dgx-a100-80gb", nodes=int(row["gpus"]) // 8)
+        out.append((row, m, Cluster.preset("dgx-a100-80gb", nodes=int(row["gpus"]) // 8), p))
+    return out
+
+
+def _korthikanti_checks(path: Any) -> list[tuple[Stack | None, str, float]]:
+    """The Table 5 runs as checks: the tokens/s error is the published
+    iteration time over hpgo's, less 1."""
+    from .parallel import simulate
+
+    out = []
+    for row, m, c, p in korthikanti_cases(path):
         r = simulate(m, c, p, precision="fp16", timeline=False)
-        key = stack_of(p, c, "fp16", m)
-        out.append((key, f"Korthikanti {row['model']} {row['mode']}",
+        out.append((stack_of(p, c, "fp16", m), f"Korthikanti {row['model']} {row['mode']}",
                     float(row["tab5_iter_s"]) / r.iteration_time - 1))
     return out
 
@@ -926,6 +937,7 @@ def checked_runs(reference: Any, further: Any, korthikanti: Any) -> list[tuple[S
     Megatron-Bridge, Megatron-MoE-ModelZoo and Megatron-Core MoE tracker
     rows (the EP-overlap A/B pair is left out: its overlapped runs set a
     constant).  Each as (stack, run, error)."""
+    from .cluster import Cluster
     from .workmodel import transformer
 
     out = []
@@ -940,7 +952,6 @@ def checked_runs(reference: Any, further: Any, korthikanti: Any) -> list[tuple[S
               (MEGATRON_BRIDGE_B200, "Megatron-Bridge"),
               (MEGATRON_MOE_MODELZOO_H100, "Megatron-MoE-ModelZoo"),
               (MCORE_MOE_TRACKER_H100, "Megatron-Core MoE tracker"))
-    from .cluster import Cluster
     for runs, name in tables:
         for chk in check(runs):
             r = chk.run
