@@ -1,8 +1,8 @@
 """Published training runs to check the training-step model against.
 
 ``MEGATRON_BRIDGE_H100`` lists the DGX-H100 pretraining rows of NVIDIA
-Megatron-Bridge's performance summaries (``docs/performance-summary.md`` of
-NVIDIA-NeMo/Megatron-Bridge, NeMo containers 25.09, 25.11 and 26.02): the
+Megatron-Bridge's performance summaries (``docs/performance-summary.md`` and its archive in
+NVIDIA-NeMo/Megatron-Bridge, NeMo containers 25.09 to 26.04.01): the
 model, GPU count, precision, batch sizes, sequence length, TP / PP / CP / VP
 / EP and the measured tokens per second per GPU.  The tables give no expert
 tensor-parallel size (Megatron-Bridge's recipes use 1), recomputation,
@@ -94,6 +94,15 @@ _MB = "Megatron-Bridge performance summary, NeMo "
 # recipe turns grad_reduce_in_fp32 off (16-bit gradients: bf16_grads, which
 # Megatron-FSDP's row does not take).
 _MEGATRON_BRIDGE_H100: tuple[PublishedRun, ...] = (
+    PublishedRun(_MB + "26.04.01", "llama3-70b", 64, "fp8", 256, 1, 8192, False, 4, 8, 1, 5, 1, 1664,
+                 "tp communication overlapped (userbuffers); the recipe as 26.02's", tp_overlap="te"),
+    PublishedRun(_MB + "26.04.01", "llama3-405b", 1024, "fp8", 1536, 1, 8192, False, 8, 8, 2, 8, 1,
+                 328, "Llama 3.1 405B; tp communication overlapped (userbuffers); the recipe as "
+                 "26.02's", tp_overlap="te"),
+    PublishedRun(_MB + "26.04", "llama3-70b", 64, "fp8", 256, 1, 8192, False, 4, 8, 1, 5, 1, 1633,
+                 "tp communication overlapped (userbuffers); the recipe as 26.02's", tp_overlap="te"),
+    PublishedRun(_MB + "26.02.01", "llama3-70b", 64, "fp8", 256, 1, 8192, False, 4, 8, 1, 5, 1, 1639,
+                 "tp communication overlapped (userbuffers); the recipe as 26.02's", tp_overlap="te"),
     PublishedRun(_MB + "26.02", "gpt-oss-120b", 64, "bf16", 1280, 1, 4096, False, 1, 4, 1, 1, 8, 5993,
                  "recompute modules layernorm, moe_act", recompute="selective"),
     PublishedRun(_MB + "26.02", "qwen3-30b-a3b", 16, "fp8", 1024, 1, 4096, False, 1, 2, 1, 12, 8, 5113,
