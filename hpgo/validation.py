@@ -327,7 +327,7 @@ _RUN_COLUMNS = ("source_id", "model", "params_b", "layers", "hidden", "ffn", "he
                 "split", "measured_mem_gib", "notes")
 # the GPU column's names -> cluster presets
 _RUN_GPUS = {"h100": "dgx-h100", "a100-80gb": "dgx-a100-80gb", "a100-40gb": "dgx-a100-40gb",
-             "h200": "dgx-h200", "v100": "dgx1-v100"}
+             "h200": "dgx-h200", "v100": "dgx1-v100", "v100-dgx2h": "dgx2h-v100"}
 _RECOMPUTE_ORDER = ("none", "selective", "full")
 
 
@@ -613,7 +613,9 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     <run>" references): torch.compile (torchtitan) -> kernels "compile"
     ("compile-blocks" or "compile-fa2" for torchtitan's benchmarks by their
     code version, ``_COMPILE_BLOCKS_SOURCES``), "without torch.compile" ->
-    "eager" ("eager-unfused-norm" for torchtitan's December 2024 code), with
+    "eager" ("eager-unfused-norm" for torchtitan's December 2024 code),
+    "eager PyTorch ops" (Megatron-LM v1.0, before its fused kernels) ->
+    "eager" with Megatron's own attention and gradient path, with
     AsyncTP -> tp_overlap "async"; Megatron's --tp-comm-overlap -> "te"
     (both with sequence parallelism and tp > 1); otherwise Megatron's fused
     kernels without overlap.
@@ -659,6 +661,12 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     kernels = "compile" if re.search(r"\bcompile\b", text) else "te"
     if kernels == "compile" and run.source_id.startswith(_COMPILE_BLOCKS_SOURCES):
         kernels = "compile-fa2" if _COMPILE_FA2_NOTES in text else "compile-blocks"
+    eager_megatron = "eager PyTorch ops" in text
+    if eager_megatron:
+        # Megatron-LM before its fused kernels (v1.0, 2020): each op of a
+        # layer its own kernel (matmul, scale, mask, softmax, dropout, GeLU),
+        # Apex's FusedLayerNorm
+        kernels = "eager"
     if "without torch.compile" in text:
         # torchtitan 9dec370 run eager: its RMSNorm module (norm_type
         # "rmsnorm", models/norms.py) as separate fp32 ops, foreach AdamW
@@ -673,7 +681,8 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
             tpo = "async"
         elif kernels == "te" and "--tp-comm-overlap" in text:
             tpo = "te"
-    torch = kernels in ("compile", "compile-blocks", "compile-fa2", "eager", "eager-unfused-norm")
+    torch = (kernels in ("compile", "compile-blocks", "compile-fa2", "eager", "eager-unfused-norm")
+             and not eager_megatron)
     deepspeed = "DeepSpeed" in text
     no_overlap = run.source_id.startswith("MS-") or deepspeed
     bf16_opt = deepspeed and run.precision == "bf16" and run.zero == 1
@@ -751,8 +760,8 @@ class Stack:
     plan's kernel set and gradient path), the GPU generation, the precision
     class and whether the model routes to experts."""
 
-    stack: str        # "Megatron-LM / NeMo", "PyTorch (torchtitan)" or "DeepSpeed"
-    gpus: str         # "Hopper" (H100 / H200 SXM), "Blackwell" (B200) or "Ampere" (A100)
+    stack: str        # "Megatron-LM / NeMo", "PyTorch (torchtitan)", "PyTorch eager" or "DeepSpeed"
+    gpus: str         # "Hopper" (H100 / H200 SXM), "Blackwell" (B200), "Ampere" (A100) or "Volta" (V100)
     precision: str    # "16-bit" or "fp8"
     moe: bool
 
@@ -765,7 +774,8 @@ def _generation(gpu: Any) -> str | None:
     """The GPU generation the checks cover, told apart as the C core tells
     its measured tables apart: the Hopper SXM die (132 SMs, dense bf16
     700-1000 TFLOP/s: H100 SXM at any power limit, H200), the B200 (148
-    SMs, 2,000-2,600 TFLOP/s) and the A100 (108 SMs, 300-320 TFLOP/s);
+    SMs, 2,000-2,600 TFLOP/s), the A100 (108 SMs, 300-320 TFLOP/s) and the
+    V100 (80 SMs, 112-131 TFLOP/s of fp16: PCIe, SXM2, the DGX-2H's SXM3);
     None for every other GPU."""
     bf16 = gpu.bf16_flops
     if gpu.multiprocessors == 132 and 700e12 <= bf16 <= 1000e12:
@@ -774,6 +784,8 @@ def _generation(gpu: Any) -> str | None:
         return "Blackwell"
     if gpu.multiprocessors == 108 and 300e12 <= bf16 <= 320e12:
         return "Ampere"
+    if gpu.multiprocessors == 80 and 110e12 <= bf16 <= 132e12:
+        return "Volta"
     return None
 
 
@@ -795,6 +807,8 @@ def stack_of(plan: Any, cluster: Any, precision: str, model: Any) -> Stack | Non
         stack = "DeepSpeed"
     elif plan.kernels == "te":
         stack = "Megatron-LM / NeMo"
+    elif plan.kernels == "eager":
+        stack = "PyTorch eager"  # each op its own kernel (Megatron-LM v1.0's runs)
     else:
         stack = "PyTorch (torchtitan)"
     return Stack(stack, gen, "fp8" if precision == "fp8" else "16-bit", model.experts > 0)

@@ -266,7 +266,7 @@ def test_calibrated_h100_keeps_dense_runs_within_15_percent(h100):
     _, gpu = h100
     rows = validation.check(gpu=gpu)
     dense = [r for r in rows if r.run.model.startswith("llama")]
-    assert len(dense) == 5
+    assert len(dense) == 9
     for r in dense:
         assert abs(r.error) < 0.15, r
     with pytest.raises(TypeError):

@@ -40,6 +40,7 @@ def test_each_band_is_one_stack_and_its_figures_come_from_its_runs():
     assert ("Megatron-LM / NeMo", "Hopper", "fp8") in stacks
     assert ("PyTorch (torchtitan)", "Hopper", "16-bit") in stacks
     assert ("Megatron-LM / NeMo", "Ampere", "16-bit") in stacks
+    assert ("PyTorch eager", "Volta", "16-bit") in stacks
     for b in bands:
         errs = [e for _, e in b.runs]
         assert b.low == min(errs) and b.high == max(errs) and b.low <= b.high
@@ -81,9 +82,18 @@ def test_a_simulation_quotes_its_stacks_published_runs():
 def test_what_no_published_run_is_like_says_so_or_nothing():
     m = hpgo.transformer("llama3-8b")
     p = hpgo.ParallelPlan(global_batch=16, dp=8, micro_batch=2, recompute="full")
-    for preset, name in (("dgx1-v100", "V100"), ("h100-pcie", "H100-PCIe")):
-        got = _sim(m, hpgo.Cluster.preset(preset, nodes=1), p).checked
-        assert got.startswith("not checked against published runs on ") and name in got
+    got = _sim(m, hpgo.Cluster.preset("h100-pcie", nodes=1), p).checked
+    assert got.startswith("not checked against published runs on ") and "H100-PCIe" in got
+    # the V100's published runs are Megatron-LM v1.0's, eager PyTorch on a DGX-2H:
+    # a DGX-1's V100 is the same generation, Megatron-Core's fused kernels are not checked there
+    for preset in ("dgx1-v100", "dgx2h-v100"):
+        v100 = hpgo.Cluster.preset(preset, nodes=1)
+        assert (_sim(m, v100, p, "fp16").checked ==
+                "no published dense 16-bit Megatron-LM / NeMo runs on Volta GPUs checked")
+        eager = hpgo.ParallelPlan(global_batch=16, dp=8, micro_batch=2, recompute="full",
+                                  kernels="eager")
+        assert _sim(m, v100, eager, "fp16").checked.startswith(
+            "checked on 2 published dense 16-bit PyTorch eager runs on Volta GPUs")
     # the B200's published runs are fp8 ones
     b200 = hpgo.Cluster.preset("dgx-b200", nodes=1)
     assert _sim(m, b200, p, "fp8").checked.startswith("checked on 4 published dense fp8 ")

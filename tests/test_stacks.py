@@ -488,3 +488,33 @@ def test_one_gpu_steps_against_the_measured_h100_profile():
         ratio_p = pred[key]["eager"] / pred[key]["compile"]
         ratio_m = meas[key]["eager"] / meas[key]["compile"]
         assert abs(ratio_p / ratio_m - 1) < 0.05, (key, ratio_p, ratio_m)
+
+
+def test_eager_attention_masks_the_scores_in_a_kernel_of_its_own():
+    """Without fused attention, eager PyTorch masks the scores in place
+    (masked_fill_) before torch.softmax, and fills the gradient where masked
+    in the backward: 2 bytes more per 16-bit score element each way than
+    Megatron's fused scale-mask-softmax.  The score elements grow with the
+    heads at a fixed hidden size; nothing else the two kernel sets do
+    differently does."""
+    c = hpgo.Cluster.preset("dgx-h100", nodes=1)
+    p = hpgo.ParallelPlan(global_batch=1)
+
+    def gap(heads):
+        m = hpgo.transformer(hidden=2048, ffn=8192, heads=heads, layers=2, seq=2048,
+                             vocab=1024, flash=False)
+        te, eager = stage(m, c, p.with_(kernels="te")), stage(m, c, p.with_(kernels="eager"))
+        return (eager["forward"] - te["forward"],
+                eager["backward_input"] - te["backward_input"])
+
+    (f16, b16), (f32, b32) = gap(16), gap(32)
+    scores = 2 * 16 * 2048 * 2048  # the 16 more heads' score elements, both layers
+    bw = c.gpu.memory_bandwidth
+    for extra in (f32 - f16, b32 - b16):
+        assert 2 * 2 * scores / bw < extra < 2 * 2 * scores / (0.3 * bw)
+    # with fused attention neither set materialises the scores
+    fused = hpgo.transformer(hidden=2048, ffn=8192, heads=32, layers=2, seq=2048,
+                             vocab=1024, flash=True)
+    assert stage(fused, c, p.with_(kernels="eager"))["forward"] < \
+        stage(hpgo.transformer(hidden=2048, ffn=8192, heads=32, layers=2, seq=2048,
+                               vocab=1024, flash=False), c, p.with_(kernels="eager"))["forward"]

@@ -110,7 +110,7 @@ def test_further_runs_load_with_their_stacks_and_fit():
     overlap, fused loss, fp8 weights and Apex optimizer) and is judged to fit
     as published."""
     runs = {r.source_id: r for r in validation.load_runs(FURTHER)}
-    assert len(runs) == 43
+    assert len(runs) == 45
     for prefix, opt in (("NV-", "apex_bf16"), ("NV2-", "megatron_bf16_grads")):
         nv = [r for r in runs.values() if r.source_id.startswith(prefix)]
         assert len(nv) == 12
@@ -129,6 +129,12 @@ def test_further_runs_load_with_their_stacks_and_fit():
         ("compile-fa2", True, "H200-SXM-141GB")
     assert runs["TT-A-8b-bf16-async"].tp_overlap == "async"
     assert runs["TT-A-8b-bf16"].tp_overlap == "none"
+    # Megatron-LM v1.0 on a DGX-2H: eager PyTorch ops with Megatron's own
+    # attention (no SDPA) and its fp16 optimizer without sharding
+    mv = runs["MV1-4.2B"]
+    assert (mv.kernels, mv.attention, mv.cp_comm, mv.zero) == ("eager", "auto", "p2p", 0)
+    assert (mv.cluster().gpu.name, mv.cluster().gpus_per_node) == ("V100-SXM3-32GB", 16)
+    assert not mv.transformer().flash and mv.transformer().dropout
     checks = validation.check_runs(list(runs.values()))
     assert all(c.fits for c in checks)
     assert all(c.published > 0 and c.simulated > 0 for c in checks)

@@ -108,9 +108,11 @@ static void gpu_v100(hpgo_gpu_t *g, double hbm)
 static void gpu_v100_sxm3(hpgo_gpu_t *g)
 {
     /* V100 SXM3 32 GB at 450 W (DGX-2H): 2.1 PFLOP/s fp16 tensor per 16 GPUs
-     * (DGX-2H announcement, pcper.com / tomshardware.fr) = 131.25 per GPU;
-     * 900 GB/s and the SXM2's fp32 and vector rates (spec/stack-mechanisms.md
-     * 8: recalled, UNVERIFIED); A100's MAMF ratio as for the SXM2. */
+     * (DGX-2H announcement, pcper.com / tomshardware.fr) = 131.25 per GPU,
+     * as NVIDIA's Megatron-LM v1.0 note has it (62.4 TFLOP/s, "48 % of the
+     * theoretical peak" of one DGX-2H GPU: 130); 900 GB/s and the SXM2's
+     * fp32 and vector rates (spec/stack-mechanisms.md 8: recalled,
+     * UNVERIFIED); A100's MAMF ratio as for the SXM2. */
     gpu_v100(g, 32e9);
     strcpy(g->name, "V100-SXM3-32GB");
     g->peak[HPGO_DT_BF16] = 2.1e15 / 16;

@@ -694,6 +694,11 @@ static void core_fwd(const kctx_t *k, acc_t *a, const xshape_t *s, double keys, 
     a->flops += fq;
     launch(a, hpgo_gpu_op_time(k->g, k->attn_dtype, HPGO_OP_MATRIX, fq,
                                E * (T * s->q / t + T * s->kw / t + es)));
+    /* eager PyTorch masks the scores in a kernel of its own (masked_fill_,
+     * in place) before torch.softmax; Megatron's fused kernel scales,
+     * masks and normalises in one */
+    if (k->ks == HPGO_KS_EAGER)
+        vec(k, a, es, 1, 2 * E * es);
     vec(k, a, es, 5, 2 * E * es);
     if (s->dropout)
         vec(k, a, es, 2, (2 * E + 1) * es);
@@ -723,6 +728,8 @@ static void core_bwd(const kctx_t *k, acc_t *a, const xshape_t *s, double keys, 
     if (s->dropout)
         vec(k, a, es, 2, (2 * E + 1) * es);
     vec(k, a, es, 5, 3 * E * es);
+    if (k->ks == HPGO_KS_EAGER) /* the mask's backward: the gradient filled where masked */
+        vec(k, a, es, 1, 2 * E * es);
 }
 
 /* A tp-split dense MLP of inner size f on T tokens: forward, input and
