@@ -630,8 +630,10 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     Megatron-LM baseline (commit 285068c8, January 2023: the distributed
     optimizer reduce-scatters the gradients after the last micro-batch's
     backward and all-gathers the weights after the step, ``training.py``
-    train_step) and DeepSpeed's pipeline engine (``_exec_reduce_grads`` after
-    the last micro-batch) synchronise gradients without overlap; DeepSpeed's
+    train_step), DeepSpeed's pipeline engine (``_exec_reduce_grads`` after
+    the last micro-batch) and runs whose notes give "gradients all-reduced
+    after the backward" (Megatron-LM's local DDP of 2021) synchronise
+    gradients without overlap; DeepSpeed's
     bf16 runs with ZeRO-1 (BLOOM's BF16_Optimizer) get its gradient path
     (``optimizer_impl="deepspeed_bf16"``).  The Megatron-family runs
     (Megatron-LM, Megatron-DeepSpeed) compute the loss with Megatron's
@@ -684,7 +686,8 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     torch = (kernels in ("compile", "compile-blocks", "compile-fa2", "eager", "eager-unfused-norm")
              and not eager_megatron)
     deepspeed = "DeepSpeed" in text
-    no_overlap = run.source_id.startswith("MS-") or deepspeed
+    no_overlap = (run.source_id.startswith("MS-") or deepspeed
+                  or "gradients all-reduced after the backward" in text)
     bf16_opt = deepspeed and run.precision == "bf16" and run.zero == 1
     apex = "distributed_fused_adam" in text and "grad_sync_dtype bf16" in text and run.zero == 1
     bf16_grads = "--grad-reduce-in-bf16" in text and run.zero <= 1

@@ -110,7 +110,7 @@ def test_further_runs_load_with_their_stacks_and_fit():
     overlap, fused loss, fp8 weights and Apex optimizer) and is judged to fit
     as published."""
     runs = {r.source_id: r for r in validation.load_runs(FURTHER)}
-    assert len(runs) == 45
+    assert len(runs) == 51
     for prefix, opt in (("NV-", "apex_bf16"), ("NV2-", "megatron_bf16_grads")):
         nv = [r for r in runs.values() if r.source_id.startswith(prefix)]
         assert len(nv) == 12
@@ -135,6 +135,13 @@ def test_further_runs_load_with_their_stacks_and_fit():
     assert (mv.kernels, mv.attention, mv.cp_comm, mv.zero) == ("eager", "auto", "p2p", 0)
     assert (mv.cluster().gpu.name, mv.cluster().gpus_per_node) == ("V100-SXM3-32GB", 16)
     assert not mv.transformer().flash and mv.transformer().dropout
+    # Megatron-LM of 2021 (Narayanan et al.): fused kernels, its unfused loss, the
+    # local DDP's all-reduce after the backward, no distributed optimizer
+    nr = runs["NR-530B-2240"]
+    assert (nr.kernels, nr.cross_entropy, nr.overlap_grad_reduce, nr.zero, nr.recompute) == \
+        ("te", "unfused", False, 0, "full")
+    assert nr.published_tokens_per_gpu() == pytest.approx(
+        159e12 / nr.narayanan_flops_per_token(), rel=1e-12)
     checks = validation.check_runs(list(runs.values()))
     assert all(c.fits for c in checks)
     assert all(c.published > 0 and c.simulated > 0 for c in checks)
