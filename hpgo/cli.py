@@ -469,6 +469,31 @@ def add_simulate_subcommand(sub: Any) -> argparse.ArgumentParser:
     t.add_argument("--zero", type=int, metavar="STAGE", help="ZeRO stage 0-3 (default 0)")
     t.add_argument("--sequence-parallel", action="store_true",
                    help="sequence parallelism (with tp > 1)")
+    k = p.add_argument_group("the training stack of a --model plan (docs/training-model.md, "
+                             "\"Training stacks\"; with --plan, each replaces the plan's)")
+    k.add_argument("--kernels", choices=("te", "compile", "compile-blocks", "compile-fa2", "eager",
+                                         "eager-unfused-norm"),
+                   help="the kernels a layer launches: Megatron-Core + Transformer Engine "
+                        "(default), torch.compile, torchtitan's compiled blocks of 2024 / 2025, "
+                        "eager PyTorch, eager with torchtitan's 2024 RMSNorm")
+    k.add_argument("--tp-overlap", choices=("none", "te", "async"),
+                   help="tensor-parallel overlap: Megatron's --tp-comm-overlap (te), PyTorch's "
+                        "async TP (async, with a torch.compile kernel set); both need "
+                        "--sequence-parallel")
+    k.add_argument("--cp-comm", choices=("p2p", "all_gather", "a2a", "torch_sdpa"),
+                   help="context-parallel K/V exchange: ring (default), all-gather, Ulysses "
+                        "all-to-all, PyTorch's SDPA context parallelism")
+    k.add_argument("--attention", choices=("auto", "flash2"),
+                   help="fused attention: the GPU's default (cuDNN on Hopper) or "
+                        "FlashAttention-2")
+    k.add_argument("--optimizer", choices=("megatron", "megatron_bf16_grads", "apex_bf16",
+                                           "deepspeed_bf16"),
+                   help="the optimizer's gradient path: Megatron's fp32 gradients (default), its "
+                        "16-bit gradients (ZeRO 0/1), NeMo's Apex optimizer (ZeRO 1), "
+                        "DeepSpeed's BF16_Optimizer (ZeRO 1)")
+    k.add_argument("--cross-entropy", choices=("auto", "unfused"),
+                   help="the loss: the kernel set's (default) or Megatron's unfused fp32 loss "
+                        "(with --kernels te)")
     add_cluster_options(p)
     add_run_options(p)
     p.add_argument("--pbs", type=int, help="batch size the profile was measured with (default: "
@@ -528,7 +553,8 @@ def _is_parallel_plan_file(path: str) -> bool:
 
 _STEP_FLAGS = ("model", "hf_config", "cluster", "gpu", "cp", "ep", "vp", "micro_batch",
                "global_batch", "recompute", "zero", "precision", "seq", "memory_headroom",
-               "tokens", "price", "memory_snapshot", "memory_plot")
+               "tokens", "price", "memory_snapshot", "memory_plot", "kernels", "tp_overlap",
+               "cp_comm", "attention", "optimizer", "cross_entropy")
 
 
 def _step_mode(args: Any) -> bool:
@@ -559,6 +585,13 @@ def _model_of_plan(plan: Any, args: Any) -> Any:
                    "with --model or --hf-config")
 
 
+def _stack_flags(args: Any) -> tuple:
+    """The training-stack flags as (ParallelPlan field, value) pairs."""
+    return (("kernels", args.kernels), ("tp_overlap", args.tp_overlap),
+            ("cp_comm", args.cp_comm), ("attention", args.attention),
+            ("optimizer_impl", args.optimizer), ("cross_entropy", args.cross_entropy))
+
+
 def run_simulate_step(args: Any, out: TextIO) -> int:
     """``hpgo simulate --model ... --cluster ... --tp ...``: one training step."""
     import hpgo
@@ -584,7 +617,7 @@ def run_simulate_step(args: Any, out: TextIO) -> int:
                                      ("micro_batch", args.micro_batch),
                                      ("global_batch", args.global_batch),
                                      ("schedule", args.schedule), ("recompute", args.recompute),
-                                     ("zero", args.zero)) if v is not None}
+                                     ("zero", args.zero)) + _stack_flags(args) if v is not None}
         if args.sequence_parallel:
             changes["sequence_parallel"] = True
         if changes:
@@ -600,7 +633,8 @@ def run_simulate_step(args: Any, out: TextIO) -> int:
                                  schedule=args.schedule or "1f1b",
                                  recompute=args.recompute or "none",
                                  sequence_parallel=bool(args.sequence_parallel),
-                                 zero=args.zero or 0)
+                                 zero=args.zero or 0,
+                                 **{k: v for k, v in _stack_flags(args) if v is not None})
     cluster = cluster_from_args(args)
     if plan.gpus > cluster.gpus:
         raise CliError(f"the plan uses {plan.gpus} GPUs (tp x cp x pp x dp), the cluster has "

@@ -459,6 +459,39 @@ def test_autoplan_cli_takes_the_stack(capsys):
                   "--global-batch", "16", "--kernels", "jax"])
 
 
+def test_simulate_cli_takes_the_stack(capsys, tmp_path):
+    """hpgo simulate prices the plan on the stack its flags name -- the
+    same figures as the Python call -- and they replace a saved plan's."""
+    import json
+
+    from hpgo import cli
+    args = ["simulate", "--model", "llama3-8b", "--cluster", "grand-teton-h100", "--dp", "8",
+            "--global-batch", "16", "--micro-batch", "2", "--zero", "3",
+            "--recompute", "selective-op", "--json"]
+    stack = ["--kernels", "compile-blocks", "--attention", "flash2"]
+    assert cli.main(args + stack) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["plan"]["kernels"], d["plan"]["attention"]) == ("compile-blocks", "flash2")
+    p = hpgo.ParallelPlan(global_batch=16, dp=8, micro_batch=2, zero=3, recompute="selective-op",
+                          kernels="compile-blocks", attention="flash2")
+    r = hpgo.simulate("llama3-8b", hpgo.Cluster.preset("grand-teton-h100", nodes=1), p,
+                      timeline=False)
+    assert d["tokens_per_gpu"] == pytest.approx(r.tokens_per_gpu, rel=1e-12)
+    assert d["checked"] == r.checked and "torchtitan" in d["checked"]
+    # a saved plan's stack is replaced flag by flag
+    saved = tmp_path / "plan.json"
+    p.with_(kernels="te", attention="auto").save(saved)
+    assert cli.main(["simulate", "--model", "llama3-8b", "--cluster", "grand-teton-h100",
+                     "--plan", str(saved), "--json"] + stack) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["tokens_per_gpu"] == pytest.approx(d["tokens_per_gpu"], rel=1e-12)
+    # a stack the plan cannot run is refused, naming the field
+    assert cli.main(args + ["--tp-overlap", "async"]) != 0
+    assert "tp_overlap" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(args + ["--kernels", "jax"])
+
+
 def test_one_gpu_steps_against_the_measured_h100_profile():
     """profiles/h100-sxm5-steps.json timed whole training steps of Llama-style
     models on one H100 in eager PyTorch and with torch.compile; on the
