@@ -190,7 +190,8 @@ def main():
         for gpu, what in gpus:
             table(validation.check(runs, gpu=gpu), f"{name}; {what}:")
     table(validation.check(validation.MEGATRON_BRIDGE_B200),
-          "Megatron-Bridge performance summaries, DGX B200 dense rows; dgx-b200 preset (the "
+          "Megatron-Bridge performance summaries, DGX B200 (dense FP8-CS, GPT-OSS-120B BF16); "
+          "dgx-b200 preset (the "
           "datasheet's peaks, the bf16 MAMF share for every GEMM, the Hopper attention "
           "fractions):")
 

@@ -10,8 +10,9 @@ dispatcher or all-to-all overlap; the rows carry those from the performance
 recipes of the same period.  :func:`check` simulates each configuration
 as published and, where that does not fit in hpgo's memory model, also with
 the least recomputation (selective, then full) that does.
-``MEGATRON_BRIDGE_B200`` lists the same summaries' dense DGX B200 rows,
-simulated on the ``dgx-b200`` preset.
+``MEGATRON_BRIDGE_B200`` lists the same summaries' DGX B200 rows hpgo
+prices (dense FP8-CS, GPT-OSS-120B in BF16), simulated on the ``dgx-b200``
+preset.
 ``MEGATRON_MOE_MODELZOO_H100`` lists Qwen3-235B-A22B runs of NVIDIA's
 Megatron-MoE-ModelZoo on 256 H100, which also publish the dispatcher, the
 recomputation and whether the all-to-alls were overlapped.
@@ -140,11 +141,14 @@ _MEGATRON_BRIDGE_H100: tuple[PublishedRun, ...] = (
 MEGATRON_BRIDGE_H100: tuple[PublishedRun, ...] = tuple(
     dataclasses.replace(r, bf16_grads=True) for r in _MEGATRON_BRIDGE_H100)
 
-# The dense rows of the same summaries on DGX B200 (NeMo 25.09 and 25.11:
-# "FP8-CS", per-tensor current scaling, the figure outside the parentheses;
-# the tables' other models are mixture-of-experts runs in MXFP8, blockwise
-# scaling hpgo does not price), with the recipes' settings as above.
+# The rows of the same summaries on DGX B200 that hpgo prices: the dense
+# FP8-CS runs (NeMo 25.09 and 25.11: per-tensor current scaling, the figure
+# outside the parentheses) and GPT-OSS-120B in BF16 (25.11 to 26.04.01); the
+# tables' other runs are MXFP8 or NVFP4, blockwise scaling hpgo does not
+# price.  The recipes' settings as above (GPT-OSS: recompute modules
+# layernorm, moe_act and NCCL's all-to-all in the B200 recipes of May 2026).
 _B = dict(system="dgx-b200", bf16_grads=True)
+_OSS = "recompute modules layernorm, moe_act"
 MEGATRON_BRIDGE_B200: tuple[PublishedRun, ...] = (
     PublishedRun(_MB + "25.11", "llama3-8b", 8, "fp8", 128, 2, 8192, False, 1, 1, 1, 1, 1, 30624,
                  "FP8-CS", **_B),
@@ -156,6 +160,17 @@ MEGATRON_BRIDGE_B200: tuple[PublishedRun, ...] = (
     PublishedRun(_MB + "25.09", "llama3-405b", 128, "fp8", 64, 1, 8192, False, 4, 8, 2, 8, 1, 664,
                  "Llama 3.1 405B, FP8-CS; tp communication overlapped (userbuffers)",
                  tp_overlap="te", **_B),
+    PublishedRun(_MB + "26.04.01", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, False, 1, 1, 1, 1, 8,
+                 13568, _OSS, recompute="selective", **_B),
+    PublishedRun(_MB + "26.04", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, False, 1, 1, 1, 1, 8,
+                 13045, _OSS, recompute="selective", **_B),
+    PublishedRun(_MB + "26.02.01", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, False, 1, 1, 1, 1, 8,
+                 13722, _OSS, recompute="selective", **_B),
+    PublishedRun(_MB + "26.02", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, False, 1, 1, 1, 1, 64,
+                 8047, _OSS, recompute="selective", **_B),
+    PublishedRun(_MB + "25.11", "gpt-oss-120b", 64, "bf16", 512, 4, 4096, False, 1, 1, 1, 1, 8,
+                 8213, _OSS + "; the same layout as 26.02.01's 13722", recompute="selective",
+                 **_B),
 )
 
 
