@@ -169,7 +169,7 @@ MEGATRON_BRIDGE_B200: tuple[PublishedRun, ...] = (
     PublishedRun(_MB + "26.02", "gpt-oss-120b", 64, "bf16", 1280, 4, 4096, False, 1, 1, 1, 1, 64,
                  8047, _OSS, recompute="selective", **_B),
     PublishedRun(_MB + "25.11", "gpt-oss-120b", 64, "bf16", 512, 4, 4096, False, 1, 1, 1, 1, 8,
-                 8213, _OSS + "; the same layout as 26.02.01's 13722", recompute="selective",
+                 8213, _OSS + "; 26.02.01's layout at batch 512 (13722 there)", recompute="selective",
                  **_B),
 )
 
