@@ -69,7 +69,7 @@ def runs_table(checks, title):
 def _release(r):
     """The table's release, or what sets a row apart in the other sources."""
     if r.source.startswith(validation._MB):
-        return r.source.rsplit(" ", 1)[-1]
+        return r.release
     if r.source == validation._T:
         return "tracker"
     return ("ov " if r.overlap_moe_comm else "") + ("deepep" if r.dispatcher == "deepep" else "a2a")

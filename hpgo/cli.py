@@ -469,29 +469,29 @@ def add_simulate_subcommand(sub: Any) -> argparse.ArgumentParser:
     t.add_argument("--zero", type=int, metavar="STAGE", help="ZeRO stage 0-3 (default 0)")
     t.add_argument("--sequence-parallel", action="store_true",
                    help="sequence parallelism (with tp > 1)")
+    from .parallel import (ATTENTIONS, CP_COMMS, CROSS_ENTROPIES, KERNEL_SETS, OPTIMIZER_IMPLS,
+                           TP_OVERLAPS)
     k = p.add_argument_group("the training stack of a --model plan (docs/training-model.md, "
                              "\"Training stacks\"; with --plan, each replaces the plan's)")
-    k.add_argument("--kernels", choices=("te", "compile", "compile-blocks", "compile-fa2", "eager",
-                                         "eager-unfused-norm"),
+    k.add_argument("--kernels", choices=tuple(KERNEL_SETS),
                    help="the kernels a layer launches: Megatron-Core + Transformer Engine "
                         "(default), torch.compile, torchtitan's compiled blocks of 2024 / 2025, "
                         "eager PyTorch, eager with torchtitan's 2024 RMSNorm")
-    k.add_argument("--tp-overlap", choices=("none", "te", "async"),
+    k.add_argument("--tp-overlap", choices=tuple(TP_OVERLAPS),
                    help="tensor-parallel overlap: Megatron's --tp-comm-overlap (te), PyTorch's "
                         "async TP (async, with a torch.compile kernel set); both need "
                         "--sequence-parallel")
-    k.add_argument("--cp-comm", choices=("p2p", "all_gather", "a2a", "torch_sdpa"),
+    k.add_argument("--cp-comm", choices=tuple(CP_COMMS),
                    help="context-parallel K/V exchange: ring (default), all-gather, Ulysses "
                         "all-to-all, PyTorch's SDPA context parallelism")
-    k.add_argument("--attention", choices=("auto", "flash2"),
+    k.add_argument("--attention", choices=tuple(ATTENTIONS),
                    help="fused attention: the GPU's default (cuDNN on Hopper) or "
                         "FlashAttention-2")
-    k.add_argument("--optimizer", choices=("megatron", "megatron_bf16_grads", "apex_bf16",
-                                           "deepspeed_bf16"),
+    k.add_argument("--optimizer", choices=tuple(OPTIMIZER_IMPLS),
                    help="the optimizer's gradient path: Megatron's fp32 gradients (default), its "
                         "16-bit gradients (ZeRO 0/1), NeMo's Apex optimizer (ZeRO 1), "
                         "DeepSpeed's BF16_Optimizer (ZeRO 1)")
-    k.add_argument("--cross-entropy", choices=("auto", "unfused"),
+    k.add_argument("--cross-entropy", choices=tuple(CROSS_ENTROPIES),
                    help="the loss: the kernel set's (default) or Megatron's unfused fp32 loss "
                         "(with --kernels te)")
     add_cluster_options(p)

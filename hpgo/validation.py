@@ -70,6 +70,18 @@ class PublishedRun:
     bf16_grads: bool = False        # 16-bit gradient buffer (grad_reduce_in_fp32 off)
     system: str = "dgx-h100"        # the cluster preset the run is simulated on
 
+    @property
+    def release(self) -> str:
+        """The source's last word: the NeMo release of a summary's row."""
+        return self.source.rsplit(" ", 1)[-1]
+
+    def cluster(self, gpu: Any = None) -> Any:
+        """Nodes of :attr:`system` for the run's GPUs; ``gpu`` replaces the
+        preset's GPU."""
+        from .cluster import Cluster
+        c = Cluster.preset(self.system, nodes=max(1, self.gpus // 8))
+        return c if gpu is None else dataclasses.replace(c, gpu=gpu)
+
     def plan(self, recompute: str | None = None) -> Any:
         from .parallel import ParallelPlan
         dp = self.gpus // (self.tp * self.pp * self.cp)
@@ -299,9 +311,7 @@ def check(runs: tuple[PublishedRun, ...] = MEGATRON_BRIDGE_H100, *,
     and with the least recomputation that fits;
     ``gpu`` replaces the preset's GPU (e.g. one calibrated to measured
     kernels, :func:`hpgo.calibrate.fit`)."""
-    import dataclasses
-
-    from .cluster import GPU, Cluster
+    from .cluster import GPU
     from .parallel import simulate
     from .workmodel import transformer
 
@@ -310,9 +320,7 @@ def check(runs: tuple[PublishedRun, ...] = MEGATRON_BRIDGE_H100, *,
     out = []
     for run in runs:
         m = transformer(run.model, seq=run.seq)
-        c = Cluster.preset(run.system, nodes=max(1, run.gpus // 8))
-        if gpu is not None:
-            c = dataclasses.replace(c, gpu=gpu)
+        c = run.cluster(gpu)
         pub = run.tokens_per_gpu
         res = {}
         first = run.recompute or "none"
@@ -978,7 +986,6 @@ def checked_runs(reference: Any, further: Any, korthikanti: Any) -> list[tuple[S
     Megatron-Bridge, Megatron-MoE-ModelZoo and Megatron-Core MoE tracker
     rows (the EP-overlap A/B pair is left out: its overlapped runs set a
     constant).  Each as (stack, run, error)."""
-    from .cluster import Cluster
     from .workmodel import transformer
 
     out = []
@@ -997,8 +1004,7 @@ def checked_runs(reference: Any, further: Any, korthikanti: Any) -> list[tuple[S
         for chk in check(runs):
             r = chk.run
             m = transformer(r.model, seq=r.seq)
-            c = Cluster.preset(r.system, nodes=max(1, r.gpus // 8))
-            key = stack_of(r.plan(r.recompute or "none"), c, r.precision, m)
+            key = stack_of(r.plan(r.recompute or "none"), r.cluster(), r.precision, m)
             label = (f"{name} {r.model} {r.precision} {r.gpus} GPUs TP{r.tp} PP{r.pp} CP{r.cp} "
                      f"VP{r.vp} EP{r.ep}"
                      + (" DeepEP" if r.dispatcher == "deepep" else "")

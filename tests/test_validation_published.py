@@ -20,7 +20,7 @@ import pytest
 
 from hpgo import calibrate, validation
 
-CHECKS = {(c.run.source.rsplit(" ", 1)[-1], c.run.model): c for c in validation.check()}
+CHECKS = {(c.run.release, c.run.model): c for c in validation.check()}
 ZOO = validation.check(validation.MEGATRON_MOE_MODELZOO_H100)
 KERNELS = Path(__file__).resolve().parents[1] / "profiles" / "h100-sxm5-kernels.json"
 
@@ -139,7 +139,7 @@ def test_calibrated_gpu_brings_dense_runs_within_10_percent():
     if not KERNELS.exists():
         pytest.skip("profiles/h100-sxm5-kernels.json is not in this checkout")
     gpu = calibrate.fit(calibrate.load(KERNELS), "dgx-h100")
-    rows = {(c.run.source.rsplit(" ", 1)[-1], c.run.model): c for c in validation.check(gpu=gpu)}
+    rows = {(c.run.release, c.run.model): c for c in validation.check(gpu=gpu)}
     for key, c in rows.items():
         if key[1].startswith("llama"):
             assert abs(c.error) < 0.10, c
@@ -171,7 +171,7 @@ def test_dgx_b200_runs_simulate_on_the_b200_preset_and_fit():
             assert c.error > 0.15, c
     # its own figures disagree: the same layout at 8,213 (25.11, batch 512) and 13,722
     # (26.02.01, batch 1,280), 67 % apart where hpgo's two differ by 14 %
-    oss = {c.run.source.rsplit(" ", 1)[-1]: c for c in checks if c.run.model == "gpt-oss-120b"}
+    oss = {c.run.release: c for c in checks if c.run.model == "gpt-oss-120b"}
     assert oss["26.02.01"].run.ep == oss["25.11"].run.ep == 8
     assert oss["26.02.01"].run.tokens_per_gpu / oss["25.11"].run.tokens_per_gpu > 1.6
     # the same configurations on the H100 preset are another prediction
