@@ -383,9 +383,9 @@ def run_autoplan(args) -> int:
             print(f"{best.describe()}: torchtitan configuration in {args.torchtitan} (launch: "
                   f"torchrun ... -m torchtitan.train --module {stem} --config {stem})")
         elif args.deepspeed == "-":
-            print(best.deepspeed_json(precision=prec), end="")
+            print(best.deepspeed_json(precision=prec, model=model), end="")
         else:
-            best.deepspeed_json(args.deepspeed, precision=prec)
+            best.deepspeed_json(args.deepspeed, precision=prec, model=model)
             print(f"{best.describe()}: DeepSpeed configuration in {args.deepspeed}")
         return 0
     print(r.table())

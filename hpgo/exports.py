@@ -378,22 +378,66 @@ def torchtitan_config(plan: Any, model: Any, *, precision: str = "bf16",
 
 # --------------------------------------------------------------- DeepSpeed
 
+def _deepspeed_stage3(plan: Any, model: Any) -> dict[str, int]:
+    """ZeRO-3's bucket settings that make DeepSpeed gather and scatter as
+    the plan was simulated: a block at a time.
+
+    DeepSpeed's ZeRO-3 (``partitioned_param_coordinator.py``) gathers the
+    parameters module by module as each is called, and prefetches the next
+    ones in the trace of the first step up to ``stage3_prefetch_bucket_size``
+    elements while fewer than ``stage3_max_live_parameters`` are gathered; it
+    releases a module's parameters after it ran unless they are used again
+    within ``stage3_max_reuse_distance`` elements; it reduce-scatters the
+    gradients in buckets of ``reduce_bucket_size`` elements, every
+    micro-batch.  hpgo prices ZeRO-3 as FSDP runs it: one block's weights
+    gathered ahead of the block that runs (three blocks held at most),
+    released after the forward unless ``reshard_after_forward`` is off (then
+    held to the backward), one block's gradients reduce-scattered at a time
+    (``memory.c``, ``engine.c``).  The sizes below are those of one block on
+    one GPU (its tensor-parallel shard).  Parameters below
+    ``stage3_param_persistence_threshold`` (DeepSpeed's default 10^5: the
+    norms) would stay whole on every GPU; hpgo shards them all, so it is 0."""
+    if not isinstance(model, Transformer):
+        raise ValueError("a ZeRO-3 plan's DeepSpeed configuration sizes its gather and "
+                         "reduce-scatter buckets to one block of the model: pass model= "
+                         "(a hpgo.Transformer)")
+    final_norm = (2 if model.norm == "layernorm" else 1) * model.hidden
+    block = -(-(model.parameters - model.embedding_parameters - final_norm) //
+              (model.layers * plan.tp))
+    whole = -(-model.parameters // plan.tp)
+    if plan.reshard_after_forward:
+        live, reuse = 3 * block, 0
+    else:
+        # every gathered weight kept from its forward to its backward: reused
+        # within the two passes over the GPU's parameters
+        live, reuse = whole + block, 2 * whole
+    return {"reduce_bucket_size": block,
+            "stage3_prefetch_bucket_size": block,
+            "stage3_max_live_parameters": live,
+            "stage3_max_reuse_distance": reuse,
+            "stage3_param_persistence_threshold": 0}
+
+
 def deepspeed_json(plan: Any, path: str | os.PathLike | None = None, *,
                    precision: str = "bf16", model: Any = None) -> str:
     """DeepSpeed configuration JSON (DeepSpeed 0.19.8) for the plan run by
     Megatron-DeepSpeed's pipeline engine: batch sizes, ZeRO stage, precision,
     activation checkpointing; written to ``path`` when given.  Tensor and
     pipeline sizes are the model code's (Megatron-DeepSpeed's
-    --tensor-model-parallel-size and PipelineModule(num_stages=pp))."""
+    --tensor-model-parallel-size and PipelineModule(num_stages=pp)).  A
+    ZeRO-3 plan needs ``model``: its gather and reduce-scatter buckets are
+    set to one block, as the plan was simulated (:func:`_deepspeed_stage3`)."""
     if precision not in ("bf16", "fp16", "fp32"):
         raise ValueError("DeepSpeed precision: bf16, fp16 or fp32")
     _fw.check("deepspeed", plan, model if isinstance(model, Transformer) else None, precision)
+    zero: dict[str, Any] = {"stage": plan.zero, "overlap_comm": bool(plan.overlap_grad_reduce)}
+    if plan.zero >= 3:
+        zero.update(_deepspeed_stage3(plan, model))
     cfg: dict[str, Any] = {
         "train_batch_size": plan.global_batch,
         "train_micro_batch_size_per_gpu": plan.micro_batch,
         "gradient_accumulation_steps": plan.microbatches,
-        "zero_optimization": {"stage": plan.zero,
-                              "overlap_comm": bool(plan.overlap_grad_reduce)},
+        "zero_optimization": zero,
     }
     if precision != "fp32":
         cfg[precision] = {"enabled": True}

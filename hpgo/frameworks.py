@@ -321,6 +321,10 @@ DEEPSPEED = Framework(
              lambda p, m, pr: bool(p.overlap_moe_comm)),
         Rule("no fp8-only weights", f"{_DS} deepspeed/runtime/config.py: no fp8 section",
              lambda p, m, pr: p.fp8_params),
+        Rule("ZeRO-3 does not run mixture-of-experts layers",
+             f"{_DS} deepspeed/runtime/engine.py _configure_zero_optimizer: assert not "
+             "self.has_moe_layers, 'MoE not supported with Stage 3'",
+             lambda p, m, pr: p.zero >= 3 and (p.ep > 1 or (m is not None and m.experts > 0))),
     ),
     defaults={
         # Megatron-DeepSpeed's fused kernels (apex/Megatron fused softmax,

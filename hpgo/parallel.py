@@ -871,13 +871,15 @@ class ParallelPlan:
     def deepspeed_json(self, path: str | os.PathLike | None = None, *, precision: str = "bf16",
                        model: Transformer | None = None) -> str:
         """DeepSpeed configuration JSON text (DeepSpeed 0.19.8, Megatron-
-        DeepSpeed's pipeline engine), written to ``path`` when given."""
+        DeepSpeed's pipeline engine), written to ``path`` when given; a
+        ZeRO-3 plan needs ``model`` (its buckets are one block)."""
         from . import exports
         return exports.deepspeed_json(self, path, precision=precision, model=model)
 
-    def deepspeed_config(self, *, precision: str = "bf16") -> dict:
+    def deepspeed_config(self, *, precision: str = "bf16",
+                         model: Transformer | None = None) -> dict:
         """The DeepSpeed configuration of :meth:`deepspeed_json` as a dict."""
-        return json.loads(self.deepspeed_json(precision=precision))
+        return json.loads(self.deepspeed_json(precision=precision, model=model))
 
     def split_points(self, model: ProfiledModel | Transformer) -> list[tuple[int, int, str]]:
         """(model stage, first layer, that layer's name) of every model stage:

@@ -519,6 +519,67 @@ def test_deepspeed_parses_the_export(search, tmp_path, monkeypatch):
             else cfg.bfloat16_enabled) == (precision == "bf16")
 
 
+@pytest.mark.parametrize("tp,reshard", [(1, True), (2, True), (1, False)])
+def test_deepspeed_zero3_buckets_are_the_simulated_block(tp, reshard, tmp_path, monkeypatch):
+    """A ZeRO-3 export gathers and scatters one block at a time, as the plan
+    was simulated: its buckets are the simulated stage's parameters per layer
+    on one GPU."""
+    m = hpgo.transformer("llama3-8b")
+    plan = hpgo.ParallelPlan(global_batch=32, tp=tp, dp=8 // tp, zero=3,
+                             reshard_after_forward=reshard)
+    st = hpgo.simulate(m, hpgo.Cluster.preset("dgx-h100", nodes=1), plan).stages[0]
+    block = (st["params"] - st["embedding_params"]) / st["layers"]
+    path = tmp_path / "ds_config.json"
+    zo = json.loads(plan.deepspeed_json(path, model=m))["zero_optimization"]
+    assert zo["stage"] == 3 and zo["stage3_param_persistence_threshold"] == 0
+    assert zo["reduce_bucket_size"] == zo["stage3_prefetch_bucket_size"]
+    # the norms, whole on every tensor-parallel rank, taken as sharded: 1e-4
+    assert abs(zo["reduce_bucket_size"] - block) <= 1e-4 * block
+    if reshard:  # released after the forward; three blocks gathered at most
+        assert zo["stage3_max_reuse_distance"] == 0
+        assert zo["stage3_max_live_parameters"] == 3 * zo["reduce_bucket_size"]
+    else:  # every weight held from its forward to its backward
+        assert zo["stage3_max_reuse_distance"] >= 2 * st["params"]
+        assert zo["stage3_max_live_parameters"] >= st["params"]
+    assert plan.deepspeed_config(model=m)["zero_optimization"] == zo
+    with pytest.raises(ValueError, match="pass model="):
+        plan.deepspeed_json()
+
+
+@pytest.mark.parametrize("reshard", [True, False])
+def test_deepspeed_reads_the_zero3_buckets(reshard, tmp_path, monkeypatch):
+    m = hpgo.transformer("llama3-8b")
+    plan = hpgo.ParallelPlan(global_batch=32, tp=2, dp=4, zero=3, reshard_after_forward=reshard)
+    path = tmp_path / "ds_config.json"
+    zo = json.loads(plan.deepspeed_json(path, model=m))["zero_optimization"]
+    need("deepspeed")
+    import deepspeed.runtime.config as dsc
+
+    class Mpu:
+        def get_data_parallel_world_size(self):
+            return plan.dp
+
+    monkeypatch.setattr(dsc.dist, "get_rank", lambda *a, **k: 0)
+    z = dsc.DeepSpeedConfig(str(path), mpu=Mpu()).zero_config
+    assert (z.prefetch_bucket_size, z.max_live_parameters, z.max_reuse_distance,
+            z.reduce_bucket_size, z.param_persistence_threshold) == \
+        (zo["stage3_prefetch_bucket_size"], zo["stage3_max_live_parameters"],
+         zo["stage3_max_reuse_distance"], zo["reduce_bucket_size"], 0)
+
+
+def test_deepspeed_refuses_zero3_with_experts():
+    m = hpgo.transformer("mixtral-8x7b")
+    for plan in (hpgo.ParallelPlan(global_batch=64, dp=8, zero=3),
+                 hpgo.ParallelPlan(global_batch=64, dp=8, ep=8, zero=3)):
+        assert any("MoE not supported with Stage 3" in w for w in F.problems("deepspeed", plan, m))
+    # without the model, expert parallelism alone says so
+    assert F.problems("deepspeed", hpgo.ParallelPlan(global_batch=64, dp=8, ep=8, zero=3))
+    assert not F.problems("deepspeed", hpgo.ParallelPlan(global_batch=64, dp=8, zero=2), m)
+    r = hpgo.autoplan(m, hpgo.Cluster.preset("dgx-h100", nodes=2), 256, framework="deepspeed",
+                      top=20)
+    assert len(r) and all(c.plan.zero < 3 for c in r)
+
+
 # ---- the CLI -------------------------------------------------------------------
 
 def test_cli_exports_for_each_framework(tmp_path):
