@@ -164,6 +164,10 @@ class RankedPlans:
     max_batch: bool = False
     #: the framework the plans are for (None: any combination hpgo models)
     framework: str | None = None
+    #: the memory-saving options the search left out, each as the argument
+    #: that would add it (``"recompute='full'"``, ``"zero=3"``, ...): what a
+    #: search where no plan fits suggests
+    untried: tuple[str, ...] = ()
 
     def pareto(self) -> tuple[RankedPlan, ...]:
         """The time-cost Pareto front: plans no other plan beats on both
@@ -208,9 +212,10 @@ class RankedPlans:
         if s["candidates"] == s["rejected"]:
             return (f"the model or cluster cannot run any of the {s['candidates']} plans "
                     "(hpgo.simulate on one of them says why)")
+        more = f", or {', '.join(self.untried)}" if self.untried else ""
         return (f"{s['candidates']} plans searched, {s['pruned_memory'] + s['did_not_fit']} "
-                "do not fit in memory; try more GPUs, a smaller global batch or micro-batch, "
-                "recompute='full' or zero=3")
+                f"do not fit in memory; try more GPUs, a smaller global batch or "
+                f"micro-batch{more}")
 
     def rows(self) -> list[dict[str, Any]]:
         out = []
@@ -718,7 +723,27 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
                         for pt, _t, _s, balanced in front_raw)
     return RankedPlans(m, c, int(global_batch), objective, tuple(ranked), stats, elapsed,
                        precision, room, tokens, price, max_days, front, bool(max_batch),
-                       fw.name if fw is not None else None)
+                       fw.name if fw is not None else None,
+                       _untried(fw, c, recompute, zero, offload_optimizer,
+                                offload_activations))
+
+
+def _untried(fw: Any, c: Cluster, recompute: str | None, zero: int | None,
+             offload_optimizer: Any, offload_activations: Any) -> tuple[str, ...]:
+    """The memory-saving choices a search with these fixed ones left out
+    (None: searched), those the framework offers (offloading: without a
+    framework, on a cluster with a host link)."""
+    out = []
+    if recompute is not None and recompute != "full" and (fw is None or "full" in fw.recompute):
+        out.append("recompute='full'")
+    if zero is not None and zero < 3 and (fw is None or 3 in fw.zero):
+        out.append("zero=3")
+    host = fw is None and c.host_bandwidth > 0 and c.host_memory_bandwidth > 0
+    if host and offload_optimizer is False:
+        out.append("offload_optimizer=True")
+    if host and offload_activations is not None and offload_activations < 1:
+        out.append("offload_activations=1")
+    return tuple(out)
 
 
 def _max_batch_search(mt: tuple, c: Cluster, opts: tuple, timeout: float | None,

@@ -213,6 +213,25 @@ def test_nothing_fits_is_an_empty_ranking_that_says_why():
         r.best
 
 
+def test_nothing_fits_suggests_only_what_was_not_searched():
+    c = hpgo.Cluster.preset("dgx-h100", nodes=2)
+    searched = hpgo.autoplan("llama3-405b", c, 64, offload_optimizer=None,
+                             offload_activations=None)
+    assert len(searched) == 0 and searched.untried == ()
+    assert "recompute=" not in searched.table() and "zero=3" not in searched.table()
+    fixed = hpgo.autoplan("llama3-70b", c, 64, zero=1, recompute="selective")
+    assert len(fixed) == 0
+    assert fixed.untried == ("recompute='full'", "zero=3", "offload_optimizer=True",
+                             "offload_activations=1")
+    with pytest.raises(ValueError, match=r"or recompute='full', zero=3, offload"):
+        fixed.best
+    # DeepSpeed searches every ZeRO stage it offers, and offers no offloading here;
+    # a cluster without a host link offloads nothing
+    assert hpgo.autoplan("llama3-70b", c, 64, framework="deepspeed").untried == ()
+    teton = hpgo.Cluster.preset("grand-teton-h100", nodes=1)
+    assert hpgo.autoplan("llama3-405b", teton, 64, zero=1).untried == ("zero=3",)
+
+
 @pytest.mark.parametrize("model,nodes,tp,pp,v,b,mbs", [
     # Korthikanti et al. 2022's published configurations (DGX A100 80 GB, SP + selective)
     ("megatron-22b", 1, 8, 1, 1, 4, 4),
