@@ -29,6 +29,22 @@ class UsageError(ValueError):
 # ---------------------------------------------------------------- shared options
 
 
+
+# the memory-saving choices of RankedPlans.untried as this command's options
+_UNTRIED_FLAGS = {"recompute='full'": "--recompute full", "zero=3": "--zero 3",
+                  "offload_optimizer=True": "--offload-optimizer yes",
+                  "offload_activations=1": "--offload-activations 1"}
+
+
+def _table(r: Any) -> str:
+    """The ranking's table, an empty one's advice in this command's options."""
+    text = r.table()
+    if not len(r):
+        for arg, flag in _UNTRIED_FLAGS.items():
+            text = text.replace(arg, flag)
+    return text
+
+
 def add_model_options(p: argparse.ArgumentParser, *, required: bool = True,
                       profile: bool = True) -> None:
     src = p.add_mutually_exclusive_group(required=required)
@@ -363,7 +379,7 @@ def run_autoplan(args) -> int:
         return 0 if len(r) else 1
     if args.megatron_args:
         if not len(r):
-            print(r.table(), file=sys.stderr)
+            print(_table(r), file=sys.stderr)
             return 1
         print(r[0].plan.megatron_args(model if isinstance(model, hpgo.Transformer) else None,
                                       precision=args.precision if args.precision in
@@ -371,7 +387,7 @@ def run_autoplan(args) -> int:
         return 0
     if args.torchtitan or args.deepspeed:
         if not len(r):
-            print(r.table(), file=sys.stderr)
+            print(_table(r), file=sys.stderr)
             return 1
         best = r[0].plan
         prec = args.precision or "bf16"
@@ -388,7 +404,7 @@ def run_autoplan(args) -> int:
             best.deepspeed_json(args.deepspeed, precision=prec, model=model)
             print(f"{best.describe()}: DeepSpeed configuration in {args.deepspeed}")
         return 0
-    print(r.table())
+    print(_table(r))
     if args.pareto and (len(r) or r.front):
         print()
         print(r.pareto_table())

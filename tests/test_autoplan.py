@@ -317,6 +317,11 @@ def test_command_line(capsys, tmp_path):
     assert main(["autoplan", "--model", "llama3-405b", "--cluster", "dgx-h100",
                  "--global-batch", "8"]) == 1
     assert "no plan fits" in capsys.readouterr().out
+    # what it left out, in this command's options
+    assert main(["autoplan", "--model", "llama3-405b", "--cluster", "dgx-h100", "--nodes", "2",
+                 "--global-batch", "64", "--zero", "1", "--recompute", "selective"]) == 1
+    assert ("or --recompute full, --zero 3, --offload-optimizer yes, --offload-activations 1"
+            in capsys.readouterr().out)
     assert main(["autoplan", "--model", "nope", "--cluster", "dgx-h100", "--global-batch", "8"]) == 2
     assert "unknown transformer preset" in capsys.readouterr().err
     # a preset without --nodes grows to the --gpus asked for
