@@ -391,6 +391,10 @@ def run_autoplan(args) -> int:
             return 1
         best = r[0].plan
         prec = args.precision or "bf16"
+        if args.deepspeed and best.zero >= 3 and not isinstance(model, hpgo.Transformer):
+            raise UsageError(f"the best plan ({best.describe()}) is ZeRO-3, whose DeepSpeed "
+                             "buckets are sized to one block of a transformer: use --model or "
+                             "--hf-config, or fix --zero below 3")
         if args.torchtitan:
             stem = os.path.splitext(os.path.basename(args.torchtitan))[0]
             text = best.torchtitan_config(model, precision=prec, name=stem)

@@ -19,6 +19,7 @@ import pytest
 import hpgo
 from hpgo import exports
 from hpgo import frameworks as F
+from conftest import ROOT
 from optional_deps import need
 
 # ---- the searches: dense, GQA, MoE, MLA, fp8, long sequences on A100/H100 --
@@ -598,3 +599,14 @@ def test_cli_exports_for_each_framework(tmp_path):
     r = subprocess.run(base + ["--framework", "deepspeed", "--megatron-args"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "does not go with" in r.stderr
+    # a ZeRO-3 winner's buckets are one block: sized from the model's shape, so a
+    # profiled graph's is refused in one line
+    r = subprocess.run(base + ["--zero", "3", "--deepspeed", "-"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["zero_optimization"]["stage3_max_reuse_distance"] == 0
+    graph = [sys.executable, "-m", "hpgo", "autoplan", "--profile",
+             "profiles/gpt2-xl-h100/graph.txt", "--cluster", "dgx-h100", "--global-batch", "64",
+             "--zero", "3", "--deepspeed", "-"]
+    r = subprocess.run(graph, capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and "use --model or --hf-config" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
