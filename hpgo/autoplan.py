@@ -711,7 +711,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     elapsed = time.perf_counter() - t0
 
     def ranked_plan(rank: int, plan: ParallelPlan, balanced: Any) -> RankedPlan:
-        plan = _frameworks.apply_defaults(fw, plan)
+        plan = _frameworks.apply_defaults(fw, _frameworks.apply_gradient_path(fw, plan, precision))
         res = simulate(m, c, plan, precision=precision, timeline=False,
                        overhead_bytes=overhead_bytes, headroom=room, tokens=tokens, price=price)
         return RankedPlan(rank, plan, res, bool(balanced))
@@ -828,6 +828,7 @@ _O_TOP, _O_PP, _O_SCHEDULE, _O_RECOMPUTE, _O_ZERO, _O_EP = 3, 10, 14, 15, 17, 19
 _O_NO_RESHARD = 26
 _O_STACK = {"kernels": (30, KERNEL_SETS), "tp_overlap": (31, TP_OVERLAPS),
             "cp_comm": (32, CP_COMMS)}
+_O_OPTIMIZER = 33
 
 
 def _framework_options(fw: Any, opts: tuple, unset: set) -> tuple:
@@ -889,6 +890,12 @@ def _framework_search(fw: Any, m: Any, precision: str, opts: tuple, top: int, se
                 o[_O_PP] = int(sp["pp"])
             if sp.get("ep") is not None:
                 o[_O_EP] = int(sp["ep"])
+            # the gradient path the framework runs at this ZeRO stage, where
+            # the caller left ParallelPlan's default
+            path = _frameworks.apply_gradient_path(
+                fw, ParallelPlan(global_batch=1, zero=int(sp["zero"]),
+                                 optimizer_impl=fixed["optimizer_impl"]), precision)
+            o[_O_OPTIMIZER] = int(OPTIMIZER_IMPLS[path.optimizer_impl])
             d = search(tuple(o))
             for rank, entry in enumerate(d["plans"]):
                 pt, _t, score, _b = entry
@@ -903,7 +910,7 @@ def _framework_search(fw: Any, m: Any, precision: str, opts: tuple, top: int, se
         keyed.sort(key=lambda e: e[0])
         seen, out = set(), []
         for key, (pt, _t, _s, balanced) in keyed:
-            plan = to_plan(pt)
+            plan = _frameworks.apply_gradient_path(fw, to_plan(pt), precision)
             if plan in seen:
                 continue
             seen.add(plan)

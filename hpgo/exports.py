@@ -426,9 +426,13 @@ def deepspeed_json(plan: Any, path: str | os.PathLike | None = None, *,
     pipeline sizes are the model code's (Megatron-DeepSpeed's
     --tensor-model-parallel-size and PipelineModule(num_stages=pp)).  A
     ZeRO-3 plan needs ``model``: its gather and reduce-scatter buckets are
-    set to one block, as the plan was simulated (:func:`_deepspeed_stage3`)."""
+    set to one block, as the plan was simulated (:func:`_deepspeed_stage3`).
+    A plan at ParallelPlan's default ``optimizer_impl`` gets the gradient path
+    DeepSpeed runs at its ZeRO stage (:func:`hpgo.frameworks.apply_gradient_path`);
+    ``data_types.grad_accum_dtype`` and ``communication_data_type`` name it."""
     if precision not in ("bf16", "fp16", "fp32"):
         raise ValueError("DeepSpeed precision: bf16, fp16 or fp32")
+    plan = _fw.apply_gradient_path("deepspeed", plan, precision)
     _fw.check("deepspeed", plan, model if isinstance(model, Transformer) else None, precision)
     zero: dict[str, Any] = {"stage": plan.zero, "overlap_comm": bool(plan.overlap_grad_reduce)}
     if plan.zero >= 3:
@@ -441,6 +445,13 @@ def deepspeed_json(plan: Any, path: str | os.PathLike | None = None, *,
     }
     if precision != "fp32":
         cfg[precision] = {"enabled": True}
+        # the gradient path simulated (engine.py get_data_types and
+        # communication_data_type): fp32 accumulation and reduction (Megatron's
+        # path, BF16_Optimizer's), or 16-bit; DeepSpeed's own defaults reduce
+        # in the model's 16-bit type and, under ZeRO, accumulate in it
+        acc = precision if plan.optimizer_impl == "megatron_bf16_grads" else "fp32"
+        cfg["data_types"] = {"grad_accum_dtype": acc}
+        cfg["communication_data_type"] = acc
     if plan.recompute == "full":
         cfg["activation_checkpointing"] = {
             "partition_activations": bool(plan.sequence_parallel and plan.tp > 1),

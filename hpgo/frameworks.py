@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 __all__ = ["Framework", "Rule", "FRAMEWORKS", "get", "problems", "check", "apply_defaults",
-           "runtime_defaults", "search_spaces", "refuse_fixed"]
+           "apply_gradient_path", "runtime_defaults", "search_spaces", "refuse_fixed"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,10 @@ class Framework:
     zero_needs: Mapping[int, Mapping[str, int]] = dataclasses.field(default_factory=dict)
     launch: str = ""
     optimizers: tuple[str, ...] = ("megatron",)
+    # the gradient path (ParallelPlan's optimizer_impl) it runs for a ZeRO
+    # stage and precision where the plan leaves ParallelPlan's default
+    # (None: the plan's own)
+    gradient_path: Callable[[int, str], str] | None = None
 
 
 # what each optimizer_impl is, for the refusals
@@ -272,6 +276,21 @@ TORCHTITAN = Framework(
 
 # --------------------------------------------------------------- DeepSpeed
 
+def _ds_gradient_path(zero: int, precision: str) -> str:
+    """The gradient path DeepSpeed runs a 16-bit model on (engine.py
+    get_data_types, _do_optimizer_sanity_check): bf16 without ZeRO or with
+    ZeRO 1 through BF16_Optimizer (fp32 accumulation, an fp32 add after each
+    micro-batch); fp16 without ZeRO through its FP16 optimizer (16-bit
+    gradients accumulated and all-reduced); otherwise the ZeRO optimizer, which
+    the export sets to accumulate and reduce the gradients in fp32 as
+    Megatron's path is priced."""
+    if precision == "bf16" and zero <= 1:
+        return "deepspeed_bf16"
+    if precision == "fp16" and zero == 0:
+        return "megatron_bf16_grads"
+    return "megatron"
+
+
 _DS = "DeepSpeed 0.19.8"
 
 DEEPSPEED = Framework(
@@ -321,6 +340,19 @@ DEEPSPEED = Framework(
              lambda p, m, pr: bool(p.overlap_moe_comm)),
         Rule("no fp8-only weights", f"{_DS} deepspeed/runtime/config.py: no fp8 section",
              lambda p, m, pr: p.fp8_params),
+        Rule("BF16_Optimizer (optimizer_impl='deepspeed_bf16') runs bf16 models with ZeRO 0 "
+             "or 1 only", f"{_DS} deepspeed/runtime/engine.py _do_optimizer_sanity_check: "
+             "BFLOAT16 for a bf16 model with fp32 gradient accumulation and no ZeRO or stage 1",
+             lambda p, m, pr: p.optimizer_impl == "deepspeed_bf16" and
+             (pr == "fp16" or p.zero >= 2)),
+        Rule("16-bit gradients of a bf16 model (optimizer_impl='megatron_bf16_grads') need "
+             "ZeRO 1: without ZeRO DeepSpeed refuses them outside a pipeline and runs them "
+             "through BF16_Optimizer's fp32 master in one",
+             f"{_DS} deepspeed/runtime/engine.py _do_optimizer_sanity_check: 'Bfloat16 "
+             "wrapper must use a gradient accumulation type of fp32, enable ZeRO to use "
+             "Bfloat16 gradient accumulation' (BFLOAT16 with a warning under pipelining)",
+             lambda p, m, pr: p.optimizer_impl == "megatron_bf16_grads" and pr == "bf16" and
+             p.zero == 0),
         Rule("ZeRO-3 does not run mixture-of-experts layers",
              f"{_DS} deepspeed/runtime/engine.py _configure_zero_optimizer: assert not "
              "self.has_moe_layers, 'MoE not supported with Stage 3'",
@@ -339,9 +371,12 @@ DEEPSPEED = Framework(
     },
     launch="deepspeed --num_gpus 8 --num_nodes N pretrain_gpt.py --deepspeed "
            "--deepspeed_config ds_config.json <Megatron-DeepSpeed model arguments>",
-    # Megatron-DeepSpeed's gradient path, or its BF16_Optimizer
-    # (deepspeed/runtime/engine.py _configure_optimizer)
-    optimizers=("megatron", "deepspeed_bf16"),
+    # the mixed-precision paths the export names (data_types.grad_accum_dtype,
+    # communication_data_type): fp32 accumulation and reduction under ZeRO
+    # ("megatron"), BF16_Optimizer ("deepspeed_bf16"), 16-bit accumulation and
+    # reduction ("megatron_bf16_grads")
+    optimizers=("megatron", "deepspeed_bf16", "megatron_bf16_grads"),
+    gradient_path=_ds_gradient_path,
 )
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (MEGATRON, TORCHTITAN, DEEPSPEED)}
@@ -415,6 +450,20 @@ def apply_defaults(framework: Any, plan: Any) -> Any:
     changes = {k: v for k, v in runtime_defaults(framework, plan).items()
                if k in unset and getattr(plan, k) == unset[k] and v != unset[k]}
     return plan.with_(**changes) if changes else plan
+
+
+def apply_gradient_path(framework: Any, plan: Any, precision: str) -> Any:
+    """``plan`` with the gradient path the framework runs at its ZeRO stage
+    and ``precision`` (:attr:`Framework.gradient_path`), where the plan
+    leaves ParallelPlan's default ``optimizer_impl``."""
+    fw = get(framework)
+    if fw is None or fw.gradient_path is None or precision == "fp32":
+        return plan
+    default = next(f.default for f in dataclasses.fields(plan) if f.name == "optimizer_impl")
+    if plan.optimizer_impl != default:
+        return plan
+    path = fw.gradient_path(plan.zero, precision)
+    return plan if path == default else plan.with_(optimizer_impl=path)
 
 
 def search_spaces(framework: Any, fixed: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -1444,6 +1444,7 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     overhead_bytes = _overhead_bytes(overhead_bytes)
     if framework is not None:
         from . import frameworks as _frameworks
+        plan = _frameworks.apply_gradient_path(framework, plan, precision)
         _frameworks.check(framework, plan, m if isinstance(m, Transformer) else None, precision)
         plan = _frameworks.apply_defaults(framework, plan)
     d = _core._step_simulate(m._tuple(PRECISIONS[precision]), _headroom_cluster(c, room)._tuple(),

@@ -190,8 +190,22 @@ def test_framework_search_equals_filtering_every_plan(name, cluster, nodes, gb, 
     # priced on the framework's training stack (kernels, tp overlap, cp exchange)
     d = F.runtime_defaults(framework, hpgo.ParallelPlan(global_batch=gb))
     stack = {k: d[k] for k in ("kernels", "tp_overlap", "cp_comm") if isinstance(d.get(k), str)}
-    every = hpgo.autoplan(m, c, gb, top=1000, exhaustive=True, reshard_after_forward=None,
-                          **stack, **kw)
+    # each ZeRO stage on the gradient path the framework runs it on (DeepSpeed:
+    # BF16_Optimizer below ZeRO 2): one exhaustive ranking per path, each plan
+    # taken from the ranking of its own path
+    fw = F.get(framework)
+    paths = {fw.gradient_path(z, "bf16") if fw.gradient_path else "megatron" for z in fw.zero}
+    every, cut = [], float("inf")
+    for path in sorted(paths):
+        r = hpgo.autoplan(m, c, gb, top=1000, exhaustive=True, reshard_after_forward=None,
+                          optimizer_impl=path, **stack, **kw)
+        if len(r) == 1000:  # a full ranking is exact up to its last plan's time
+            cut = min(cut, r[-1].result.iteration_time)
+        every += [p for p in r if F.apply_gradient_path(
+            framework, p.plan.with_(optimizer_impl="megatron"), "bf16").optimizer_impl == path]
+    full = cut < float("inf")
+    every = sorted((p for p in every if p.result.iteration_time < cut),
+                   key=lambda p: p.result.iteration_time)
 
     def as_run(p):
         want = F.runtime_defaults(framework, p)["reshard_after_forward"]
@@ -199,9 +213,9 @@ def test_framework_search_equals_filtering_every_plan(name, cluster, nodes, gb, 
 
     ok = [p for p in every if not F.problems(framework, p.plan, m) and as_run(p.plan)]
     assert ok and len(ok) < len(every)  # the framework refuses some of the winners
-    # ``every`` is the exact top 1000 by time: when it is full, the framework's
-    # best plans are still its first ones as long as it holds at least 7
-    assert len(every) < 1000 or len(ok) >= 7
+    # each ranking is the exact top 1000 by time: when one is full, the
+    # framework's best plans are still its first ones as long as it holds at least 7
+    assert not full or len(ok) >= 7
     for top in (1, 7):
         got = hpgo.autoplan(m, c, gb, top=top, framework=framework, **kw)
         assert got.framework == framework and "runs" in got.table()
@@ -518,6 +532,14 @@ def test_deepspeed_parses_the_export(search, tmp_path, monkeypatch):
     assert plan.pp == 1 or cfg.zero_optimization_stage < ZeroStageEnum.gradients
     assert (cfg.bfloat16_config.enabled if hasattr(cfg, "bfloat16_config")
             else cfg.bfloat16_enabled) == (precision == "bf16")
+    # the gradient path simulated: accumulated and reduced in fp32, or in 16 bits
+    import torch
+    run = F.apply_gradient_path("deepspeed", plan, precision)
+    acc = precision if run.optimizer_impl == "megatron_bf16_grads" else "fp32"
+    if precision != "fp32":
+        assert cfg.grad_accum_dtype == acc
+        assert cfg.communication_data_type == {"fp32": torch.float32, "bf16": torch.bfloat16,
+                                               "fp16": torch.float16}[acc]
 
 
 @pytest.mark.parametrize("tp,reshard", [(1, True), (2, True), (1, False)])
@@ -566,6 +588,49 @@ def test_deepspeed_reads_the_zero3_buckets(reshard, tmp_path, monkeypatch):
             z.reduce_bucket_size, z.param_persistence_threshold) == \
         (zo["stage3_prefetch_bucket_size"], zo["stage3_max_live_parameters"],
          zo["stage3_max_reuse_distance"], zo["reduce_bucket_size"], 0)
+
+
+@pytest.mark.parametrize("precision,zero,pp,path,acc", [
+    ("bf16", 0, 2, "deepspeed_bf16", "fp32"), ("bf16", 1, 2, "deepspeed_bf16", "fp32"),
+    ("bf16", 2, 1, "megatron", "fp32"), ("bf16", 3, 1, "megatron", "fp32"),
+    ("fp16", 0, 2, "megatron_bf16_grads", "fp16"), ("fp16", 1, 2, "megatron", "fp32"),
+    ("fp16", 3, 1, "megatron", "fp32")])
+def test_deepspeed_gradient_path_is_simulated_and_exported(precision, zero, pp, path, acc):
+    """A plan at ParallelPlan's default gradient path is simulated and exported
+    on the one DeepSpeed runs at its ZeRO stage and precision, and the JSON
+    names it (DeepSpeed's own defaults would reduce in 16 bits)."""
+    m = hpgo.transformer("llama3-8b")
+    plan = hpgo.ParallelPlan(global_batch=64, pp=pp, dp=8 // pp, zero=zero)
+    assert F.apply_gradient_path("deepspeed", plan, precision).optimizer_impl == path
+    c = hpgo.Cluster.preset("dgx-h100", nodes=1)
+    run = hpgo.simulate(m, c, plan, precision=precision, framework="deepspeed")
+    assert run.plan.optimizer_impl == path
+    same = hpgo.simulate(m, c, plan.with_(optimizer_impl=path), precision=precision,
+                         framework="deepspeed")
+    assert run.iteration_time == same.iteration_time
+    cfg = plan.deepspeed_config(precision=precision, model=m)
+    assert cfg["data_types"] == {"grad_accum_dtype": acc}
+    assert cfg["communication_data_type"] == acc
+    # a path the plan states is kept (or refused by DeepSpeed's rules)
+    assert F.apply_gradient_path("deepspeed", plan.with_(optimizer_impl="megatron_bf16_grads"),
+                                 precision).optimizer_impl == "megatron_bf16_grads"
+    # fp32 trains without a mixed-precision path
+    assert "data_types" not in plan.deepspeed_config(precision="fp32", model=m)
+
+
+def test_deepspeed_refuses_gradient_paths_it_does_not_run():
+    m = hpgo.transformer("llama3-8b")
+    bad = [(hpgo.ParallelPlan(global_batch=64, dp=8, zero=2, optimizer_impl="deepspeed_bf16"),
+            "bf16", "ZeRO 0 or 1 only"),
+           (hpgo.ParallelPlan(global_batch=64, pp=2, dp=4, optimizer_impl="deepspeed_bf16"),
+            "fp16", "ZeRO 0 or 1 only"),
+           (hpgo.ParallelPlan(global_batch=64, pp=2, dp=4, optimizer_impl="megatron_bf16_grads"),
+            "bf16", "need ZeRO 1")]
+    for plan, precision, why in bad:
+        with pytest.raises(ValueError, match=why):
+            plan.deepspeed_json(precision=precision, model=m)
+        with pytest.raises(ValueError, match=why):
+            hpgo.simulate(m, "dgx-h100", plan, precision=precision, framework="deepspeed")
 
 
 def test_deepspeed_refuses_zero3_with_experts():
