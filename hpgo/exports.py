@@ -120,8 +120,14 @@ def megatron_args(plan: Any, model: Any = None, *, precision: str = "bf16") -> s
         a.append("--use-torch-fsdp2 --no-gradient-accumulation-fusion --ckpt-format torch_dist")
     if plan.overlap_grad_reduce and plan.dp * plan.cp > 1 and plan.zero != 3:
         a.append("--overlap-grad-reduce" + (" --overlap-param-gather" if plan.zero else ""))
-    if getattr(plan, "optimizer_impl", "megatron") == "megatron_bf16_grads":
+    # the gradient path (arguments.py validate_args): bf16 accumulates and
+    # reduces in fp32 unless --grad-reduce-in-bf16; fp16 in fp16 unless
+    # --accumulate-allreduce-grads-in-fp32
+    bits16 = getattr(plan, "optimizer_impl", "megatron") == "megatron_bf16_grads"
+    if bits16 and precision != "fp16":
         a.append("--grad-reduce-in-bf16")
+    elif not bits16 and precision == "fp16":
+        a.append("--accumulate-allreduce-grads-in-fp32")
     a.append({"bf16": "--bf16", "fp16": "--fp16", "fp8": "--bf16 --fp8-format hybrid"}[precision])
     if precision == "fp8" and plan.fp8_params:
         a.append("--fp8-param-gather")

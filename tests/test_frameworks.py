@@ -250,7 +250,8 @@ def _megatron_parse(text: str) -> argparse.Namespace:
              "untie-embeddings-and-output-weights", "qk-layernorm", "multi-latent-attention",
              "moe-grouped-gemm", "moe-enable-deepep", "moe-router-enable-expert-bias",
              "overlap-moe-expert-parallel-comm", "recompute-activations",
-             "no-gradient-accumulation-fusion", "use-rope-scaling",
+             "no-gradient-accumulation-fusion", "use-rope-scaling", "grad-reduce-in-bf16",
+             "accumulate-allreduce-grads-in-fp32",
              "yarn-correction-range-round-to-int", "no-yarn-correction-range-round-to-int"]
     strs = ["pipeline-model-parallel-layout", "normalization", "position-embedding-type",
             "rope-type", "recompute-granularity", "recompute-method", "fp8-format",
@@ -616,6 +617,23 @@ def test_deepspeed_gradient_path_is_simulated_and_exported(precision, zero, pp, 
                                  precision).optimizer_impl == "megatron_bf16_grads"
     # fp32 trains without a mixed-precision path
     assert "data_types" not in plan.deepspeed_config(precision="fp32", model=m)
+
+
+@pytest.mark.parametrize("precision,path,flags", [
+    ("bf16", "megatron", ()), ("bf16", "megatron_bf16_grads", ("grad_reduce_in_bf16",)),
+    ("fp8", "megatron_bf16_grads", ("grad_reduce_in_bf16",)),
+    ("fp16", "megatron", ("accumulate_allreduce_grads_in_fp32",)),
+    ("fp16", "megatron_bf16_grads", ())])
+def test_megatron_args_name_the_gradient_path(precision, path, flags):
+    """Megatron-LM accumulates and reduces bf16 gradients in fp32 unless
+    --grad-reduce-in-bf16, fp16 ones in fp16 unless
+    --accumulate-allreduce-grads-in-fp32 (arguments.py validate_args): the
+    export names the path simulated."""
+    m = hpgo.transformer("llama3-8b")
+    plan = hpgo.ParallelPlan(global_batch=64, pp=2, dp=4, zero=1, optimizer_impl=path)
+    a = _megatron_parse(plan.megatron_args(m, precision=precision))
+    for f in ("grad_reduce_in_bf16", "accumulate_allreduce_grads_in_fp32"):
+        assert getattr(a, f) == (f in flags), f
 
 
 def test_deepspeed_refuses_gradient_paths_it_does_not_run():
