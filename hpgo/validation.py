@@ -672,7 +672,9 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     ``distributed_fused_adam`` with ``grad_sync_dtype bf16`` get its
     gradient path (``optimizer_impl="apex_bf16"``), runs whose notes give
     ``--grad-reduce-in-bf16`` Megatron's 16-bit gradients
-    (``"megatron_bf16_grads"``)."""
+    (``"megatron_bf16_grads"``), as do the Megatron-LM runs in fp16 whose notes
+    do not give ``--accumulate-allreduce-grads-in-fp32`` (Megatron-LM
+    accumulates and reduces fp16 gradients in fp16 by default)."""
     import dataclasses
     import re
     by_id = {r.source_id: r for r in runs}
@@ -713,7 +715,12 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
                   or "gradients all-reduced after the backward" in text)
     bf16_opt = deepspeed and run.precision == "bf16" and run.zero == 1
     apex = "distributed_fused_adam" in text and "grad_sync_dtype bf16" in text and run.zero == 1
-    bf16_grads = "--grad-reduce-in-bf16" in text and run.zero <= 1
+    # Megatron-LM reduces fp16 gradients in fp16 unless
+    # --accumulate-allreduce-grads-in-fp32 (arguments.py validate_args; v1.0's
+    # FP16_Optimizer all-reduced the fp16 gradients too)
+    fp16_grads = (run.precision == "fp16" and not deepspeed and not torch and run.zero <= 1
+                  and "--accumulate-allreduce-grads-in-fp32" not in text)
+    bf16_grads = ("--grad-reduce-in-bf16" in text and run.zero <= 1) or fp16_grads
     f8ag = (_TORCHTITAN_FP8_ALL_GATHER and torch and run.precision == "fp8" and run.zero == 3
             and run.source_id.startswith(_COMPILE_BLOCKS_SOURCES))
     return dataclasses.replace(run, kernels=kernels, tp_overlap=tpo, recompute=rc,

@@ -140,6 +140,9 @@ def test_further_runs_load_with_their_stacks_and_fit():
     nr = runs["NR-530B-2240"]
     assert (nr.kernels, nr.cross_entropy, nr.overlap_grad_reduce, nr.zero, nr.recompute) == \
         ("te", "unfused", False, 0, "full")
+    # fp16 gradients accumulated and all-reduced in fp16 (no
+    # --accumulate-allreduce-grads-in-fp32 in the notes), as v1.0's
+    assert nr.optimizer_impl == mv.optimizer_impl == "megatron_bf16_grads"
     assert nr.published_tokens_per_gpu() == pytest.approx(
         159e12 / nr.narayanan_flops_per_token(), rel=1e-12)
     checks = validation.check_runs(list(runs.values()))
