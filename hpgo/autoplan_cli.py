@@ -28,8 +28,6 @@ class UsageError(ValueError):
 
 # ---------------------------------------------------------------- shared options
 
-
-
 # the memory-saving choices of RankedPlans.untried as this command's options
 _UNTRIED_FLAGS = {"recompute='full'": "--recompute full", "zero=3": "--zero 3",
                   "offload_optimizer=True": "--offload-optimizer yes",

@@ -459,8 +459,9 @@ def apply_gradient_path(framework: Any, plan: Any, precision: str) -> Any:
     fw = get(framework)
     if fw is None or fw.gradient_path is None or precision == "fp32":
         return plan
-    default = next(f.default for f in dataclasses.fields(plan) if f.name == "optimizer_impl")
-    if plan.optimizer_impl != default:
+    default = next((f.default for f in dataclasses.fields(plan) if f.name == "optimizer_impl"),
+                   None)
+    if default is None or plan.optimizer_impl != default:
         return plan
     path = fw.gradient_path(plan.zero, precision)
     return plan if path == default else plan.with_(optimizer_impl=path)
