@@ -494,6 +494,10 @@ def add_simulate_subcommand(sub: Any) -> argparse.ArgumentParser:
     k.add_argument("--cross-entropy", choices=tuple(CROSS_ENTROPIES),
                    help="the loss: the kernel set's (default) or Megatron's unfused fp32 loss "
                         "(with --kernels te)")
+    k.add_argument("--framework", choices=("megatron", "torchtitan", "deepspeed"),
+                   help="the framework that runs the plan: refuse a plan it does not run "
+                        "(naming its rule) and price the plan on its defaults where the flags "
+                        "leave them (docs/exports.md)")
     add_cluster_options(p)
     add_run_options(p)
     p.add_argument("--pbs", type=int, help="batch size the profile was measured with (default: "
@@ -639,9 +643,12 @@ def run_simulate_step(args: Any, out: TextIO) -> int:
     if plan.gpus > cluster.gpus:
         raise CliError(f"the plan uses {plan.gpus} GPUs (tp x cp x pp x dp), the cluster has "
                        f"{cluster.gpus}: give --nodes {-(-plan.gpus // cluster.gpus_per_node)}")
+    if args.framework and not isinstance(model, hpgo.Transformer):
+        raise CliError("--framework checks plans of a transformer (--model, --hf-config)")
     r = hpgo.simulate(model, cluster, plan, precision=args.precision,
                       timeline=bool(args.trace or args.gantt or args.memory_snapshot
-                                    or args.memory_plot), **run_options(args))
+                                    or args.memory_plot), framework=args.framework,
+                      **run_options(args))
     if args.json:
         out.write(json.dumps(_step_dict(r, model, cluster), indent=1) + "\n")
     else:
@@ -754,6 +761,9 @@ def run_simulate(args: Any, out: Optional[TextIO] = None) -> int:
                    (args.memory_snapshot, "--memory-snapshot"), (args.memory_plot, "--memory-plot"))
     if _step_mode(args):
         return run_simulate_step(args, out)
+    if args.framework:
+        raise CliError("--framework checks a plan of a transformer (--model or --hf-config), "
+                       "not HPGO's profile plans or DistIR's MLP")
     if args.mlp:
         if args.profile or args.plan or args.example:
             raise CliError("--mlp simulates DistIR's MLP: give no profile or --plan with it")
@@ -883,7 +893,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             pass
         return 141
     except (CliError, ValueError, TypeError, OSError, ImportError, MemoryError) as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        lines = str(e).splitlines()
+        msg = lines[0] if lines else type(e).__name__
+        # a list of reasons under the first line (a framework's refusals) joins it
+        items = [ln.strip()[2:] for ln in lines[1:] if ln.strip().startswith("- ")]
+        if items:
+            msg += " " + "; ".join(items)
         if isinstance(e, OSError) and e.strerror and e.filename is not None:
             msg = f"{e.strerror}: {e.filename}"   # not "[Errno 2] ...: 'name'"
         elif isinstance(e, OSError) and e.filename is not None and str(e.filename) not in msg:

@@ -492,6 +492,29 @@ def test_simulate_cli_takes_the_stack(capsys, tmp_path):
         cli.main(args + ["--kernels", "jax"])
 
 
+def test_simulate_cli_takes_the_framework(capsys):
+    """hpgo simulate --framework prices the plan on the framework's defaults
+    (DeepSpeed's BF16_Optimizer at ZeRO 1) as simulate(framework=) does, and
+    refuses in one line, with the rule, a plan the framework does not run."""
+    import json
+
+    from hpgo import cli
+    args = ["simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--pp", "2",
+            "--dp", "4", "--global-batch", "64", "--json", "--framework", "deepspeed"]
+    assert cli.main(args + ["--zero", "1"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["plan"]["optimizer_impl"], d["plan"]["kernels"]) == ("deepspeed_bf16", "eager")
+    p = hpgo.ParallelPlan(global_batch=64, pp=2, dp=4, zero=1)
+    r = hpgo.simulate("llama3-8b", "dgx-h100", p, framework="deepspeed", timeline=False)
+    assert d["tokens_per_gpu"] == pytest.approx(r.tokens_per_gpu, rel=1e-12)
+    assert cli.main(args + ["--zero", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "does not run" in err and "pipe/engine.py" in err
+    assert cli.main(["simulate", "profiles/transformer36-v100/graph.txt", "--pbs", "1",
+                     "--gbs", "128", "--seps", "8,16", "--framework", "megatron"]) == 2
+
+
 def test_one_gpu_steps_against_the_measured_h100_profile():
     """profiles/h100-sxm5-steps.json timed whole training steps of Llama-style
     models on one H100 in eager PyTorch and with torch.compile; on the
