@@ -112,7 +112,7 @@ def megatron_args(plan: Any, model: Any = None, *, precision: str = "bf16") -> s
         a.append("--tp-comm-overlap")
     if plan.cp > 1 and getattr(plan, "cp_comm", "p2p") != "p2p":
         a.append(f"--cp-comm-type {plan.cp_comm}")
-    if plan.zero in (1, 2):
+    if plan.zero == 1:
         a.append("--use-distributed-optimizer")
     elif plan.zero == 3:
         # arguments.py under --use-torch-fsdp2: no gradient-accumulation fusion,

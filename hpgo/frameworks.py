@@ -83,9 +83,12 @@ MEGATRON = Framework(
     # (1F1B) and _with_interleaving (megatron/core/pipeline_parallel/schedules.py,
     # get_forward_backward_func); no GPipe, no zero-bubble schedule
     schedules=("1f1b", "interleaved-1f1b"),
-    # 0: DDP; 1/2: --use-distributed-optimizer (optimizer states sharded,
-    # gradients reduce-scattered); 3: --use-torch-fsdp2
-    zero=(0, 1, 2, 3),
+    # 0: DDP; 1: --use-distributed-optimizer (optimizer states sharded, the
+    # gradients reduce-scattered once a step from a whole gradient buffer:
+    # docs/distrib_optimizer.md's 6 + 12/d bytes a parameter, ZeRO 1, not 2);
+    # 3: --use-torch-fsdp2.  ZeRO 2 (gradients sharded, reduce-scattered every
+    # micro-batch) is Megatron-FSDP's optim_grads, not exported.
+    zero=(0, 1, 3),
     recompute=("none", "selective", "full"),
     precisions=("bf16", "fp16", "fp8"),
     zero_needs={3: {"pp": 1, "ep": 1}},

@@ -226,9 +226,13 @@ def test_megatron_bf16_gradients():
     assert "--grad-reduce-in-bf16" in q.megatron_args(m)
     assert "--grad-reduce-in-bf16" not in p.megatron_args(m)
     from hpgo import frameworks
-    for fw in ("torchtitan", "deepspeed"):
-        with pytest.raises(ValueError, match="16-bit gradient buffer|gradient buffer"):
-            frameworks.check(fw, q, m)
+    with pytest.raises(ValueError, match="16-bit gradient buffer|gradient buffer"):
+        frameworks.check("torchtitan", q, m)
+    # DeepSpeed's ZeRO optimizer accumulates and reduces 16-bit gradients
+    # (data_types.grad_accum_dtype bf16); without ZeRO it runs BF16_Optimizer
+    frameworks.check("deepspeed", q, m)
+    with pytest.raises(ValueError, match="need ZeRO 1"):
+        frameworks.check("deepspeed", q.with_(zero=0), m)
 
 
 def test_apex_gradient_reduce_scatter_moves_16_bit_gradients():
