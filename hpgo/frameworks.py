@@ -85,7 +85,7 @@ MEGATRON = Framework(
     schedules=("1f1b", "interleaved-1f1b"),
     # 0: DDP; 1: --use-distributed-optimizer (optimizer states sharded, the
     # gradients reduce-scattered once a step from a whole gradient buffer:
-    # docs/distrib_optimizer.md's 6 + 12/d bytes a parameter, ZeRO 1, not 2);
+    # docs/user-guide/features/dist_optimizer.md's 6 + 12/d bytes a parameter, ZeRO 1, not 2);
     # 3: --use-torch-fsdp2.  ZeRO 2 (gradients sharded, reduce-scattered every
     # micro-batch) is Megatron-FSDP's optim_grads, not exported.
     zero=(0, 1, 3),
