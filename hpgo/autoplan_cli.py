@@ -43,6 +43,60 @@ def _table(r: Any) -> str:
     return text
 
 
+def add_export_options(group: Any, what: str) -> None:
+    """The export flags (--megatron-args, --torchtitan, --deepspeed) of
+    ``what`` ("the best plan", "the plan") on an argparse group."""
+    group.add_argument("--megatron-args", action="store_true",
+                       help=f"print the Megatron-LM arguments of {what} (implies --framework "
+                            "megatron)")
+    group.add_argument("--torchtitan", metavar="FILE",
+                       help=f"write {what} as a torchtitan configuration module FILE (implies "
+                            "--framework torchtitan)")
+    group.add_argument("--deepspeed", metavar="FILE",
+                       help=f"write {what}'s DeepSpeed JSON to FILE ('-': print it; implies "
+                            "--framework deepspeed)")
+
+
+def export_framework(args: Any) -> str | None:
+    """The framework --framework names, or the export flags imply."""
+    framework = args.framework
+    for flag, name in ((args.megatron_args, "megatron"), (args.torchtitan, "torchtitan"),
+                       (args.deepspeed, "deepspeed")):
+        if flag:
+            if framework not in (None, name):
+                raise ValueError(f"--framework {framework} does not go with the {name} export")
+            framework = name
+    return framework
+
+
+def export_plan(plan: Any, model: Any, args: Any, what: str) -> None:
+    """Print or write ``plan`` in the form the export flag names (the
+    Megatron-LM arguments and '-' to stdout, files atomically)."""
+    import hpgo
+
+    prec = args.precision or "bf16"
+    if args.megatron_args:
+        print(plan.megatron_args(model if isinstance(model, hpgo.Transformer) else None,
+                                 precision=prec if prec in ("bf16", "fp16", "fp8") else "bf16"))
+        return
+    if args.deepspeed and plan.zero >= 3 and not isinstance(model, hpgo.Transformer):
+        raise UsageError(f"{what} ({plan.describe()}) is ZeRO-3, whose DeepSpeed buckets are "
+                         "sized to one block of a transformer: use --model or --hf-config, or "
+                         "fix --zero below 3")
+    if args.torchtitan:
+        stem = os.path.splitext(os.path.basename(args.torchtitan))[0]
+        text = plan.torchtitan_config(model, precision=prec, name=stem)
+        from . import _files
+        _files.atomic_write(args.torchtitan, text)
+        print(f"{plan.describe()}: torchtitan configuration in {args.torchtitan} (launch: "
+              f"torchrun ... -m torchtitan.train --module {stem} --config {stem})")
+    elif args.deepspeed == "-":
+        print(plan.deepspeed_json(precision=prec, model=model), end="")
+    else:
+        plan.deepspeed_json(args.deepspeed, precision=prec, model=model)
+        print(f"{plan.describe()}: DeepSpeed configuration in {args.deepspeed}")
+
+
 def add_model_options(p: argparse.ArgumentParser, *, required: bool = True,
                       profile: bool = True) -> None:
     src = p.add_mutually_exclusive_group(required=required)
@@ -270,15 +324,7 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
                    help="rank only plans this framework runs (docs/exports.md)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the ranking as JSON")
-    out.add_argument("--megatron-args", action="store_true",
-                     help="print the Megatron-LM arguments of the best plan (implies "
-                          "--framework megatron)")
-    out.add_argument("--torchtitan", metavar="FILE",
-                     help="write the best plan as a torchtitan configuration module FILE "
-                          "(implies --framework torchtitan)")
-    out.add_argument("--deepspeed", metavar="FILE",
-                     help="write the best plan's DeepSpeed JSON to FILE ('-': print it; "
-                          "implies --framework deepspeed)")
+    add_export_options(out, "the best plan")
     p.add_argument("--explain", action="store_true", help="also say why the best plan wins")
     p.add_argument("-o", "--output", metavar="PLAN.json",
                    help="save the best plan (hpgo simulate --plan reads it)")
@@ -344,13 +390,7 @@ def run_autoplan(args) -> int:
     if fixed["zero"] is not None and not 0 <= fixed["zero"] <= 3:
         raise UsageError(f"--zero must be 0, 1, 2 or 3, got {fixed['zero']}")
     opts = run_options(args)
-    framework = args.framework
-    for flag, name in ((args.megatron_args, "megatron"), (args.torchtitan, "torchtitan"),
-                       (args.deepspeed, "deepspeed")):
-        if flag:
-            if framework not in (None, name):
-                raise ValueError(f"--framework {framework} does not go with the {name} export")
-            framework = name
+    framework = export_framework(args)
     if sys.stderr.isatty() and not args.json:
         print("searching ...", end="\r", file=sys.stderr, flush=True)
     r = hpgo.autoplan(model, cluster, args.global_batch or args.max_global_batch, gpus=args.gpus,
@@ -375,36 +415,11 @@ def run_autoplan(args) -> int:
                   sys.stdout, indent=1)
         print()
         return 0 if len(r) else 1
-    if args.megatron_args:
+    if args.megatron_args or args.torchtitan or args.deepspeed:
         if not len(r):
             print(_table(r), file=sys.stderr)
             return 1
-        print(r[0].plan.megatron_args(model if isinstance(model, hpgo.Transformer) else None,
-                                      precision=args.precision if args.precision in
-                                      ("bf16", "fp16", "fp8") else "bf16"))
-        return 0
-    if args.torchtitan or args.deepspeed:
-        if not len(r):
-            print(_table(r), file=sys.stderr)
-            return 1
-        best = r[0].plan
-        prec = args.precision or "bf16"
-        if args.deepspeed and best.zero >= 3 and not isinstance(model, hpgo.Transformer):
-            raise UsageError(f"the best plan ({best.describe()}) is ZeRO-3, whose DeepSpeed "
-                             "buckets are sized to one block of a transformer: use --model or "
-                             "--hf-config, or fix --zero below 3")
-        if args.torchtitan:
-            stem = os.path.splitext(os.path.basename(args.torchtitan))[0]
-            text = best.torchtitan_config(model, precision=prec, name=stem)
-            from . import _files
-            _files.atomic_write(args.torchtitan, text)
-            print(f"{best.describe()}: torchtitan configuration in {args.torchtitan} (launch: "
-                  f"torchrun ... -m torchtitan.train --module {stem} --config {stem})")
-        elif args.deepspeed == "-":
-            print(best.deepspeed_json(precision=prec, model=model), end="")
-        else:
-            best.deepspeed_json(args.deepspeed, precision=prec, model=model)
-            print(f"{best.describe()}: DeepSpeed configuration in {args.deepspeed}")
+        export_plan(r[0].plan, model, args, "the best plan")
         return 0
     print(_table(r))
     if args.pareto and (len(r) or r.front):

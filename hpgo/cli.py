@@ -541,6 +541,10 @@ def add_simulate_subcommand(sub: Any) -> argparse.ArgumentParser:
                         "in PyTorch's memory-visualiser snapshot format (pytorch.org/memory_viz)")
     o.add_argument("--memory-plot", metavar="PNG",
                    help="--model plans: draw the memory each device holds over the step")
+    from .autoplan_cli import add_export_options
+    add_export_options(p.add_argument_group(
+        "the plan as a framework runs it (--model plans; the plan as simulated, with the "
+        "framework's defaults; one that does not fit is not exported)"), "the plan")
     p.set_defaults(func=run_simulate)
     return p
 
@@ -558,7 +562,8 @@ def _is_parallel_plan_file(path: str) -> bool:
 _STEP_FLAGS = ("model", "hf_config", "cluster", "gpu", "cp", "ep", "vp", "micro_batch",
                "global_batch", "recompute", "zero", "precision", "seq", "memory_headroom",
                "tokens", "price", "memory_snapshot", "memory_plot", "kernels", "tp_overlap",
-               "cp_comm", "attention", "optimizer", "cross_entropy")
+               "cp_comm", "attention", "optimizer", "cross_entropy", "framework",
+               "megatron_args", "torchtitan", "deepspeed")
 
 
 def _step_mode(args: Any) -> bool:
@@ -599,7 +604,8 @@ def _stack_flags(args: Any) -> tuple:
 def run_simulate_step(args: Any, out: TextIO) -> int:
     """``hpgo simulate --model ... --cluster ... --tp ...``: one training step."""
     import hpgo
-    from .autoplan_cli import cluster_from_args, model_from_args, run_options
+    from .autoplan_cli import (cluster_from_args, export_framework, export_plan,
+                               model_from_args, run_options)
 
     for name in ("cp", "ep", "vp", "micro_batch", "global_batch", "tp", "pp", "dp"):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
@@ -643,12 +649,24 @@ def run_simulate_step(args: Any, out: TextIO) -> int:
     if plan.gpus > cluster.gpus:
         raise CliError(f"the plan uses {plan.gpus} GPUs (tp x cp x pp x dp), the cluster has "
                        f"{cluster.gpus}: give --nodes {-(-plan.gpus // cluster.gpus_per_node)}")
-    if args.framework and not isinstance(model, hpgo.Transformer):
+    framework = export_framework(args)
+    exporting = bool(args.megatron_args or args.torchtitan or args.deepspeed)
+    if exporting and args.json:
+        raise CliError("--json prints the step; an export prints or writes the plan: give one")
+    if framework and not isinstance(model, hpgo.Transformer):
         raise CliError("--framework checks plans of a transformer (--model, --hf-config)")
     r = hpgo.simulate(model, cluster, plan, precision=args.precision,
                       timeline=bool(args.trace or args.gantt or args.memory_snapshot
-                                    or args.memory_plot), framework=args.framework,
+                                    or args.memory_plot), framework=framework,
                       **run_options(args))
+    if exporting:
+        # what was simulated, and whether it fits, beside the export
+        print(r, file=sys.stderr)
+        if not r.fits:
+            print("the plan does not fit in the GPUs' memory: not exported", file=sys.stderr)
+            return 1
+        export_plan(r.plan, model, args, "the plan")
+        return 0
     if args.json:
         out.write(json.dumps(_step_dict(r, model, cluster), indent=1) + "\n")
     else:
@@ -761,9 +779,9 @@ def run_simulate(args: Any, out: Optional[TextIO] = None) -> int:
                    (args.memory_snapshot, "--memory-snapshot"), (args.memory_plot, "--memory-plot"))
     if _step_mode(args):
         return run_simulate_step(args, out)
-    if args.framework:
-        raise CliError("--framework checks a plan of a transformer (--model or --hf-config), "
-                       "not HPGO's profile plans or DistIR's MLP")
+    if args.framework or args.megatron_args or args.torchtitan or args.deepspeed:
+        raise CliError("--framework and the exports take a plan of a transformer (--model or "
+                       "--hf-config), not HPGO's profile plans or DistIR's MLP")
     if args.mlp:
         if args.profile or args.plan or args.example:
             raise CliError("--mlp simulates DistIR's MLP: give no profile or --plan with it")

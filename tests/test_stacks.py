@@ -515,6 +515,46 @@ def test_simulate_cli_takes_the_framework(capsys):
                      "--gbs", "128", "--seps", "8,16", "--framework", "megatron"]) == 2
 
 
+def test_simulate_cli_exports_the_plan_it_simulated(capsys, tmp_path):
+    """hpgo simulate --megatron-args / --torchtitan / --deepspeed export the
+    plan as simulated (with the framework's defaults), say on stderr what
+    was simulated and whether it fits, and export no plan that does not fit."""
+    import json
+
+    from hpgo import cli
+    m = hpgo.transformer("llama3-8b")
+    base = ["simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--global-batch", "64"]
+    fsdp = ["--dp", "8", "--zero", "3", "--recompute", "full"]
+    assert cli.main(base + fsdp + ["--deepspeed", "-"]) == 0
+    out, err = capsys.readouterr()
+    r = hpgo.simulate(m, "dgx-h100", hpgo.ParallelPlan(global_batch=64, dp=8, zero=3,
+                                                       recompute="full"),
+                      framework="deepspeed", timeline=False)
+    assert json.loads(out) == json.loads(r.plan.deepspeed_json(model=m))
+    assert "fits" in err and "kernels=eager" in err
+    mg = ["--tp", "2", "--dp", "4", "--sequence-parallel", "--zero", "1", "--recompute",
+          "selective"]
+    assert cli.main(base + mg + ["--megatron-args"]) == 0
+    out, err = capsys.readouterr()
+    r = hpgo.simulate(m, "dgx-h100", hpgo.ParallelPlan(global_batch=64, tp=2, dp=4, zero=1,
+                                                       sequence_parallel=True,
+                                                       recompute="selective"),
+                      framework="megatron", timeline=False)
+    assert out == r.plan.megatron_args(m) + "\n" and r.fits
+    tt = tmp_path / "tt_plan.py"
+    assert cli.main(base + fsdp + ["--torchtitan", str(tt)]) == 0
+    assert "def tt_plan():" in tt.read_text()
+    capsys.readouterr()
+    # a plan that does not fit is not exported
+    assert cli.main(base + ["--dp", "8", "--megatron-args"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "DOES NOT FIT" in err and "not exported" in err
+    # one output at a time, and a framework that is the export's
+    assert cli.main(base + fsdp + ["--json", "--deepspeed", "-"]) == 2
+    assert cli.main(base + fsdp + ["--framework", "torchtitan", "--deepspeed", "-"]) == 2
+    assert "does not go with" in capsys.readouterr().err
+
+
 def test_one_gpu_steps_against_the_measured_h100_profile():
     """profiles/h100-sxm5-steps.json timed whole training steps of Llama-style
     models on one H100 in eager PyTorch and with torch.compile; on the
