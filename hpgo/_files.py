@@ -121,9 +121,12 @@ def atomic_path(path: PathLike, *, keep_suffix: bool = False) -> Iterator[str]:
     try:
         yield tmp
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename == tmp:
+            # name the file the caller asked for, not the temporary one
+            raise type(e)(e.errno, e.strerror, target) from e
         raise
 
 

@@ -93,6 +93,17 @@ def test_new_files_get_the_usual_permissions(tmp_path, plan):
     assert stat.S_IMODE(os.stat(tmp_path / "p.json").st_mode) == 0o644
 
 
+def test_a_write_into_a_missing_folder_names_the_file(tmp_path, plan):
+    """The error names the file asked for, not the temporary one beside it."""
+    target = tmp_path / "no-such-folder" / "p.json"
+    for write in (lambda: plan.save(target), lambda: _files.atomic_write(target, "x"),
+                  lambda: hpgo.ParallelPlan(global_batch=8, dp=8).deepspeed_json(target)):
+        with pytest.raises(FileNotFoundError) as e:
+            write()
+        assert e.value.filename == str(target)
+    assert not (tmp_path / "no-such-folder").exists()
+
+
 READERS = {
     "Plan.load": lambda p: hpgo.Plan.load(p),
     "device file": lambda p: zoo.get_device(str(p)),
