@@ -52,8 +52,16 @@ def test_fsdp_buffers_reshard_and_accumulation():
 def test_zero2_bucket_and_hybrid_sharding():
     z2 = sim(hpgo.ParallelPlan(global_batch=16, dp=16, zero=2, recompute="full"))
     z1 = sim(hpgo.ParallelPlan(global_batch=16, dp=16, zero=1, recompute="full"))
-    # DeepSpeed's two 16-bit buckets of 5e8 elements (overlap_comm)
-    assert z2.memory[0].other - z1.memory[0].other == pytest.approx(2 * 5e8 * 2)
+    # DeepSpeed's two 16-bit buckets of 5e8 elements (overlap_comm) and the
+    # fp32 copy of one that its fp32 reduction casts
+    assert z2.memory[0].other - z1.memory[0].other == pytest.approx(2 * 5e8 * 2 + 5e8 * 4)
+    # fp32 training: the buckets hold fp32 gradients already, no copy
+    b2 = sim(hpgo.ParallelPlan(global_batch=16, dp=16, zero=2, recompute="full"),
+             precision="fp32")
+    assert b2.memory[0].other - sim(hpgo.ParallelPlan(global_batch=16, dp=16, zero=1,
+                                                      recompute="full"),
+                                    precision="fp32").memory[0].other == \
+        pytest.approx(2 * 5e8 * 4)
     full = hpgo.ParallelPlan(global_batch=16, dp=16, zero=3, recompute="full")
     hyb = full.with_(shard_size=8)
     rf, rh = sim(full), sim(hyb)

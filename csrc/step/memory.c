@@ -123,6 +123,11 @@ void hpgo_memory_breakdown4(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
     } else if (p->zero == 2 && d > 1) {
         double bucket = DS_REDUCE_BUCKET < dense ? DS_REDUCE_BUCKET : dense;
         run += (p->overlap_grad_reduce ? 2 : 1) * bucket * wb;
+        /* a bucket reduced in wider gradients than the 16-bit ones it holds
+         * (fp32 communication_data_type) is cast to a copy first
+         * (stage_1_and_2.py gradient_reduction_w_predivide, average_tensor) */
+        if (gb > wb)
+            run += bucket * gb;
     }
     double allocated = out->weights + out->gradients + out->optimizer + act + run;
     double f = hpgo_alloc_frag(c, p->kernels);
