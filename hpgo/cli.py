@@ -562,8 +562,7 @@ def _is_parallel_plan_file(path: str) -> bool:
 _STEP_FLAGS = ("model", "hf_config", "cluster", "gpu", "cp", "ep", "vp", "micro_batch",
                "global_batch", "recompute", "zero", "precision", "seq", "memory_headroom",
                "tokens", "price", "memory_snapshot", "memory_plot", "kernels", "tp_overlap",
-               "cp_comm", "attention", "optimizer", "cross_entropy", "framework",
-               "megatron_args", "torchtitan", "deepspeed")
+               "cp_comm", "attention", "optimizer", "cross_entropy")
 
 
 def _step_mode(args: Any) -> bool:
@@ -779,7 +778,9 @@ def run_simulate(args: Any, out: Optional[TextIO] = None) -> int:
                    (args.memory_snapshot, "--memory-snapshot"), (args.memory_plot, "--memory-plot"))
     if _step_mode(args):
         return run_simulate_step(args, out)
-    if args.framework or args.megatron_args or args.torchtitan or args.deepspeed:
+    missing_plan = bool(args.plan) and not os.path.isfile(args.plan)  # said below
+    if (args.framework or args.megatron_args or args.torchtitan or args.deepspeed) and \
+            not missing_plan:
         raise CliError("--framework and the exports take a plan of a transformer (--model or "
                        "--hf-config), not HPGO's profile plans or DistIR's MLP")
     if args.mlp:
