@@ -294,6 +294,17 @@ def _ds_gradient_path(zero: int, precision: str) -> str:
     return "megatron"
 
 
+def _ds_uneven(plan: Any, model: Any) -> bool:
+    """Whether a pipelined plan's stages hold other than L / pp transformer
+    layers each (its split, or a model whose layers pp does not divide)."""
+    split = getattr(plan, "split", None)
+    if split is not None:
+        n = split[-1]
+        if n % plan.pp or tuple(split) != tuple(range(0, n + 1, n // plan.pp)):
+            return True
+    return model is not None and model.layers % plan.pp != 0
+
+
 _DS = "DeepSpeed 0.19.8"
 
 DEEPSPEED = Framework(
@@ -321,6 +332,13 @@ DEEPSPEED = Framework(
              f"{_DS} deepspeed/runtime/pipe/engine.py PipelineEngine.__init__: assert "
              "zero_optimization_stage() < ZeroStageEnum.gradients",
              lambda p, m, pr: p.pp > 1 and p.zero >= 2),
+        Rule("the pipeline holds an equal number of transformer layers per stage: "
+             "Megatron-DeepSpeed's GPTModelPipe partitions by counting them, so the layers "
+             "must divide into pp stages and a plan's own layer split has no DeepSpeed form",
+             f"{_DS} deepspeed/runtime/pipe/module.py PipelineModule._partition_layers "
+             "(partition_method 'type:transformer', GPTModelPipe's: utils.partition_balanced "
+             "over the transformer layers)",
+             lambda p, m, pr: p.pp > 1 and (_ds_uneven(p, m))),
         Rule("one model chunk per pipeline rank (no virtual stages)",
              f"{_DS} deepspeed/runtime/pipe/module.py PipelineModule(num_stages): one "
              "partition per stage rank",

@@ -651,6 +651,27 @@ def test_deepspeed_refuses_gradient_paths_it_does_not_run():
             hpgo.simulate(m, "dgx-h100", plan, precision=precision, framework="deepspeed")
 
 
+def test_deepspeed_pipelines_hold_equal_stages():
+    """Megatron-DeepSpeed's GPTModelPipe partitions by counting transformer
+    layers: an even split runs, a plan's own split or layers pp does not
+    divide do not, and the DeepSpeed ranking holds none of them."""
+    m = hpgo.transformer("llama3-8b")
+    P = hpgo.ParallelPlan
+    assert not F.problems("deepspeed", P(global_batch=64, pp=2, dp=4), m)
+    assert not F.problems("deepspeed", P(global_batch=64, pp=2, dp=4, split=(0, 16, 32)), m)
+    for plan, model in ((P(global_batch=64, pp=2, dp=4, split=(0, 17, 32)), m),
+                        (P(global_batch=64, pp=2, dp=4, split=(0, 17, 32)), None),
+                        (P(global_batch=60, pp=3, dp=2), m)):
+        assert any("partition_method 'type:transformer'" in w
+                   for w in F.problems("deepspeed", plan, model))
+    # the same plans run under Megatron (--pipeline-model-parallel-layout)
+    assert not any("type:transformer" in w for w in
+                   F.problems("megatron", P(global_batch=64, pp=2, dp=4, split=(0, 17, 32)), m))
+    r = hpgo.autoplan(m, hpgo.Cluster.preset("dgx-a100-80gb", nodes=2), 128, precision="fp16",
+                      framework="deepspeed", top=20)
+    assert len(r) and all(not x.balanced_split and x.plan.split is None for x in r)
+
+
 def test_deepspeed_refuses_zero3_with_experts():
     m = hpgo.transformer("mixtral-8x7b")
     for plan in (hpgo.ParallelPlan(global_batch=64, dp=8, zero=3),
