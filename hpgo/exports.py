@@ -114,6 +114,12 @@ def megatron_args(plan: Any, model: Any = None, *, precision: str = "bf16") -> s
         a.append(f"--cp-comm-type {plan.cp_comm}")
     if plan.zero == 1:
         a.append("--use-distributed-optimizer")
+        k = getattr(plan, "shard_size", 0)
+        if k and k < plan.dp * plan.cp:
+            # hybrid sharding: the optimizer states sharded inside groups of k
+            # replicas, one distributed-optimizer instance a group
+            # (param_and_grad_buffer.py: reduce-scatter inside, all-reduce across)
+            a.append(f"--num-distributed-optimizer-instances {plan.dp * plan.cp // k}")
     elif plan.zero == 3:
         # arguments.py under --use-torch-fsdp2: no gradient-accumulation fusion,
         # torch_dist checkpoints; FSDP overlaps its own collectives
@@ -306,6 +312,8 @@ def torchtitan_config(plan: Any, model: Any, *, precision: str = "bf16",
     _fw.check("torchtitan", plan, model if isinstance(model, Transformer) else None, precision)
     family, flavor, base = _titan_model(model)
     fsdp = plan.zero == 3
+    k = getattr(plan, "shard_size", 0)
+    replicate = (plan.dp * plan.cp // k if k else 1) if fsdp else plan.dp
     pipelined = plan.pp > 1
     # local_batch_size: samples per data-parallel rank and optimizer step; with
     # pipeline stages one step runs all micro-batches, without them torchtitan
@@ -333,8 +341,10 @@ def torchtitan_config(plan: Any, model: Any, *, precision: str = "bf16",
             "model_compile_enabled=True)]" if precision == "fp8" else "None")
     lines.append(f'    config.model_spec = model_registry("{flavor}", converters={conv})')
     par = {
-        "data_parallel_replicate_degree": 1 if fsdp else plan.dp,
-        "data_parallel_shard_degree": plan.dp if fsdp else 1,
+        # FSDP2 over dp_shard x cp, replicated over dp_replicate (HSDP with
+        # shard_size: groups of shard_size replicas, parallel_dims.py)
+        "data_parallel_replicate_degree": replicate,
+        "data_parallel_shard_degree": plan.dp // replicate if fsdp else 1,
         "tensor_parallel_degree": plan.tp,
         "enable_sequence_parallel": bool(plan.sequence_parallel),
         "context_parallel_degree": plan.cp,

@@ -70,6 +70,13 @@ _OPTIMIZERS = {"megatron": "the framework's own optimizer",
                "megatron_bf16_grads": "Megatron's 16-bit gradient buffer"}
 
 
+def _hybrid(plan: Any) -> bool:
+    """Whether the plan shards its ZeRO states in groups smaller than its
+    dp x cp replicas (hybrid sharding)."""
+    k = getattr(plan, "shard_size", 0)
+    return bool(k) and k < plan.dp * plan.cp
+
+
 # ---------------------------------------------------------------- Megatron
 
 _MLM = "Megatron-LM core_v0.19.0 megatron/training/arguments.py validate_args"
@@ -106,6 +113,11 @@ MEGATRON = Framework(
         Rule("FSDP2 (zero=3) runs without pipeline parallelism",
              f"{_MLM}: assert args.pipeline_model_parallel_size == 1 under --use-torch-fsdp2",
              lambda p, m, pr: p.zero == 3 and p.pp > 1),
+        Rule("FSDP2 (zero=3) shards over the whole data-parallel group: no hybrid sharding "
+             "(shard_size)", f"{_MCORE}/distributed/torch_fully_sharded_data_parallel.py: "
+             "fully_shard on one mesh, DeviceMesh.from_group(data-parallel group with context "
+             "parallelism)",
+             lambda p, m, pr: p.zero == 3 and _hybrid(p)),
         Rule("FSDP2 (zero=3) runs without expert parallelism",
              f"{_MLM}: assert args.expert_model_parallel_size == 1 under --use-torch-fsdp2",
              lambda p, m, pr: p.zero == 3 and p.ep > 1),
@@ -241,6 +253,10 @@ TORCHTITAN = Framework(
              "_HeadTailLoadBalancer: seq_length % (world_size * 2) != 0 raises (torchtitan's "
              "context_parallel_load_balancer 'headtail')",
              lambda p, m, pr: p.cp > 1 and m is not None and m.seq % (2 * p.cp) != 0),
+        Rule("hybrid sharding (shard_size) shards inside whole context-parallel groups: "
+             "torchtitan's FSDP mesh is dp_shard x cp, replicated over dp_replicate",
+             f"{_TT} torchtitan/distributed/parallel_dims.py: fsdp = dp_shard x cp",
+             lambda p, m, pr: p.zero == 3 and _hybrid(p) and p.shard_size % p.cp != 0),
         Rule("one MoE token dispatcher: all-to-all (DeepEP is an experiment)",
              f"{_TT} torchtitan/models/*/__init__.py moe_comm_backend",
              lambda p, m, pr: p.moe_dispatcher != "alltoall"),
@@ -339,6 +355,10 @@ DEEPSPEED = Framework(
              "(partition_method 'type:transformer', GPTModelPipe's: utils.partition_balanced "
              "over the transformer layers)",
              lambda p, m, pr: p.pp > 1 and (_ds_uneven(p, m))),
+        Rule("ZeRO partitions over the whole data-parallel group: no hybrid sharding "
+             "(shard_size; DeepSpeed's MiCS and hpZ sub-groups are other schemes, not priced)",
+             f"{_DS} deepspeed/runtime/zero/config.py: mics_shard_size, zero_hpz_partition_size",
+             lambda p, m, pr: _hybrid(p)),
         Rule("one model chunk per pipeline rank (no virtual stages)",
              f"{_DS} deepspeed/runtime/pipe/module.py PipelineModule(num_stages): one "
              "partition per stage rank",

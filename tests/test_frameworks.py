@@ -243,7 +243,8 @@ def _megatron_parse(text: str) -> argparse.Namespace:
             "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size", "q-lora-rank",
             "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
             "mtp-num-layers", "rotary-base", "recompute-num-layers", "moe-router-num-groups",
-            "moe-router-group-topk", "yarn-original-max-position-embeddings"]
+            "moe-router-group-topk", "yarn-original-max-position-embeddings",
+            "num-distributed-optimizer-instances"]
     flags = ["sequence-parallel", "use-distributed-optimizer", "use-torch-fsdp2",
              "overlap-grad-reduce", "overlap-param-gather", "bf16", "fp16", "fp8-param-gather",
              "group-query-attention", "swiglu", "disable-bias-linear", "add-qkv-bias",
@@ -649,6 +650,51 @@ def test_deepspeed_refuses_gradient_paths_it_does_not_run():
             plan.deepspeed_json(precision=precision, model=m)
         with pytest.raises(ValueError, match=why):
             hpgo.simulate(m, "dgx-h100", plan, precision=precision, framework="deepspeed")
+
+
+def test_hybrid_sharding_is_exported_or_refused():
+    """A plan sharding its states in groups of shard_size replicas: Megatron's
+    distributed optimizer runs it as instances, torchtitan as HSDP
+    (dp_replicate x dp_shard, the shard group dp_shard x cp); Megatron's FSDP2
+    and DeepSpeed shard over the whole group and refuse it."""
+    m = hpgo.transformer("llama3-8b")
+    P = hpgo.ParallelPlan
+    z1 = P(global_batch=64, dp=16, zero=1, shard_size=8)
+    assert _megatron_parse(z1.megatron_args(m)).num_distributed_optimizer_instances == 2
+    assert _megatron_parse(z1.with_(shard_size=0).megatron_args(m)) \
+        .num_distributed_optimizer_instances is None
+    z3 = P(global_batch=64, dp=16, zero=3, shard_size=8)
+    for fw, why in (("megatron", "no hybrid sharding"), ("deepspeed", "no hybrid sharding")):
+        assert any(why in w for w in F.problems(fw, z3, m)), fw
+    assert any("no hybrid sharding" in w for w in F.problems("deepspeed", z1, m))
+    # a group of all the replicas is full sharding, which every framework runs
+    assert not F.problems("megatron", z3.with_(shard_size=16), m)
+    cp = P(global_batch=64, dp=8, cp=2, zero=3, shard_size=4)
+    assert not F.problems("torchtitan", cp, m)
+    assert any("dp_shard x cp" in w for w in
+               F.problems("torchtitan", P(global_batch=64, dp=8, cp=4, zero=3, shard_size=2), m))
+    text = cp.torchtitan_config(m, name="hsdp_plan")
+    assert "data_parallel_replicate_degree=4," in text
+    assert "data_parallel_shard_degree=2," in text and "context_parallel_degree=2," in text
+
+
+def test_torchtitan_reads_a_hybrid_sharded_export(tmp_path, monkeypatch):
+    m = hpgo.transformer("llama3-8b")
+    cp = hpgo.ParallelPlan(global_batch=64, dp=8, cp=2, zero=3, shard_size=4)
+    text = cp.torchtitan_config(m, name="hsdp_plan")
+    need("torchtitan")
+    from torchtitan.config.manager import ConfigManager
+    from torchtitan.distributed.parallel_dims import ParallelDims
+    (tmp_path / "hsdp_plan.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    p = ConfigManager().parse_args(["--module", "hsdp_plan", "--config", "hsdp_plan"]).parallelism
+    dims = ParallelDims(dp_replicate=p.data_parallel_replicate_degree,
+                        dp_shard=p.data_parallel_shard_degree, cp=p.context_parallel_degree,
+                        tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
+                        ep=p.expert_parallel_degree, world_size=cp.gpus,
+                        spmd_backend=p.spmd_backend)
+    assert dims.world_size == cp.gpus
+    assert p.data_parallel_shard_degree * p.context_parallel_degree == cp.shard_size
 
 
 def test_deepspeed_pipelines_hold_equal_stages():
