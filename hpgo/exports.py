@@ -124,6 +124,9 @@ def megatron_args(plan: Any, model: Any = None, *, precision: str = "bf16") -> s
         # arguments.py under --use-torch-fsdp2: no gradient-accumulation fusion,
         # torch_dist checkpoints; FSDP overlaps its own collectives
         a.append("--use-torch-fsdp2 --no-gradient-accumulation-fusion --ckpt-format torch_dist")
+        if not plan.reshard_after_forward:
+            # the gathered weights kept from the forward to the backward
+            a.append("--torch-fsdp2-no-reshard-after-forward")
     if plan.overlap_grad_reduce and plan.dp * plan.cp > 1 and plan.zero != 3:
         a.append("--overlap-grad-reduce" + (" --overlap-param-gather" if plan.zero else ""))
     # the gradient path (arguments.py validate_args): bf16 accumulates and
@@ -351,6 +354,12 @@ def torchtitan_config(plan: Any, model: Any, *, precision: str = "bf16",
         "expert_parallel_degree": plan.ep,
         "pipeline_parallel_degree": plan.pp,
     }
+    # the plan's resharding where torchtitan's "default" policy (reshard unless
+    # pipelined, distributed/fsdp.py) would do otherwise; a plan at
+    # ParallelPlan's default gets torchtitan's, as simulate(framework=) prices it
+    rs = _fw.apply_defaults("torchtitan", plan).reshard_after_forward
+    if fsdp and rs != (not pipelined):
+        par["fsdp_reshard_after_forward"] = "always" if rs else "never"
     if pipelined:
         counts = stage_layers(plan, model)
         fqns = []

@@ -252,7 +252,7 @@ def _megatron_parse(text: str) -> argparse.Namespace:
              "moe-grouped-gemm", "moe-enable-deepep", "moe-router-enable-expert-bias",
              "overlap-moe-expert-parallel-comm", "recompute-activations",
              "no-gradient-accumulation-fusion", "use-rope-scaling", "grad-reduce-in-bf16",
-             "accumulate-allreduce-grads-in-fp32",
+             "accumulate-allreduce-grads-in-fp32", "torch-fsdp2-no-reshard-after-forward",
              "yarn-correction-range-round-to-int", "no-yarn-correction-range-round-to-int"]
     strs = ["pipeline-model-parallel-layout", "normalization", "position-embedding-type",
             "rope-type", "recompute-granularity", "recompute-method", "fp8-format",
@@ -678,6 +678,28 @@ def test_hybrid_sharding_is_exported_or_refused():
     assert "data_parallel_shard_degree=2," in text and "context_parallel_degree=2," in text
 
 
+def test_resharding_after_forward_is_exported():
+    """A ZeRO-3 plan that keeps its gathered weights to the backward (or
+    reshards under pipelining) says so to the framework: Megatron's FSDP2
+    flag, torchtitan's policy where its default would differ."""
+    m = hpgo.transformer("llama3-8b")
+    keep = hpgo.ParallelPlan(global_batch=64, dp=8, zero=3, reshard_after_forward=False)
+    assert _megatron_parse(keep.megatron_args(m)).torch_fsdp2_no_reshard_after_forward
+    assert not _megatron_parse(keep.with_(reshard_after_forward=True).megatron_args(m)) \
+        .torch_fsdp2_no_reshard_after_forward
+    assert "fsdp_reshard_after_forward='never'" in keep.torchtitan_config(m)
+    assert "fsdp_reshard_after_forward" not in \
+        keep.with_(reshard_after_forward=True).torchtitan_config(m)
+    # under pipelining torchtitan keeps them by default, which is what a plan
+    # at ParallelPlan's default is simulated with under framework="torchtitan"
+    piped = hpgo.ParallelPlan(global_batch=64, pp=2, dp=4, zero=3)
+    assert "fsdp_reshard_after_forward" not in piped.torchtitan_config(m)
+    assert "fsdp_reshard_after_forward" not in \
+        piped.with_(reshard_after_forward=False).torchtitan_config(m)
+    r = hpgo.simulate(m, "dgx-h100", piped, framework="torchtitan", timeline=False)
+    assert r.plan.reshard_after_forward is False
+
+
 def test_torchtitan_reads_a_hybrid_sharded_export(tmp_path, monkeypatch):
     m = hpgo.transformer("llama3-8b")
     cp = hpgo.ParallelPlan(global_batch=64, dp=8, cp=2, zero=3, shard_size=4)
@@ -695,6 +717,11 @@ def test_torchtitan_reads_a_hybrid_sharded_export(tmp_path, monkeypatch):
                         spmd_backend=p.spmd_backend)
     assert dims.world_size == cp.gpus
     assert p.data_parallel_shard_degree * p.context_parallel_degree == cp.shard_size
+    # a resharding policy other than the default is one torchtitan reads
+    (tmp_path / "keep_plan.py").write_text(cp.with_(reshard_after_forward=False)
+                                           .torchtitan_config(m, name="keep_plan"))
+    p = ConfigManager().parse_args(["--module", "keep_plan", "--config", "keep_plan"]).parallelism
+    assert p.fsdp_reshard_after_forward == "never"
 
 
 def test_deepspeed_pipelines_hold_equal_stages():
