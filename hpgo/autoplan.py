@@ -892,10 +892,9 @@ def _framework_search(fw: Any, m: Any, precision: str, opts: tuple, top: int, se
                 o[_O_EP] = int(sp["ep"])
             # the gradient path the framework runs at this ZeRO stage, where
             # the caller left ParallelPlan's default
-            path = _frameworks.apply_gradient_path(
-                fw, ParallelPlan(global_batch=1, zero=int(sp["zero"]),
-                                 optimizer_impl=fixed["optimizer_impl"]), precision)
-            o[_O_OPTIMIZER] = int(OPTIMIZER_IMPLS[path.optimizer_impl])
+            path = _frameworks.gradient_path_of(fw, int(sp["zero"]), precision,
+                                                fixed["optimizer_impl"])
+            o[_O_OPTIMIZER] = int(OPTIMIZER_IMPLS[path])
             d = search(tuple(o))
             for rank, entry in enumerate(d["plans"]):
                 pt, _t, score, _b = entry

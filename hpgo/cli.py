@@ -494,7 +494,8 @@ def add_simulate_subcommand(sub: Any) -> argparse.ArgumentParser:
     k.add_argument("--cross-entropy", choices=tuple(CROSS_ENTROPIES),
                    help="the loss: the kernel set's (default) or Megatron's unfused fp32 loss "
                         "(with --kernels te)")
-    k.add_argument("--framework", choices=("megatron", "torchtitan", "deepspeed"),
+    from .frameworks import FRAMEWORKS
+    k.add_argument("--framework", choices=tuple(FRAMEWORKS),
                    help="the framework that runs the plan: refuse a plan it does not run "
                         "(naming its rule) and price the plan on its defaults where the flags "
                         "leave them (docs/exports.md)")

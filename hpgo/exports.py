@@ -114,12 +114,12 @@ def megatron_args(plan: Any, model: Any = None, *, precision: str = "bf16") -> s
         a.append(f"--cp-comm-type {plan.cp_comm}")
     if plan.zero == 1:
         a.append("--use-distributed-optimizer")
-        k = getattr(plan, "shard_size", 0)
-        if k and k < plan.dp * plan.cp:
-            # hybrid sharding: the optimizer states sharded inside groups of k
-            # replicas, one distributed-optimizer instance a group
-            # (param_and_grad_buffer.py: reduce-scatter inside, all-reduce across)
-            a.append(f"--num-distributed-optimizer-instances {plan.dp * plan.cp // k}")
+        if _fw.hybrid_sharded(plan):
+            # the optimizer states sharded inside groups of shard_size replicas,
+            # one distributed-optimizer instance a group (param_and_grad_buffer.py:
+            # reduce-scatter inside, all-reduce across)
+            a.append("--num-distributed-optimizer-instances "
+                     f"{plan.dp * plan.cp // plan.shard_size}")
     elif plan.zero == 3:
         # arguments.py under --use-torch-fsdp2: no gradient-accumulation fusion,
         # torch_dist checkpoints; FSDP overlaps its own collectives

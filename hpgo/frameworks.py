@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 __all__ = ["Framework", "Rule", "FRAMEWORKS", "get", "problems", "check", "apply_defaults",
-           "apply_gradient_path", "runtime_defaults", "search_spaces", "refuse_fixed"]
+           "apply_gradient_path", "gradient_path_of", "hybrid_sharded", "runtime_defaults",
+           "search_spaces", "refuse_fixed"]
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ _OPTIMIZERS = {"megatron": "the framework's own optimizer",
                "megatron_bf16_grads": "Megatron's 16-bit gradient buffer"}
 
 
-def _hybrid(plan: Any) -> bool:
+def hybrid_sharded(plan: Any) -> bool:
     """Whether the plan shards its ZeRO states in groups smaller than its
     dp x cp replicas (hybrid sharding)."""
     k = getattr(plan, "shard_size", 0)
@@ -117,7 +118,7 @@ MEGATRON = Framework(
              "(shard_size)", f"{_MCORE}/distributed/torch_fully_sharded_data_parallel.py: "
              "fully_shard on one mesh, DeviceMesh.from_group(data-parallel group with context "
              "parallelism)",
-             lambda p, m, pr: p.zero == 3 and _hybrid(p)),
+             lambda p, m, pr: p.zero == 3 and hybrid_sharded(p)),
         Rule("FSDP2 (zero=3) runs without expert parallelism",
              f"{_MLM}: assert args.expert_model_parallel_size == 1 under --use-torch-fsdp2",
              lambda p, m, pr: p.zero == 3 and p.ep > 1),
@@ -256,7 +257,7 @@ TORCHTITAN = Framework(
         Rule("hybrid sharding (shard_size) shards inside whole context-parallel groups: "
              "torchtitan's FSDP mesh is dp_shard x cp, replicated over dp_replicate",
              f"{_TT} torchtitan/distributed/parallel_dims.py: fsdp = dp_shard x cp",
-             lambda p, m, pr: p.zero == 3 and _hybrid(p) and p.shard_size % p.cp != 0),
+             lambda p, m, pr: p.zero == 3 and hybrid_sharded(p) and p.shard_size % p.cp != 0),
         Rule("one MoE token dispatcher: all-to-all (DeepEP is an experiment)",
              f"{_TT} torchtitan/models/*/__init__.py moe_comm_backend",
              lambda p, m, pr: p.moe_dispatcher != "alltoall"),
@@ -358,7 +359,7 @@ DEEPSPEED = Framework(
         Rule("ZeRO partitions over the whole data-parallel group: no hybrid sharding "
              "(shard_size; DeepSpeed's MiCS and hpZ sub-groups are other schemes, not priced)",
              f"{_DS} deepspeed/runtime/zero/config.py: mics_shard_size, zero_hpz_partition_size",
-             lambda p, m, pr: _hybrid(p)),
+             lambda p, m, pr: hybrid_sharded(p)),
         Rule("one model chunk per pipeline rank (no virtual stages)",
              f"{_DS} deepspeed/runtime/pipe/module.py PipelineModule(num_stages): one "
              "partition per stage rank",
@@ -497,15 +498,23 @@ def apply_gradient_path(framework: Any, plan: Any, precision: str) -> Any:
     """``plan`` with the gradient path the framework runs at its ZeRO stage
     and ``precision`` (:attr:`Framework.gradient_path`), where the plan
     leaves ParallelPlan's default ``optimizer_impl``."""
-    fw = get(framework)
-    if fw is None or fw.gradient_path is None or precision == "fp32":
-        return plan
     default = next((f.default for f in dataclasses.fields(plan) if f.name == "optimizer_impl"),
                    None)
-    if default is None or plan.optimizer_impl != default:
+    if default is None:
         return plan
-    path = fw.gradient_path(plan.zero, precision)
-    return plan if path == default else plan.with_(optimizer_impl=path)
+    path = gradient_path_of(framework, plan.zero, precision, plan.optimizer_impl)
+    return plan if path == plan.optimizer_impl else plan.with_(optimizer_impl=path)
+
+
+def gradient_path_of(framework: Any, zero: int, precision: str, optimizer_impl: str) -> str:
+    """The gradient path a plan at ZeRO stage ``zero`` with ``optimizer_impl``
+    is priced on for ``framework``: the framework's own where
+    ``optimizer_impl`` is ParallelPlan's default (``"megatron"``), else it."""
+    fw = get(framework)
+    if fw is None or fw.gradient_path is None or precision == "fp32" or \
+            optimizer_impl != "megatron":
+        return optimizer_impl
+    return fw.gradient_path(zero, precision)
 
 
 def search_spaces(framework: Any, fixed: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -463,7 +463,6 @@ def test_torchtitan_runs_the_export(search, tmp_path, monkeypatch):
     need("torchtitan")
     import torch
     from torchtitan.config.manager import ConfigManager
-    from torchtitan.distributed.parallel_dims import ParallelDims
     from torchtitan.distributed import pipeline_parallel as ttpp
 
     # the plans are for H100s (SM90): torchtitan's float8 converter checks the
@@ -476,11 +475,7 @@ def test_torchtitan_runs_the_export(search, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     cfg = ConfigManager().parse_args(["--module", stem, "--config", stem])
     p = cfg.parallelism
-    dims = ParallelDims(dp_replicate=p.data_parallel_replicate_degree,
-                        dp_shard=p.data_parallel_shard_degree, cp=p.context_parallel_degree,
-                        tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
-                        ep=p.expert_parallel_degree, world_size=plan.gpus,
-                        spmd_backend=p.spmd_backend)
+    dims = _titan_dims(p, plan.gpus)
     assert dims.world_size == plan.gpus
     assert cfg.training.global_batch_size == plan.global_batch
     assert cfg.training.seq_len == m.seq
@@ -505,6 +500,16 @@ def test_torchtitan_runs_the_export(search, tmp_path, monkeypatch):
         assert cfg.training.local_batch_size % p.pipeline_parallel_microbatch_size == 0
         assert cfg.training.local_batch_size // p.pipeline_parallel_microbatch_size == \
             plan.microbatches
+
+
+def _titan_dims(p, gpus):
+    """torchtitan's device mesh of an exported ParallelismConfig ``p``."""
+    from torchtitan.distributed.parallel_dims import ParallelDims
+    return ParallelDims(dp_replicate=p.data_parallel_replicate_degree,
+                        dp_shard=p.data_parallel_shard_degree, cp=p.context_parallel_degree,
+                        tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
+                        ep=p.expert_parallel_degree, world_size=gpus,
+                        spmd_backend=p.spmd_backend)
 
 
 # ---- DeepSpeed: its config parser --------------------------------------------
@@ -706,15 +711,10 @@ def test_torchtitan_reads_a_hybrid_sharded_export(tmp_path, monkeypatch):
     text = cp.torchtitan_config(m, name="hsdp_plan")
     need("torchtitan")
     from torchtitan.config.manager import ConfigManager
-    from torchtitan.distributed.parallel_dims import ParallelDims
     (tmp_path / "hsdp_plan.py").write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
     p = ConfigManager().parse_args(["--module", "hsdp_plan", "--config", "hsdp_plan"]).parallelism
-    dims = ParallelDims(dp_replicate=p.data_parallel_replicate_degree,
-                        dp_shard=p.data_parallel_shard_degree, cp=p.context_parallel_degree,
-                        tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
-                        ep=p.expert_parallel_degree, world_size=cp.gpus,
-                        spmd_backend=p.spmd_backend)
+    dims = _titan_dims(p, cp.gpus)
     assert dims.world_size == cp.gpus
     assert p.data_parallel_shard_degree * p.context_parallel_degree == cp.shard_size
     # a resharding policy other than the default is one torchtitan reads
