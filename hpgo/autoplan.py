@@ -27,7 +27,7 @@ from typing import Any, Iterator, Mapping
 from . import _args, _core
 from . import frameworks as _frameworks
 from .cluster import Cluster
-from .parallel import (CP_COMMS, DISPATCHERS, DISPATCHERS_BY_CODE, KERNEL_SETS,
+from .parallel import (CP_COMMS, DISPATCHERS, DISPATCHERS_BY_CODE, FP8_RECIPES, KERNEL_SETS,
                        OPTIMIZER_IMPLS, PRECISIONS, RECOMPUTE_MODES, SCHEDULES, TP_OVERLAPS,
                        MemoryBreakdown, ParallelPlan, StepResult, _as_model, _headroom_cluster,
                        _overhead_bytes, _positive_real, headroom_fraction, overlap_share, simulate)
@@ -491,7 +491,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              offload_optimizer: bool | None = False,
              offload_activations: float | None = 0.0,
              kernels: str = "te", tp_overlap: str = "none", cp_comm: str = "p2p",
-             optimizer_impl: str = "megatron", timeout: float | None = None,
+             optimizer_impl: str = "megatron", fp8_recipe: str = "tensorwise",
+             timeout: float | None = None,
              executor: Any = None, headroom: float | None = None,
              tokens: float | None = None, price: "float | Mapping[str, float] | None" = None,
              max_days: float | None = None, max_batch: bool = False,
@@ -530,7 +531,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     :class:`ParallelPlan`): ``"megatron_bf16_grads"`` (16-bit gradients,
     Megatron-LM's ``--grad-reduce-in-bf16``, NeMo's and Megatron-Bridge's
     performance recipes) ranks only ZeRO 0 and 1 plans, ``"apex_bf16"``
-    (NeMo's Apex optimizer) only ZeRO 1 plans.
+    (NeMo's Apex optimizer) only ZeRO 1 plans.  ``fp8_recipe`` is torchao's
+    float8 recipe of fp8 plans under a PyTorch kernel set (``"tensorwise"``
+    or ``"rowwise"``; ``framework="torchtitan"`` runs rowwise).
     ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
     search with KeyboardInterrupt.  Raises ValueError for impossible arguments; a search with no
     plan that fits returns an empty ranking whose ``table()`` says why.
@@ -623,7 +626,19 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
                                  offload_activations),
             _stack("kernels", kernels, _SEARCH_KERNELS),
             _stack("tp_overlap", tp_overlap, TP_OVERLAPS), _stack("cp_comm", cp_comm, CP_COMMS),
-            _stack("optimizer_impl", optimizer_impl, OPTIMIZER_IMPLS))
+            _stack("optimizer_impl", optimizer_impl, OPTIMIZER_IMPLS),
+            _stack("fp8_recipe", fp8_recipe, FP8_RECIPES))
+    fw = _frameworks.get(framework)
+    # the kernel set and float8 recipe the plans run: the framework's where
+    # the caller left autoplan's defaults (_framework_options, apply_fp8_recipe)
+    stack_kernels = fw.defaults["kernels"] if fw is not None and kernels == "te" and \
+        isinstance(fw.defaults.get("kernels"), str) else kernels
+    recipe = fw.fp8_recipe if fw is not None and fw.fp8_recipe and precision == "fp8" and \
+        fp8_recipe == "tensorwise" else fp8_recipe
+    if recipe == "rowwise" and stack_kernels == "te":
+        raise ValueError("fp8_recipe='rowwise' (torchao's rowwise float8 recipe) needs a PyTorch "
+                         "kernel set: kernels='compile' or 'eager'")
+    opts = opts[:_O_FP8_RECIPE] + (FP8_RECIPES[recipe],) + opts[_O_FP8_RECIPE + 1:]
     if tp_overlap == "te" and kernels != "te" or tp_overlap == "async" and kernels != "compile":
         raise ValueError(f"tp_overlap={tp_overlap!r} does not run on kernels={kernels!r} "
                          "('te' needs kernels='te', 'async' kernels='compile')")
@@ -633,6 +648,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
         if optimizer_impl != "megatron":
             raise ValueError("optimizer_impl= is searched on one GPU type only: the search over "
                              "uneven plans prices Megatron's gradient path")
+        if fp8_recipe != "tensorwise":
+            raise ValueError("fp8_recipe= is searched on one GPU type only: the search over "
+                             "uneven plans prices the tensorwise recipe")
         # several GPU types or slowed GPUs: the search over uneven plans
         from .autoplan_hetero import hetero_search
         given = {k for k, v in (("gpus", gpus), ("max_gpus", max_gpus), ("pp", pp), ("dp", dp),
@@ -656,7 +674,6 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     if isinstance(price_arg, Mapping):
         from .cluster import part_prices
         price = (part_prices(c, price_arg) or (None,))[0]
-    fw = _frameworks.get(framework)
     mt = m._tuple(PRECISIONS[precision])
     cs = _headroom_cluster(c, room)   # the search judges fits against the usable memory
     mid = model_id(m)
@@ -676,7 +693,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
                             shard_size=shard, offload_optimizer=bool(off_opt),
                             offload_activations=off_act, kernels=_KS_NAMES[ks],
                             tp_overlap=_TPO_NAMES[tpo], cp_comm=_CP_NAMES[cpc],
-                            optimizer_impl=optimizer_impl)
+                            optimizer_impl=optimizer_impl, fp8_recipe=recipe)
 
     def search(o: tuple) -> dict:
         if executor is not None:
@@ -829,6 +846,7 @@ _O_NO_RESHARD = 26
 _O_STACK = {"kernels": (30, KERNEL_SETS), "tp_overlap": (31, TP_OVERLAPS),
             "cp_comm": (32, CP_COMMS)}
 _O_OPTIMIZER = 33
+_O_FP8_RECIPE = 34
 
 
 def _framework_options(fw: Any, opts: tuple, unset: set) -> tuple:

@@ -319,6 +319,10 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
                        help="the optimizer's gradient path: Megatron's fp32 gradients (default), "
                             "its 16-bit gradients (--grad-reduce-in-bf16; ZeRO 0/1), NeMo's Apex "
                             "optimizer (ZeRO 1), DeepSpeed's BF16_Optimizer")
+    stack.add_argument("--fp8-recipe", choices=("tensorwise", "rowwise"), default="tensorwise",
+                       help="torchao's float8 recipe under --precision fp8 with --kernels compile "
+                            "or eager: tensorwise (default) or rowwise (torchtitan 0.3's; "
+                            "--framework torchtitan runs it)")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="seconds the search may take")
     p.add_argument("--framework", choices=("megatron", "torchtitan", "deepspeed"),
                    help="rank only plans this framework runs (docs/exports.md)")
@@ -400,7 +404,7 @@ def run_autoplan(args) -> int:
                       moe_dispatcher=args.moe_dispatcher, fp8_params=args.fp8_params,
                       max_days=args.max_days, framework=framework, **_memory_args(args), **opts,
                       kernels=args.kernels, tp_overlap=args.tp_overlap, cp_comm=args.cp_comm,
-                      optimizer_impl=args.optimizer, **fixed)
+                      optimizer_impl=args.optimizer, fp8_recipe=args.fp8_recipe, **fixed)
     if args.output and len(r):
         r[0].plan.save(args.output)
         print(f"wrote {args.output}", file=sys.stderr)

@@ -469,8 +469,8 @@ def add_simulate_subcommand(sub: Any) -> argparse.ArgumentParser:
     t.add_argument("--zero", type=int, metavar="STAGE", help="ZeRO stage 0-3 (default 0)")
     t.add_argument("--sequence-parallel", action="store_true",
                    help="sequence parallelism (with tp > 1)")
-    from .parallel import (ATTENTIONS, CP_COMMS, CROSS_ENTROPIES, KERNEL_SETS, OPTIMIZER_IMPLS,
-                           TP_OVERLAPS)
+    from .parallel import (ATTENTIONS, CP_COMMS, CROSS_ENTROPIES, FP8_RECIPES, KERNEL_SETS,
+                           OPTIMIZER_IMPLS, TP_OVERLAPS)
     k = p.add_argument_group("the training stack of a --model plan (docs/training-model.md, "
                              "\"Training stacks\"; with --plan, each replaces the plan's)")
     k.add_argument("--kernels", choices=tuple(KERNEL_SETS),
@@ -494,6 +494,9 @@ def add_simulate_subcommand(sub: Any) -> argparse.ArgumentParser:
     k.add_argument("--cross-entropy", choices=tuple(CROSS_ENTROPIES),
                    help="the loss: the kernel set's (default) or Megatron's unfused fp32 loss "
                         "(with --kernels te)")
+    k.add_argument("--fp8-recipe", choices=tuple(FP8_RECIPES),
+                   help="torchao's float8 recipe under --precision fp8 with a PyTorch kernel "
+                        "set: tensorwise (default) or rowwise (torchtitan 0.3's)")
     from .frameworks import FRAMEWORKS
     k.add_argument("--framework", choices=tuple(FRAMEWORKS),
                    help="the framework that runs the plan: refuse a plan it does not run "
@@ -563,7 +566,7 @@ def _is_parallel_plan_file(path: str) -> bool:
 _STEP_FLAGS = ("model", "hf_config", "cluster", "gpu", "cp", "ep", "vp", "micro_batch",
                "global_batch", "recompute", "zero", "precision", "seq", "memory_headroom",
                "tokens", "price", "memory_snapshot", "memory_plot", "kernels", "tp_overlap",
-               "cp_comm", "attention", "optimizer", "cross_entropy")
+               "cp_comm", "attention", "optimizer", "cross_entropy", "fp8_recipe")
 
 
 def _step_mode(args: Any) -> bool:
@@ -598,7 +601,8 @@ def _stack_flags(args: Any) -> tuple:
     """The training-stack flags as (ParallelPlan field, value) pairs."""
     return (("kernels", args.kernels), ("tp_overlap", args.tp_overlap),
             ("cp_comm", args.cp_comm), ("attention", args.attention),
-            ("optimizer_impl", args.optimizer), ("cross_entropy", args.cross_entropy))
+            ("optimizer_impl", args.optimizer), ("cross_entropy", args.cross_entropy),
+            ("fp8_recipe", args.fp8_recipe))
 
 
 def run_simulate_step(args: Any, out: TextIO) -> int:

@@ -340,8 +340,12 @@ def torchtitan_config(plan: Any, model: Any, *, precision: str = "bf16",
     elif plan.recompute == "selective-op":
         lines.append("from torchtitan.distributed.activation_checkpoint import SelectiveAC")
     lines += ["", "", f"def {name}():", f"    config = {base}()"]
-    conv = ("[Float8LinearConverter.Config(filter_fqns=['lm_head'], "
-            "model_compile_enabled=True)]" if precision == "fp8" else "None")
+    # the float8 recipe as simulate(framework="torchtitan") prices it
+    # (frameworks.apply_fp8_recipe: rowwise, Float8LinearConverter's default)
+    recipe = _fw.apply_fp8_recipe("torchtitan", _fw.apply_defaults("torchtitan", plan),
+                                  precision).fp8_recipe
+    conv = (f"[Float8LinearConverter.Config(recipe_name={recipe!r}, filter_fqns=['lm_head'], "
+            f"model_compile_enabled={plan.kernels != 'eager'})]" if precision == "fp8" else "None")
     lines.append(f'    config.model_spec = model_registry("{flavor}", converters={conv})')
     par = {
         # FSDP2 over dp_shard x cp, replicated over dp_replicate (HSDP with

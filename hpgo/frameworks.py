@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 __all__ = ["Framework", "Rule", "FRAMEWORKS", "get", "problems", "check", "apply_defaults",
-           "apply_gradient_path", "gradient_path_of", "hybrid_sharded", "runtime_defaults",
+           "apply_gradient_path", "gradient_path_of", "apply_fp8_recipe", "hybrid_sharded",
+           "runtime_defaults",
            "search_spaces", "refuse_fixed"]
 
 
@@ -62,6 +63,9 @@ class Framework:
     # stage and precision where the plan leaves ParallelPlan's default
     # (None: the plan's own)
     gradient_path: Callable[[int, str], str] | None = None
+    # torchao's float8 recipe it runs fp8 plans on (ParallelPlan's
+    # fp8_recipe; None: the plan's own)
+    fp8_recipe: str | None = None
 
 
 # what each optimizer_impl is, for the refusals
@@ -292,6 +296,9 @@ TORCHTITAN = Framework(
     },
     launch="torchrun --nproc-per-node 8 --nnodes N -m torchtitan.train --module hpgo_plan "
            "--config hpgo_plan   # hpgo_plan.py on PYTHONPATH",
+    # Float8LinearConverter.Config.recipe_name: "rowwise" (the default) or
+    # "rowwise_with_gw_hp"; the tensorwise recipe is gone (#3127)
+    fp8_recipe="rowwise",
 )
 
 # --------------------------------------------------------------- DeepSpeed
@@ -504,6 +511,19 @@ def apply_gradient_path(framework: Any, plan: Any, precision: str) -> Any:
         return plan
     path = gradient_path_of(framework, plan.zero, precision, plan.optimizer_impl)
     return plan if path == plan.optimizer_impl else plan.with_(optimizer_impl=path)
+
+
+def apply_fp8_recipe(framework: Any, plan: Any, precision: str) -> Any:
+    """``plan`` with the float8 recipe the framework runs (torchtitan 0.3:
+    torchao's rowwise) where the precision is fp8 and the plan leaves
+    ParallelPlan's default ``fp8_recipe``; call it after
+    :func:`apply_defaults` (the recipe needs the framework's kernel set)."""
+    fw = get(framework)
+    default = next((f.default for f in dataclasses.fields(plan) if f.name == "fp8_recipe"), None)
+    if fw is None or fw.fp8_recipe is None or precision != "fp8" or default is None or \
+            plan.fp8_recipe != default or fw.fp8_recipe == default:
+        return plan
+    return plan.with_(fp8_recipe=fw.fp8_recipe)
 
 
 def gradient_path_of(framework: Any, zero: int, precision: str, optimizer_impl: str) -> str:

@@ -55,6 +55,9 @@ CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2, "torch_sdpa": 3}
 ATTENTIONS = {"auto": 0, "flash2": 1}
 OPTIMIZER_IMPLS = {"megatron": 0, "deepspeed_bf16": 1, "apex_bf16": 2, "megatron_bf16_grads": 3}
 CROSS_ENTROPIES = {"auto": 0, "unfused": 1}
+FP8_RECIPES = {"tensorwise": 0, "rowwise": 1}
+# the kernel sets torchao's Float8Linear runs under (every one but "te")
+_TORCH_KERNELS = ("compile", "eager", "compile-blocks", "compile-fa2", "eager-unfused-norm")
 RECOMPUTE_METHODS = {"uniform": 0, "block": 1}
 # Share of what ideal phase-by-phase pairing hides that Megatron's 1F1B
 # all-to-all overlap realises, measured (csrc/step/parplan.h; docs/moe.md)
@@ -468,7 +471,12 @@ class ParallelPlan:
     ``precompute_float8_dynamic_scale_for_fsdp`` -- each Float8Linear weight
     cast to fp8 on its shard and gathered in 1 byte, its scale from one
     all-reduce per step; ``False`` (torchtitan's default) gathers 16-bit
-    weights and casts them at every GEMM.
+    weights and casts them at every GEMM.  ``fp8_recipe`` (fp8 under a
+    PyTorch kernel set; other precisions ignore it): torchao's Float8Linear
+    recipe, ``"tensorwise"`` (one scale a tensor; torchtitan's 2024
+    benchmarks) or ``"rowwise"`` (one scale a row, the 16-bit input and
+    weight saved and cast again along the other axis in the backward;
+    torchtitan 0.3's, no ``fp8_all_gather``).
 
     Uneven plans (docs/uneven-plans.md): ``stages`` gives each pipeline
     stage a :class:`StageGroup` -- its layers, replicas, tensor
@@ -512,6 +520,7 @@ class ParallelPlan:
     optimizer_impl: str = "megatron"
     cross_entropy: str = "auto"
     fp8_all_gather: bool = False
+    fp8_recipe: str = "tensorwise"
 
     def __post_init__(self) -> None:
         if self.stages is not None:
@@ -554,7 +563,7 @@ class ParallelPlan:
         for f, allowed in (("kernels", KERNEL_SETS), ("tp_overlap", TP_OVERLAPS),
                            ("cp_comm", CP_COMMS), ("recompute_method", RECOMPUTE_METHODS),
                            ("attention", ATTENTIONS), ("optimizer_impl", OPTIMIZER_IMPLS),
-                           ("cross_entropy", CROSS_ENTROPIES)):
+                           ("cross_entropy", CROSS_ENTROPIES), ("fp8_recipe", FP8_RECIPES)):
             if getattr(self, f) not in allowed:
                 raise ValueError(f"{f} must be one of {', '.join(allowed)}; "
                                  f"got {getattr(self, f)!r}")
@@ -577,6 +586,13 @@ class ParallelPlan:
                              "'compile-blocks', 'compile-fa2' or 'eager-unfused-norm'); got "
                              f"zero={self.zero}, "
                              f"kernels={self.kernels!r}")
+        if self.fp8_recipe == "rowwise" and (self.kernels not in _TORCH_KERNELS
+                                             or self.fp8_all_gather):
+            raise ValueError("fp8_recipe='rowwise' (torchao's rowwise float8 recipe) needs a "
+                             "PyTorch kernel set (kernels='compile', 'eager', 'compile-blocks', "
+                             "'compile-fa2' or 'eager-unfused-norm') and no fp8_all_gather "
+                             "(torchao gathers in fp8 under the tensorwise recipe only); got "
+                             f"kernels={self.kernels!r}, fp8_all_gather={self.fp8_all_gather}")
         if self.tp_overlap == "async" and self.kernels not in ("compile", "compile-blocks",
                                                                "compile-fa2"):
             raise ValueError("tp_overlap='async' (an Inductor pass) needs kernels='compile', "
@@ -702,6 +718,7 @@ class ParallelPlan:
                 self.recompute_layers, RECOMPUTE_METHODS[self.recompute_method],
                 ATTENTIONS[self.attention], OPTIMIZER_IMPLS[self.optimizer_impl],
                 CROSS_ENTROPIES[self.cross_entropy], int(self.fp8_all_gather),
+                FP8_RECIPES[self.fp8_recipe],
                 self._groups_tuple(cluster))  # the stage groups: always the last item
 
     def _groups_tuple(self, cluster: Any) -> tuple | None:
@@ -950,6 +967,8 @@ class ParallelPlan:
             parts.append(f"cross-entropy={self.cross_entropy}")
         if self.fp8_all_gather:
             parts.append("fp8-all-gather")
+        if self.fp8_recipe != "tensorwise":
+            parts.append(f"fp8-recipe={self.fp8_recipe}")
         return " ".join(parts)
 
     def __repr__(self) -> str:
@@ -1446,7 +1465,8 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         from . import frameworks as _frameworks
         plan = _frameworks.apply_gradient_path(framework, plan, precision)
         _frameworks.check(framework, plan, m if isinstance(m, Transformer) else None, precision)
-        plan = _frameworks.apply_defaults(framework, plan)
+        plan = _frameworks.apply_fp8_recipe(framework, _frameworks.apply_defaults(framework, plan),
+                                            precision)
     d = _core._step_simulate(m._tuple(PRECISIONS[precision]), _headroom_cluster(c, room)._tuple(),
                              plan._tuple(c), timeline, overhead_bytes)
     # each device's memory against its own GPU type's (a stage on a part of a

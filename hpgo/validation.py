@@ -410,6 +410,7 @@ class MeasuredRun:
     cross_entropy: str = "auto"
     fp8_all_gather: bool = False
     fp8_params: bool = False
+    fp8_recipe: str = "tensorwise"
 
     def transformer(self) -> Any:
         """The model: ``arch`` is a family (``gpt``: LayerNorm, biases, GeLU,
@@ -483,7 +484,7 @@ class MeasuredRun:
                             optimizer_impl=self.optimizer_impl,
                             cross_entropy=self.cross_entropy,
                             fp8_all_gather=self.fp8_all_gather,
-                            fp8_params=self.fp8_params,
+                            fp8_params=self.fp8_params, fp8_recipe=self.fp8_recipe,
                             # FSDP under pipelining keeps the gathered weights to the
                             # backward: torchtitan's default reshard policy is
                             # "not pp_enabled" (torchtitan/distributed/fsdp.py)
@@ -619,8 +620,11 @@ def load_runs(path: Any) -> list[MeasuredRun]:
 # 2025 async-TP benchmark) compiles the loss too (components/loss.py) and
 # still runs SDPA on FlashAttention-2 on Hopper (models/attention.py: flash,
 # efficient, math; cuDNN only on B200) -> "compile-fa2".
-# (TY-: torchtitan run by others, benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md)
-_COMPILE_BLOCKS_SOURCES = ("TT-", "TY-")
+# (TY-: torchtitan run by others, benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md;
+# AO-: torchao's float8 benchmarks on torchtitan 0.0.2 of February 2025, between
+# e8977b0, 2024-12-18, which stopped compiling the loss, and bbb1b61, 2025-04-02,
+# which compiled it again)
+_COMPILE_BLOCKS_SOURCES = ("TT-", "TY-", "AO-")
 _COMPILE_FA2_NOTES = "June 2025"
 # torchao's float8 all-gather in FSDP2 for torchtitan's fp8 rows: the 405B
 # runs' train config sets enable_fsdp_float8_all_gather and
@@ -666,7 +670,9 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     Megatron-DeepSpeed calls the unfused one).  "op-level selective AC"
     (torchtitan's SAC) turns a selective recomputation into "selective-op".
     torchtitan's fp8 runs under FSDP gather their Float8Linear weights in fp8
-    (``fp8_all_gather``, ``_TORCHTITAN_FP8_ALL_GATHER``); fp8 runs whose
+    (``fp8_all_gather``, ``_TORCHTITAN_FP8_ALL_GATHER``) unless their notes
+    give "float8 rowwise" (torchao's rowwise recipe, ``fp8_recipe``, which
+    gathers in 16 bits); fp8 runs whose
     notes give ``--fp8-param-gather`` (NeMo's ``fp8_params``) keep fp8
     weights only (``fp8_params``); NeMo's runs on Apex's
     ``distributed_fused_adam`` with ``grad_sync_dtype bf16`` get its
@@ -721,10 +727,12 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     fp16_grads = (run.precision == "fp16" and not deepspeed and not torch and run.zero <= 1
                   and "--accumulate-allreduce-grads-in-fp32" not in text)
     bf16_grads = ("--grad-reduce-in-bf16" in text and run.zero <= 1) or fp16_grads
+    rowwise = torch and run.precision == "fp8" and bool(re.search(r"float8 rowwise", text, re.I))
     f8ag = (_TORCHTITAN_FP8_ALL_GATHER and torch and run.precision == "fp8" and run.zero == 3
-            and run.source_id.startswith(_COMPILE_BLOCKS_SOURCES))
+            and run.source_id.startswith(_COMPILE_BLOCKS_SOURCES) and not rowwise)
     return dataclasses.replace(run, kernels=kernels, tp_overlap=tpo, recompute=rc,
                                fp8_all_gather=f8ag,
+                               fp8_recipe="rowwise" if rowwise else "tensorwise",
                                fp8_params=run.precision == "fp8" and "--fp8-param-gather" in text,
                                cp_comm="torch_sdpa" if torch else "p2p",
                                attention="flash2" if torch else "auto",

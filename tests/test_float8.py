@@ -1,7 +1,7 @@
 """torchao's Float8Linear as torchtitan ran it (fp8 under a PyTorch kernel
 set): the casts per linear, FSDP2's float8 all-gather, float8 tensor
-parallelism and the tensors saved for the backward
-(docs/training-model.md, "torchao's float8 linears")."""
+parallelism and the tensors saved for the backward; the rowwise recipe
+torchtitan 0.3 runs (docs/training-model.md, "torchao's float8 linears")."""
 import dataclasses
 
 import pytest
@@ -189,3 +189,136 @@ def test_scales_precomputed_once_per_step():
             + NODE.collective_time("all_reduce", 8, 4 * 7 * m.layers) + 5 * 8e-6)
     got = b.devices[0]["optimizer"] - a.devices[0]["optimizer"]
     assert got == pytest.approx(want, rel=1e-6)
+
+
+def _fwd_row_casts(m, T, hp=2):
+    """Forward casts of a Llama block under the rowwise recipe, compiled:
+    the attention's and the MLP's inputs fused into the norms' kernels (1 B
+    written), the attention output its own read (hp + 1 B), w2's input fused
+    into the SwiGLU's kernel, every weight read and cast (hp + 1 B)."""
+    h, f = m.hidden, m.ffn
+    ins = [(T * h, 1), (T * h, hp + 1), (T * h, 1), (T * f, 1)]
+    return sum(vec(3 * n, b * n) for n, b in ins) + \
+        sum(vec(3 * w, (hp + 1) * w) for w in weights(m))
+
+
+def test_rowwise_recipe_casts_each_tensor_along_both_axes():
+    """torchao's rowwise recipe casts the input and the weight along their
+    rows in the forward (one fused kernel each) and, in the backward, the
+    output gradient along both axes, the weight and the saved 16-bit input
+    along their columns (a 16-bit transpose, then the cast): the forward's
+    casts are priced so, and the backward costs more than tensorwise's one
+    cast of the output gradient."""
+    m = llama8()
+    p = hpgo.ParallelPlan(dp=8, global_batch=8, zero=3, kernels="compile")
+    rw, tw = sim(m, p.with_(fp8_recipe="rowwise")).stages[0], sim(m, p).stages[0]
+    b16 = sim(m, p, "bf16").stages[0]
+    T = m.seq
+    # the forward's GEMMs are tensorwise's: the difference is the casts
+    h, f = m.hidden, m.ffn
+    tw_ins = [(T * h, 0), (T * h, 2), (T * h, 0), (T * f, 0)]
+    tw_casts = sum((vec(n, 2 * n) if own else 0) + vec(1, 16) + vec(3 * n, 5 * n)
+                   for n, own in tw_ins) + \
+        sum(vec(w, 2 * w) + vec(1, 16) + vec(3 * w, 5 * w) for w in weights(m))
+    got = (rw["forward"] - tw["forward"]) / m.layers
+    assert got == pytest.approx(_fwd_row_casts(m, T) - tw_casts, rel=1e-6)
+    assert rw["backward_input"] > tw["backward_input"]
+    # faster than bf16 all the same, slower than tensorwise
+    assert tw["forward"] + tw["backward_input"] < rw["forward"] + rw["backward_input"] < \
+        b16["forward"] + b16["backward_input"]
+
+
+def test_rowwise_recipe_saves_16_bit_inputs_and_no_weight_copy():
+    """matmul_with_hp_or_float8_args saves the 16-bit input and weight: a
+    block stores what its bf16 twin stores, where tensorwise keeps fp8
+    inputs and a cast copy of every weight."""
+    m = llama8()
+    p = hpgo.ParallelPlan(dp=8, global_batch=16, micro_batch=2, zero=3, kernels="compile")
+    rw = sim(m, p.with_(fp8_recipe="rowwise")).stages[0]["activation_bytes_layers"]
+    b16 = sim(m, p, "bf16").stages[0]["activation_bytes_layers"]
+    tw = sim(m, p).stages[0]["activation_bytes_layers"]
+    assert rw == pytest.approx(b16, rel=1e-12)
+    T, h = 2 * m.seq, m.hidden
+    inputs = T * (2 * h + h + m.ffn)   # wq/wk/wv's, wo's, w1/w3's, w2's: 1 B each
+    assert tw - rw == pytest.approx(m.layers * (sum(weights(m)) - inputs), rel=1e-9)
+
+
+def test_rowwise_recipe_gathers_tensor_parallel_inputs_in_16_bits():
+    """torchtitan 0.3 has no float8 tensor-parallel classes: the forward's
+    all-gathers move 16-bit activations, and the two row-parallel weights'
+    row maxima are all-reduced over tp."""
+    m = hpgo.transformer("llama3-70b")
+    c = hpgo.Cluster.preset("dgx-h100", nodes=8)
+    p = hpgo.ParallelPlan(tp=8, pp=8, global_batch=8, sequence_parallel=True,
+                          kernels="compile", recompute="full", fp8_recipe="rowwise")
+    st = sim(m, p, c=c).stages[1]
+    x = 2 * m.seq * m.hidden
+    ag = c.collective_time("all_gather", 8, x)
+    rs = c.collective_time("reduce_scatter", 8, x)
+    ar = c.collective_time("all_reduce", 8, 4)
+    copy = c.kernel_time(0, 2 * x, kind="vector") + 1e-6
+    assert st["tp_forward"] / st["layers"] == pytest.approx(2 * (ag + rs + copy) + 2 * ar,
+                                                            rel=1e-9)
+
+
+def test_fp8_recipe_field_checks_and_round_trip():
+    p = hpgo.ParallelPlan(dp=8, global_batch=8, zero=3, kernels="compile",
+                          fp8_recipe="rowwise")
+    assert hpgo.ParallelPlan.from_dict(p.to_dict()) == p
+    assert "fp8-recipe=rowwise" in p.describe()
+    assert "fp8-recipe" not in p.with_(fp8_recipe="tensorwise").describe()
+    with pytest.raises(ValueError, match="fp8_recipe must be one of"):
+        p.with_(fp8_recipe="blockwise")
+    with pytest.raises(ValueError, match="rowwise.*PyTorch kernel set"):
+        p.with_(kernels="te")
+    with pytest.raises(ValueError, match="fp8_all_gather"):
+        p.with_(fp8_all_gather=True)
+    # other precisions ignore the recipe
+    m = llama8()
+    assert sim(m, p, "bf16").iteration_time == sim(m, p.with_(fp8_recipe="tensorwise"),
+                                                    "bf16").iteration_time
+
+
+def test_torchtitan_runs_fp8_on_the_rowwise_recipe():
+    """torchtitan 0.3's Float8LinearConverter runs torchao's rowwise recipe:
+    simulate and autoplan with framework="torchtitan" price fp8 plans on it,
+    and the export names it."""
+    m = llama8()
+    p = hpgo.ParallelPlan(dp=8, global_batch=8, zero=3)
+    r = hpgo.simulate(m, NODE, p, precision="fp8", framework="torchtitan", timeline=False)
+    assert (r.plan.fp8_recipe, r.plan.kernels) == ("rowwise", "compile")
+    assert r.iteration_time == sim(m, p.with_(kernels="compile",
+                                              fp8_recipe="rowwise")).iteration_time
+    assert hpgo.simulate(m, NODE, p, precision="bf16", framework="torchtitan",
+                         timeline=False).plan.fp8_recipe == "tensorwise"
+    text = p.torchtitan_config(hpgo.transformer("llama3-8b"), precision="fp8")
+    assert "recipe_name='rowwise'" in text
+    ranked = hpgo.autoplan(m, NODE, 8, top=3, precision="fp8", framework="torchtitan")
+    assert len(ranked) and all(rp.plan.fp8_recipe == "rowwise" for rp in ranked)
+    with pytest.raises(ValueError, match="rowwise.*PyTorch kernel set"):
+        hpgo.autoplan(m, NODE, 8, precision="fp8", fp8_recipe="rowwise")
+
+
+def test_cli_takes_the_float8_recipe(capsys):
+    """hpgo simulate and hpgo autoplan take --fp8-recipe: the same figures
+    as the Python call; a kernel set that cannot run it is refused in one
+    line naming the field."""
+    import json
+
+    from hpgo import cli
+    args = ["simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--dp", "8",
+            "--global-batch", "8", "--zero", "3", "--precision", "fp8", "--json"]
+    assert cli.main(args + ["--kernels", "compile", "--fp8-recipe", "rowwise"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["plan"]["fp8_recipe"] == "rowwise"
+    p = hpgo.ParallelPlan(dp=8, global_batch=8, zero=3, kernels="compile", fp8_recipe="rowwise")
+    r = hpgo.simulate("llama3-8b", hpgo.Cluster.preset("dgx-h100", nodes=1), p,
+                      precision="fp8", timeline=False)
+    assert d["tokens_per_gpu"] == pytest.approx(r.tokens_per_gpu, rel=1e-12)
+    assert cli.main(args + ["--fp8-recipe", "rowwise"]) != 0
+    err = capsys.readouterr().err
+    assert "fp8_recipe" in err and len(err.strip().splitlines()) == 1
+    assert cli.main(["autoplan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes", "1",
+                     "--global-batch", "16", "--top", "2", "--precision", "fp8",
+                     "--kernels", "compile", "--fp8-recipe", "rowwise", "--json"]) == 0
+    assert '"fp8_recipe": "rowwise"' in capsys.readouterr().out

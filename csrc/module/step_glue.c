@@ -371,7 +371,7 @@ static int to_work(PyObject *t, hpgo_work_t *w, double **arrays)
  *        ep_outer, overlap_moe_comm, moe_dispatcher, fp8_params, overlap_share,
  *        reshard_after_forward, shard_size, offload_optimizer, offload_activations,
  *        kernels, tp_overlap, cp_comm, recompute_layers, recompute_method, attention,
- *        optimizer_impl, cross_entropy, fp8_all_gather, groups)
+ *        optimizer_impl, cross_entropy, fp8_all_gather, fp8_recipe, groups)
  *        (the stage groups stay the last item when fields are added before them)
  *        with split None or a tuple of pp * vstages + 1 ints, groups None or a
  *        tuple of pp (part, tp, dp, first_gpu, shares, gpus) with first_gpu -1
@@ -501,7 +501,7 @@ static int to_groups(PyObject *gs, hpgo_parplan_t *p, void **gmem)
 
 static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split, void **gmem)
 {
-    const Py_ssize_t N = 34;
+    const Py_ssize_t N = 35;
     memset(p, 0, sizeof *p);
     *split = NULL;
     *gmem = NULL;
@@ -534,7 +534,8 @@ static int to_plan(PyObject *t, hpgo_parplan_t *p, int32_t **split, void **gmem)
         get_i32(t, 29, N, "attention", &p->attention) < 0 ||
         get_i32(t, 30, N, "optimizer_impl", &p->optimizer_impl) < 0 ||
         get_i32(t, 31, N, "cross_entropy", &p->cross_entropy) < 0 ||
-        get_i32(t, 32, N, "fp8_all_gather", &p->fp8_all_gather) < 0)
+        get_i32(t, 32, N, "fp8_all_gather", &p->fp8_all_gather) < 0 ||
+        get_i32(t, 33, N, "fp8_recipe", &p->fp8_recipe) < 0)
         return -1;
     PyObject *gs = PyTuple_GET_ITEM(t, N - 1); /* the stage groups: always the last item */
     if (gs != Py_None && to_groups(gs, p, gmem) < 0)
@@ -959,7 +960,7 @@ PyDoc_STRVAR(autoplan_doc,
              "recompute, sequence_parallel, zero, cp, ep, etp, ep_outer, overlap_moe_comm,\n"
              "moe_dispatcher, fp8_params, overlap_share, no_reshard, shard_size,\n"
              "offload_optimizer, offload_activations, kernels, tp_overlap, cp_comm,\n"
-             "optimizer_impl) with\n"
+             "optimizer_impl, fp8_recipe) with\n"
              "-1 for a free choice or the default\n"
              "(overlap_moe_comm, fp8_params: -1 is off; moe_dispatcher: -1 is the\n"
              "all-to-all; overlap_share: a float, used with overlap_moe_comm 1).  The GIL is\n"
@@ -981,7 +982,7 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     void *cstore = NULL;
     PyObject *res = NULL;
     memset(&o, 0, sizeof o);
-    const Py_ssize_t N = 34;
+    const Py_ssize_t N = 35;
     if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c, &cstore) < 0)
         goto done;
     if (get_i64(ot, 0, N, "global_batch", &o.global_batch) < 0 ||
@@ -1010,7 +1011,8 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
         get_i32(ot, 30, N, "kernels", &o.kernels) < 0 ||
         get_i32(ot, 31, N, "tp_overlap", &o.tp_overlap) < 0 ||
         get_i32(ot, 32, N, "cp_comm", &o.cp_comm) < 0 ||
-        get_i32(ot, 33, N, "optimizer_impl", &o.optimizer_impl) < 0)
+        get_i32(ot, 33, N, "optimizer_impl", &o.optimizer_impl) < 0 ||
+        get_i32(ot, 34, N, "fp8_recipe", &o.fp8_recipe) < 0)
         goto done;
     hpgo_cancel_t cancel;
     hpgo_cancel_init(&cancel);

@@ -63,8 +63,9 @@ typedef struct hpgo_autoplan_opts {
     /* the training stack every plan is priced on (not searched; -1: the
      * defaults): kernel set, tensor-parallel overlap (on the plans with
      * sequence parallelism), context-parallel exchange, the optimizer's
-     * gradient path (parplan.h; ZeRO stages it does not run are skipped) */
-    int32_t kernels, tp_overlap, cp_comm, optimizer_impl;
+     * gradient path (parplan.h; ZeRO stages it does not run are skipped),
+     * torchao's float8 recipe under fp8 (HPGO_F8R_*) */
+    int32_t kernels, tp_overlap, cp_comm, optimizer_impl, fp8_recipe;
 } hpgo_autoplan_opts_t;
 
 typedef struct hpgo_autoplan_entry {

@@ -31,7 +31,8 @@
  * head in 16 bits: under kernels te after Transformer Engine's quantization
  * passes, under the PyTorch kernel sets with torchao's Float8Linear casts,
  * priced per linear of a dense block (tao_*: inputs, weights, output
- * gradients, fp8 tensor-parallel gathers, FSDP2's float8 all-gather).
+ * gradients, fp8 tensor-parallel gathers, FSDP2's float8 all-gather; or
+ * the rowwise recipe's casts along both axes, tao_row_*).
  *
  * A chain (profile) layer has measured forward and backward times; its
  * backward splits evenly into B and W, its stored bytes are its profile's.
@@ -83,6 +84,7 @@ typedef struct kctx {
     int tao;        /* fp8 under a PyTorch kernel set: torchao's Float8Linear, its casts
                        priced per linear (tao_*), not per GEMM */
     int fp8ag;      /* ... with FSDP2's float8 all-gather (weights arrive in fp8) */
+    int rowwise;    /* ... with its rowwise recipe (tao_row_*) */
     int ks;         /* kernel set, HPGO_KS_* */
     int att;        /* fused attention kernel, HPGO_ATT_* (FLASH2 also under the
                        compile-blocks and compile-fa2 kernel sets) */
@@ -509,9 +511,11 @@ static void shape(const hpgo_xformer_t *x, const hpgo_parplan_t *p, int32_t prec
     /* torchao's Float8ColwiseParallel / PrepareFloat8ModuleInput gather the
      * input in fp8 and Float8Linear saves that gathered fp8 input for the
      * weight gradient, as async TP saves its gathered input */
+    int tao_rows = precision == HPGO_PREC_FP8 && p->kernels != HPGO_KS_TE &&
+                   p->fp8_recipe == HPGO_F8R_ROWWISE;
     s->gathered = (p->tp_overlap == HPGO_TPO_ASYNC ||
                    (precision == HPGO_PREC_FP8 && p->kernels != HPGO_KS_TE && x->experts == 0 &&
-                    !x->mla && !x->parallel_block)) &&
+                    !x->mla && !x->parallel_block && !tao_rows)) &&
                   s->sp;
     s->pb = x->parallel_block != 0;
     /* Megatron's bias_swiglu (jit-fused) and Inductor keep the SwiGLU's input
@@ -521,7 +525,9 @@ static void shape(const hpgo_xformer_t *x, const hpgo_parplan_t *p, int32_t prec
     s->dropout = x->dropout;
     s->swiglu = x->mlp == HPGO_MLP_SWIGLU;
     s->E = precision == HPGO_PREC_FP32 ? 4 : 2;
-    s->ge = precision == HPGO_PREC_FP8 ? 1 : s->E;
+    /* torchao's rowwise recipe saves each linear's 16-bit input
+     * (matmul_with_hp_or_float8_args: save_for_backward(input_hp, ...)) */
+    s->ge = precision == HPGO_PREC_FP8 && !tao_rows ? 1 : s->E;
     s->ex = (double)x->experts;
     s->k = (double)x->topk;
     s->fe = (double)x->expert_ffn;
@@ -1146,6 +1152,104 @@ static double tao_params(const xshape_t *s)
     return p;
 }
 
+/* torchao's rowwise recipe (Float8LinearConfig.from_recipe_name("rowwise"),
+ * torchao 0.18.0, the torchao torchtitan 0.3.0 runs; Float8LinearConverter
+ * offers it and rowwise_with_gw_hp only): e4m3 for the input, the weight and
+ * the output gradient, one scale per row of the axis the GEMM reduces over
+ * (rounded down to a power of two).  matmul_with_hp_or_float8_args saves
+ * the 16-bit input and weight (save_for_backward(input_hp, weight_hp_t)),
+ * casts both along the reduced axis for the output GEMM, and in the
+ * backward casts the output gradient and the weight for the input gradient
+ * and the output gradient and the input again along the token axis for the
+ * weight gradient: each tensor cast along both of its axes, each cast
+ * computed from the 16-bit tensor.  Priced as torchao's own roofline model
+ * of the recipe prices them (torchao/testing/training/roofline_utils.py
+ * get_tensor_memory_traffic_ovhd_s, "rowwise"): a cast along the rows is one
+ * kernel, the row's amax and the cast fused (hp read, unless the kernel that
+ * produced the tensor is Inductor's and takes the cast in, and 1 B written);
+ * a cast along the columns first transposes the 16-bit tensor (hp read, hp
+ * written) and then casts its rows (hp read, 1 B written).  The GEMMs run
+ * on the fp8 curve (the rowwise _scaled_mm is not measured here; torchao's
+ * roofline prices both recipes at the fp8 peak).  Eager, each cast is
+ * tao_cast's op-by-op sequence (abs, an amax along the axis, the scale's
+ * ops, to(float32), the multiplication, clamp, to(float8)). */
+static void tao_row_cast(const kctx_t *k, acc_t *a, double n, double hp, int fused)
+{
+    if (k->ks == HPGO_KS_EAGER) {
+        tao_cast(k, a, n, hp, AMAX_PASS);
+        return;
+    }
+    vec(k, a, n, 3, (fused ? 0 : hp) * n + n);
+}
+
+static void tao_col_cast(const kctx_t *k, acc_t *a, double n, double hp)
+{
+    if (k->ks == HPGO_KS_EAGER) {
+        tao_cast(k, a, n, hp, AMAX_PASS);
+        return;
+    }
+    vec(k, a, n, 0, 2 * hp * n);
+    vec(k, a, n, 3, (hp + 1) * n);
+}
+
+/* The forward's rowwise casts of a dense block (recompute: again in the
+ * backward under op-level checkpointing, the same kernels): the inputs as
+ * tao_fwd_casts shares them (wq, wk, wv read one tensor, w1 and w3 one),
+ * fused into the norms' and the activation's kernels, the attention
+ * output its own read; every weight along its rows.  Under tensor
+ * parallelism the inputs arrive gathered in 16 bits (torchtitan 0.3 has no
+ * float8 tensor-parallel classes) and a row-parallel weight (wo, w2) is
+ * split along the axis its scales reduce over: one all-reduce of its row
+ * maxima each. */
+static void tao_row_fwd_casts(const kctx_t *k, acc_t *a, const xshape_t *s, double *ar)
+{
+    double T = s->T, t = s->t, h = s->h, E = s->E;
+    int eager = k->ks == HPGO_KS_EAGER, tp = t > 1;
+    int nqkv = eager ? 3 : 1, nfc1 = eager && s->swiglu ? 2 : 1;
+    for (int i = 0; i < nqkv; i++)
+        tao_row_cast(k, a, T * h, E, 1);
+    tao_row_cast(k, a, T * s->o / t, E, 0);
+    for (int i = 0; i < nfc1; i++)
+        tao_row_cast(k, a, T * h, E, 1);
+    tao_row_cast(k, a, T * s->f / t, E, 1);
+    double w[7], in[7], out[7];
+    int n = tao_linears(s, w, in, out);
+    for (int i = 0; i < n; i++)
+        tao_row_cast(k, a, w[i], E, 0);
+    *ar = tp ? 2 : 0;
+}
+
+/* The backward's rowwise casts: each linear's output gradient along its
+ * rows (fused where tao_bwd_casts fuses the amax) for the input gradient
+ * and along its columns for the weight gradient, each weight along its
+ * columns for the input gradient, and each distinct saved input along its
+ * columns for the weight gradient.  Eager, _scaled_mm's operands are
+ * copied into the layouts it wants, as under tensorwise.  A
+ * column-parallel weight's columns are split over tp: an all-reduce of its
+ * maxima each. */
+static void tao_row_bwd_casts(const kctx_t *k, acc_t *a, const xshape_t *s, double *ar)
+{
+    double w[7], in[7], out[7], T = s->T, t = s->t, h = s->h, E = s->E;
+    int n = tao_linears(s, w, in, out), eager = k->ks == HPGO_KS_EAGER;
+    for (int i = 0; i < n; i++) {
+        int amax = i == 2 || i == n - 1 || (i < 2 && !s->rope) ? AMAX_PASS : AMAX_FUSED;
+        tao_row_cast(k, a, out[i], E, amax == AMAX_FUSED);
+        tao_col_cast(k, a, out[i], E);
+        tao_col_cast(k, a, w[i], E);
+        if (eager) {
+            tao_transpose(k, a, w[i]);
+            tao_transpose(k, a, out[i]);
+            tao_transpose(k, a, in[i]);
+        }
+    }
+    int nqkv = eager ? 3 : 1, nfc1 = eager && s->swiglu ? 2 : 1;
+    for (int i = 0; i < nqkv + nfc1; i++)
+        tao_col_cast(k, a, T * h, E);
+    tao_col_cast(k, a, T * s->o / t, E);
+    tao_col_cast(k, a, T * s->f / t, E);
+    *ar = t > 1 ? n - 2 : 0;
+}
+
 /* The forward's casts of a dense block (recompute: what op-level
  * checkpointing redoes in the backward -- every cast, its amax saved, as
  * torchtitan's save list keeps abs and max).  The attention's input is
@@ -1163,6 +1267,12 @@ static double tao_params(const xshape_t *s)
 static void tao_fwd_casts(const kctx_t *k, acc_t *a, const xshape_t *s, int recompute,
                           double *ar)
 {
+    if (k->rowwise) {
+        tao_row_fwd_casts(k, a, s, ar);
+        if (recompute)
+            *ar = 0;
+        return;
+    }
     double T = s->T, tl = s->tl, t = s->t, h = s->h, E = s->E;
     int eager = k->ks == HPGO_KS_EAGER, tp = t > 1;
     int fused = recompute ? AMAX_KNOWN : AMAX_FUSED, own = recompute ? AMAX_KNOWN : AMAX_PASS;
@@ -1196,6 +1306,10 @@ static void tao_fwd_casts(const kctx_t *k, acc_t *a, const xshape_t *s, int reco
  * gradient and the input into the layouts the two GEMMs want. */
 static void tao_bwd_casts(const kctx_t *k, acc_t *a, const xshape_t *s, double *ar)
 {
+    if (k->rowwise) {
+        tao_row_bwd_casts(k, a, s, ar);
+        return;
+    }
     double w[7], in[7], out[7];
     int n = tao_linears(s, w, in, out), eager = k->ks == HPGO_KS_EAGER;
     for (int i = 0; i < n; i++) {
@@ -1472,7 +1586,9 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
      * all-gather userbuffer is fp8 ("AllGather buffers use fp8 when using
      * fp8 recipe", module/base.py initialize_ub).  Its reduce-scatters stay
      * 16-bit (an fp8 buffer only where a recipe sets fp8_buf). */
-    double Xg = k->tao || (k->ks == HPGO_KS_TE && k->dtype == HPGO_DT_FP8) ? X / s->E : X;
+    double Xg = (k->tao && !k->rowwise) || (k->ks == HPGO_KS_TE && k->dtype == HPGO_DT_FP8)
+                    ? X / s->E
+                    : X;
     double cd = gemm_time(k, col_d.m, col_d.kk, col_d.n);
     double cw = gemm_time(&kw, col_w.m, col_w.kk, col_w.n);
     if (!s->sp) {
@@ -1489,7 +1605,7 @@ static void tp_pair(const hpgo_cluster_t *c, const hpgo_parplan_t *p, const kctx
     /* full recomputation re-gathers the input in its forward, op-level
      * checkpointing in its backward: no other backward gather */
     int no_regather = s->rc == HPGO_RC_FULL || op_ag;
-    double regather = no_regather || k->tao ? 0 : bulk(g, cd, ag);
+    double regather = no_regather || (k->tao && !k->rowwise) ? 0 : bulk(g, cd, ag);
     double ag_copy = k->ks != HPGO_KS_TE && s->b > 1
                          ? hpgo_gpu_op_time(g, k->dtype, HPGO_OP_VECTOR, 0, 2 * Xg) + KERNEL_GAP
                          : 0;
@@ -1969,7 +2085,8 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
         o->rc_t = r.t, o->rc_fl = r.flops;
     }
     layer_act(s, kind, &o->act, &o->act_w);
-    if (k->tao && !k->fp8ag && (s->rc == HPGO_RC_NONE || s->rc == HPGO_RC_SELECTIVE)) {
+    if (k->tao && !k->fp8ag && !k->rowwise &&
+        (s->rc == HPGO_RC_NONE || s->rc == HPGO_RC_SELECTIVE)) {
         /* _scaled_mm's autograd function saves each weight's fp8 cast until
          * the block's backward; a checkpointed block recomputes the casts
          * instead.  Under fp8_all_gather the saved weight is FSDP2's
@@ -2022,7 +2139,7 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     int dt = (int)dtype_of(w->precision);
     int f8 = dt == HPGO_DT_FP8, tao = f8 && p->kernels != HPGO_KS_TE;
     kctx_t k = {&c->gpu, dt, f8 ? HPGO_DT_BF16 : dt, s.E, f8 && !tao, tao, p->fp8_all_gather != 0,
-                s.ks,
+                tao && p->fp8_recipe == HPGO_F8R_ROWWISE, s.ks,
                 p->attention == HPGO_ATT_FLASH2 || p->kernels == HPGO_KS_COMPILE_BLOCKS ||
                         p->kernels == HPGO_KS_COMPILE_FA2
                     ? HPGO_ATT_FLASH2
@@ -2269,7 +2386,7 @@ static int same_pieces(const hpgo_parplan_t *a, const hpgo_parplan_t *b)
            a->recompute_method == b->recompute_method &&
            a->recompute == b->recompute && a->attention == b->attention &&
            a->optimizer_impl == b->optimizer_impl && a->cross_entropy == b->cross_entropy &&
-           a->fp8_all_gather == b->fp8_all_gather &&
+           a->fp8_all_gather == b->fp8_all_gather && a->fp8_recipe == b->fp8_recipe &&
            (a->pp * a->vstages > 1) == (b->pp * b->vstages > 1);
 }
 
@@ -2520,7 +2637,8 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
              * 16-bit gradients zeroed (2 B), cast to fp32 (2 B read, 4
              * written) and added into the fp32 ones (8 read, 4 written) */
             acc_t g = {0, 0, 0};
-            const kctx_t k = {&c->gpu, HPGO_DT_BF16, HPGO_DT_BF16, 2, 0, p->kernels, 0};
+            const kctx_t k = {.g = &c->gpu, .dtype = HPGO_DT_BF16, .attn_dtype = HPGO_DT_BF16,
+                              .e = 2, .ks = p->kernels};
             vec(&k, &g, o->params, 1, 20 * o->params);
             o->w += g.t;
         }
