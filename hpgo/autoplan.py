@@ -532,8 +532,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     Megatron-LM's ``--grad-reduce-in-bf16``, NeMo's and Megatron-Bridge's
     performance recipes) ranks only ZeRO 0 and 1 plans, ``"apex_bf16"``
     (NeMo's Apex optimizer) only ZeRO 1 plans.  ``fp8_recipe`` is torchao's
-    float8 recipe of fp8 plans under a PyTorch kernel set (``"tensorwise"``
-    or ``"rowwise"``; ``framework="torchtitan"`` runs rowwise).
+    float8 recipe of fp8 plans under a PyTorch kernel set (``"tensorwise"``,
+    ``"rowwise"`` or ``"rowwise_with_gw_hp"``; ``framework="torchtitan"``
+    runs rowwise unless given the other rowwise one).
     ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
     search with KeyboardInterrupt.  Raises ValueError for impossible arguments; a search with no
     plan that fits returns an empty ranking whose ``table()`` says why.
@@ -635,9 +636,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
         isinstance(fw.defaults.get("kernels"), str) else kernels
     recipe = fw.fp8_recipe if fw is not None and fw.fp8_recipe and precision == "fp8" and \
         fp8_recipe == "tensorwise" else fp8_recipe
-    if recipe == "rowwise" and stack_kernels == "te":
-        raise ValueError("fp8_recipe='rowwise' (torchao's rowwise float8 recipe) needs a PyTorch "
-                         "kernel set: kernels='compile' or 'eager'")
+    if recipe != "tensorwise" and stack_kernels == "te":
+        raise ValueError(f"fp8_recipe={recipe!r} (torchao's rowwise float8 recipe) needs a "
+                         "PyTorch kernel set: kernels='compile' or 'eager'")
     opts = opts[:_O_FP8_RECIPE] + (FP8_RECIPES[recipe],) + opts[_O_FP8_RECIPE + 1:]
     if tp_overlap == "te" and kernels != "te" or tp_overlap == "async" and kernels != "compile":
         raise ValueError(f"tp_overlap={tp_overlap!r} does not run on kernels={kernels!r} "

@@ -319,7 +319,8 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
                        help="the optimizer's gradient path: Megatron's fp32 gradients (default), "
                             "its 16-bit gradients (--grad-reduce-in-bf16; ZeRO 0/1), NeMo's Apex "
                             "optimizer (ZeRO 1), DeepSpeed's BF16_Optimizer")
-    stack.add_argument("--fp8-recipe", choices=("tensorwise", "rowwise"), default="tensorwise",
+    stack.add_argument("--fp8-recipe", choices=("tensorwise", "rowwise", "rowwise_with_gw_hp"),
+                       default="tensorwise",
                        help="torchao's float8 recipe under --precision fp8 with --kernels compile "
                             "or eager: tensorwise (default) or rowwise (torchtitan 0.3's; "
                             "--framework torchtitan runs it)")

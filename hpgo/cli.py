@@ -496,7 +496,8 @@ def add_simulate_subcommand(sub: Any) -> argparse.ArgumentParser:
                         "(with --kernels te)")
     k.add_argument("--fp8-recipe", choices=tuple(FP8_RECIPES),
                    help="torchao's float8 recipe under --precision fp8 with a PyTorch kernel "
-                        "set: tensorwise (default) or rowwise (torchtitan 0.3's)")
+                        "set: tensorwise (default), rowwise or rowwise_with_gw_hp (torchtitan "
+                        "0.3's two)")
     from .frameworks import FRAMEWORKS
     k.add_argument("--framework", choices=tuple(FRAMEWORKS),
                    help="the framework that runs the plan: refuse a plan it does not run "

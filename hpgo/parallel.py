@@ -55,7 +55,7 @@ CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2, "torch_sdpa": 3}
 ATTENTIONS = {"auto": 0, "flash2": 1}
 OPTIMIZER_IMPLS = {"megatron": 0, "deepspeed_bf16": 1, "apex_bf16": 2, "megatron_bf16_grads": 3}
 CROSS_ENTROPIES = {"auto": 0, "unfused": 1}
-FP8_RECIPES = {"tensorwise": 0, "rowwise": 1}
+FP8_RECIPES = {"tensorwise": 0, "rowwise": 1, "rowwise_with_gw_hp": 2}
 # the kernel sets torchao's Float8Linear runs under (every one but "te")
 _TORCH_KERNELS = ("compile", "eager", "compile-blocks", "compile-fa2", "eager-unfused-norm")
 RECOMPUTE_METHODS = {"uniform": 0, "block": 1}
@@ -476,7 +476,9 @@ class ParallelPlan:
     recipe, ``"tensorwise"`` (one scale a tensor; torchtitan's 2024
     benchmarks) or ``"rowwise"`` (one scale a row, the 16-bit input and
     weight saved and cast again along the other axis in the backward;
-    torchtitan 0.3's, no ``fp8_all_gather``).
+    torchtitan 0.3's default, no ``fp8_all_gather``) or
+    ``"rowwise_with_gw_hp"`` (rowwise, the weight gradient in 16 bits and the
+    weight cast tensorwise for the input gradient; torchtitan 0.3's other).
 
     Uneven plans (docs/uneven-plans.md): ``stages`` gives each pipeline
     stage a :class:`StageGroup` -- its layers, replicas, tensor
@@ -586,13 +588,14 @@ class ParallelPlan:
                              "'compile-blocks', 'compile-fa2' or 'eager-unfused-norm'); got "
                              f"zero={self.zero}, "
                              f"kernels={self.kernels!r}")
-        if self.fp8_recipe == "rowwise" and (self.kernels not in _TORCH_KERNELS
-                                             or self.fp8_all_gather):
-            raise ValueError("fp8_recipe='rowwise' (torchao's rowwise float8 recipe) needs a "
-                             "PyTorch kernel set (kernels='compile', 'eager', 'compile-blocks', "
-                             "'compile-fa2' or 'eager-unfused-norm') and no fp8_all_gather "
-                             "(torchao gathers in fp8 under the tensorwise recipe only); got "
-                             f"kernels={self.kernels!r}, fp8_all_gather={self.fp8_all_gather}")
+        if self.fp8_recipe != "tensorwise" and (self.kernels not in _TORCH_KERNELS
+                                                or self.fp8_all_gather):
+            raise ValueError(f"fp8_recipe={self.fp8_recipe!r} (torchao's rowwise float8 recipe) "
+                             "needs a PyTorch kernel set (kernels='compile', 'eager', "
+                             "'compile-blocks', 'compile-fa2' or 'eager-unfused-norm') and no "
+                             "fp8_all_gather (torchao gathers in fp8 under the tensorwise recipe "
+                             f"only); got kernels={self.kernels!r}, "
+                             f"fp8_all_gather={self.fp8_all_gather}")
         if self.tp_overlap == "async" and self.kernels not in ("compile", "compile-blocks",
                                                                "compile-fa2"):
             raise ValueError("tp_overlap='async' (an Inductor pass) needs kernels='compile', "
@@ -1131,7 +1134,13 @@ class StepResult:
 
     def assumptions(self) -> str:
         """What the figures assume: precision, peak, headroom, tokens, price."""
-        parts = [f"{self.precision}", f"MFU against the {self.precision} dense peak "
+        prec = self.precision
+        plan = self.plan
+        if prec == "fp8" and isinstance(plan, ParallelPlan) and plan.stages is None:
+            # how the linear layers run in fp8: the kernel set's quantization
+            prec += (" (Transformer Engine's per-GEMM quantization)" if plan.kernels == "te"
+                     else f" (torchao's {plan.fp8_recipe} Float8Linear in dense blocks)")
+        parts = [prec, f"MFU against the {self.precision} dense peak "
                  f"({self.peak_flops / 1e12:,.0f} TFLOP/s per GPU)"]
         bf16 = self.mfu_bf16
         if bf16 is not None and self.precision == "fp8":

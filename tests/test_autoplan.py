@@ -75,21 +75,23 @@ def test_pruned_equals_exhaustive_with_an_optimizer_gradient_path(seed):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_pruned_equals_exhaustive_under_the_rowwise_float8_recipe(seed):
-    # torchao's rowwise recipe: its casts, 16-bit stored inputs and 16-bit
-    # tensor-parallel gathers go through the time and memory bounds
+def test_pruned_equals_exhaustive_under_the_rowwise_float8_recipes(seed):
+    # torchao's rowwise recipes: their casts, 16-bit stored inputs, 16-bit
+    # tensor-parallel gathers (and 16-bit weight gradients) go through the
+    # time and memory bounds
     rng = random.Random(1900 + seed)
     model = random_transformer(rng)
     cluster = hpgo.Cluster.preset("dgx-h100", nodes=rng.choice([1, 2]))
     cluster = cluster.with_gpu(memory_bytes=rng.choice([8e9, 24e9, 80e9]))
     gb, top = rng.choice([8, 16, 32]), rng.choice([1, 5, 20])
+    recipe = ("rowwise", "rowwise_with_gw_hp")[seed % 2]
     kw = dict(top=top, precision="fp8", kernels=rng.choice(["compile", "eager"]),
-              fp8_recipe="rowwise")
+              fp8_recipe=recipe)
     fast = hpgo.autoplan(model, cluster, gb, threads=rng.choice([1, 2]), **kw)
     slow = hpgo.autoplan(model, cluster, gb, exhaustive=True, threads=1, **kw)
     assert key(fast) == key(slow)
     assert slow.stats["bounds_broken"] == 0
-    assert all(rp.plan.fp8_recipe == "rowwise" for rp in slow)
+    assert all(rp.plan.fp8_recipe == recipe for rp in slow)
 
 
 def test_sixteen_bit_gradients_fit_plans_that_fp32_gradients_do_not():

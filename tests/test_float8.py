@@ -261,6 +261,33 @@ def test_rowwise_recipe_gathers_tensor_parallel_inputs_in_16_bits():
                                                             rel=1e-9)
 
 
+def test_rowwise_with_gw_hp_runs_the_weight_gradient_in_16_bits():
+    """torchtitan 0.3's other recipe: the weight-gradient GEMMs multiply the
+    16-bit output gradient and input (the bf16 plan's weight-gradient pass),
+    the input-gradient pass casts each output gradient along its rows and
+    each weight once (hp read, 1 B written), no cast along the columns."""
+    m = llama8()
+    p = hpgo.ParallelPlan(dp=8, global_batch=8, zero=3, kernels="compile")
+    gw = sim(m, p.with_(fp8_recipe="rowwise_with_gw_hp")).stages[0]
+    rw = sim(m, p.with_(fp8_recipe="rowwise")).stages[0]
+    b16 = sim(m, p, "bf16").stages[0]
+    assert gw["backward_weight"] == pytest.approx(b16["backward_weight"], rel=1e-12)
+    assert gw["forward"] == pytest.approx(rw["forward"], rel=1e-12)
+    T, h, f = m.seq, m.hidden, m.ffn
+    outs = [T * h, T * m.kv_heads * h // m.heads, T * m.kv_heads * h // m.heads, T * h,
+            T * f, T * f, T * h]
+    # rowwise's backward casts beyond gw_hp's: every output gradient, every
+    # weight (less gw_hp's one cast of it) and each distinct input along its columns
+    col = [vec(0, 4 * n) + vec(3 * n, 3 * n) for n in
+           outs + weights(m) + [T * h, T * h, T * h, T * f]]
+    once = [vec(3 * w, 3 * w) for w in weights(m)]
+    assert (rw["backward_input"] - gw["backward_input"]) / m.layers == \
+        pytest.approx(sum(col) - sum(once), rel=1e-6)
+    text = p.with_(fp8_recipe="rowwise_with_gw_hp").torchtitan_config(
+        hpgo.transformer("llama3-8b"), precision="fp8")
+    assert "recipe_name='rowwise_with_gw_hp'" in text
+
+
 def test_fp8_recipe_field_checks_and_round_trip():
     p = hpgo.ParallelPlan(dp=8, global_batch=8, zero=3, kernels="compile",
                           fp8_recipe="rowwise")
@@ -271,6 +298,8 @@ def test_fp8_recipe_field_checks_and_round_trip():
         p.with_(fp8_recipe="blockwise")
     with pytest.raises(ValueError, match="rowwise.*PyTorch kernel set"):
         p.with_(kernels="te")
+    with pytest.raises(ValueError, match="rowwise_with_gw_hp.*PyTorch kernel set"):
+        p.with_(kernels="te", fp8_recipe="rowwise_with_gw_hp")
     with pytest.raises(ValueError, match="fp8_all_gather"):
         p.with_(fp8_all_gather=True)
     # other precisions ignore the recipe

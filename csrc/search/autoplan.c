@@ -810,8 +810,8 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
     if (o->schedule >= HPGO_PS__COUNT || o->recompute > HPGO_RC_FULL || o->zero > 3 ||
         o->sequence_parallel > 1 || o->kernels > HPGO_KS_EAGER || o->tp_overlap > HPGO_TPO_ASYNC ||
         o->cp_comm > HPGO_CP_TORCH_SDPA || o->optimizer_impl > HPGO_OPT_MEGATRON_BF16_GRADS ||
-        o->fp8_recipe > HPGO_F8R_ROWWISE ||
-        (o->fp8_recipe == HPGO_F8R_ROWWISE && o->kernels <= HPGO_KS_TE))
+        o->fp8_recipe > HPGO_F8R_ROWWISE_GW_HP ||
+        (o->fp8_recipe >= HPGO_F8R_ROWWISE && o->kernels <= HPGO_KS_TE))
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "a fixed choice is out of range");
     if (o->zero >= 0 && o->optimizer_impl > 0 &&
         hpgo_parplan_check_optimizer_zero(o->optimizer_impl, o->zero, err) != HPGO_OK)

@@ -224,10 +224,12 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
                             "needs zero 3 and a PyTorch kernel set (compile, eager, "
                             "compile-blocks, compile-fa2)");
     if (p->fp8_recipe != HPGO_F8R_TENSORWISE &&
-        (p->fp8_recipe != HPGO_F8R_ROWWISE || p->kernels == HPGO_KS_TE || p->fp8_all_gather))
+        (p->fp8_recipe < HPGO_F8R_ROWWISE || p->fp8_recipe > HPGO_F8R_ROWWISE_GW_HP ||
+         p->kernels == HPGO_KS_TE || p->fp8_all_gather))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                            "fp8_recipe (0 tensorwise or 1 rowwise): rowwise is torchao's "
-                            "recipe, for a PyTorch kernel set, and has no float8 all-gather");
+                            "fp8_recipe (0 tensorwise, 1 rowwise, 2 rowwise_with_gw_hp): the "
+                            "rowwise recipes are torchao's, for a PyTorch kernel set, and have "
+                            "no float8 all-gather");
     if ((p->reshard_after_forward != 0 && p->reshard_after_forward != 1) ||
         (p->offload_optimizer != 0 && p->offload_optimizer != 1))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,

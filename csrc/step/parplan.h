@@ -166,9 +166,11 @@ typedef struct hpgo_parplan {
     int32_t fp8_all_gather;
     /* torchao's Float8Linear recipe under a PyTorch kernel set (HPGO_F8R_*):
      * tensorwise dynamic scaling (one scale a tensor, the fp8 input and
-     * weight saved; torchtitan's 2024 benchmarks), or rowwise (one scale a
+     * weight saved; torchtitan's 2024 benchmarks), rowwise (one scale a
      * row, e4m3 throughout, the 16-bit input and weight saved and cast again
-     * along the other axis in the backward; what torchtitan 0.3 runs) */
+     * along the other axis in the backward; torchtitan 0.3's default), or
+     * rowwise_with_gw_hp (the weight gradient in 16 bits, the weight cast
+     * tensorwise for the input gradient; torchtitan 0.3's other recipe) */
     int32_t fp8_recipe;
 } hpgo_parplan_t;
 
@@ -198,7 +200,7 @@ enum {
     HPGO_OPT_MEGATRON_BF16_GRADS = 3
 };
 enum { HPGO_CE_AUTO = 0, HPGO_CE_UNFUSED = 1 };
-enum { HPGO_F8R_TENSORWISE = 0, HPGO_F8R_ROWWISE = 1 };
+enum { HPGO_F8R_TENSORWISE = 0, HPGO_F8R_ROWWISE = 1, HPGO_F8R_ROWWISE_GW_HP = 2 };
 /* uniform: every layer recomputed, the inputs of groups of N layers
  * stored; block: the first N layers of each model stage recomputed, the
  * others store everything (Megatron's recompute_method) */

@@ -84,7 +84,8 @@ typedef struct kctx {
     int tao;        /* fp8 under a PyTorch kernel set: torchao's Float8Linear, its casts
                        priced per linear (tao_*), not per GEMM */
     int fp8ag;      /* ... with FSDP2's float8 all-gather (weights arrive in fp8) */
-    int rowwise;    /* ... with its rowwise recipe (tao_row_*) */
+    int rowwise;    /* ... with its rowwise recipes (tao_row_*) */
+    int gwhp;       /* ... rowwise_with_gw_hp: weight-gradient GEMMs in 16 bits */
     int ks;         /* kernel set, HPGO_KS_* */
     int att;        /* fused attention kernel, HPGO_ATT_* (FLASH2 also under the
                        compile-blocks and compile-fa2 kernel sets) */
@@ -116,11 +117,14 @@ static kctx_t k16(const kctx_t *k)
     return b;
 }
 
-/* The same context for weight-gradient GEMMs (operands already quantized). */
+/* The same context for weight-gradient GEMMs (operands already quantized;
+ * in 16 bits under torchao's rowwise_with_gw_hp recipe). */
 static kctx_t kwgrad(const kctx_t *k)
 {
     kctx_t b = *k;
     b.quant = 0;
+    if (k->tao && k->gwhp)
+        b.dtype = k->attn_dtype;
     return b;
 }
 
@@ -512,7 +516,7 @@ static void shape(const hpgo_xformer_t *x, const hpgo_parplan_t *p, int32_t prec
      * input in fp8 and Float8Linear saves that gathered fp8 input for the
      * weight gradient, as async TP saves its gathered input */
     int tao_rows = precision == HPGO_PREC_FP8 && p->kernels != HPGO_KS_TE &&
-                   p->fp8_recipe == HPGO_F8R_ROWWISE;
+                   p->fp8_recipe != HPGO_F8R_TENSORWISE;
     s->gathered = (p->tp_overlap == HPGO_TPO_ASYNC ||
                    (precision == HPGO_PREC_FP8 && p->kernels != HPGO_KS_TE && x->experts == 0 &&
                     !x->mla && !x->parallel_block && !tao_rows)) &&
@@ -1231,6 +1235,27 @@ static void tao_row_bwd_casts(const kctx_t *k, acc_t *a, const xshape_t *s, doub
 {
     double w[7], in[7], out[7], T = s->T, t = s->t, h = s->h, E = s->E;
     int n = tao_linears(s, w, in, out), eager = k->ks == HPGO_KS_EAGER;
+    if (k->gwhp) {
+        /* rowwise_with_gw_hp: the output gradient along its rows and the
+         * weight tensorwise (its scale from the forward's row scales, as the
+         * roofline has it: one kernel, hp read, 1 B written) for the input
+         * gradient; the weight gradient multiplies the 16-bit output
+         * gradient and saved input (kwgrad), no cast.  Eager, the weight's
+         * fp8 copy is copied into the column-major layout _scaled_mm wants.
+         * Every sharded weight's scale is one all-reduce over tp. */
+        for (int i = 0; i < n; i++) {
+            int amax = i == 2 || i == n - 1 || (i < 2 && !s->rope) ? AMAX_PASS : AMAX_FUSED;
+            tao_row_cast(k, a, out[i], E, amax == AMAX_FUSED);
+            if (eager) {
+                tao_cast(k, a, w[i], E, AMAX_PASS);
+                tao_transpose(k, a, w[i]);
+            } else {
+                vec(k, a, w[i], 3, (E + 1) * w[i]);
+            }
+        }
+        *ar = t > 1 ? n : 0;
+        return;
+    }
     for (int i = 0; i < n; i++) {
         int amax = i == 2 || i == n - 1 || (i < 2 && !s->rope) ? AMAX_PASS : AMAX_FUSED;
         tao_row_cast(k, a, out[i], E, amax == AMAX_FUSED);
@@ -2139,7 +2164,8 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
     int dt = (int)dtype_of(w->precision);
     int f8 = dt == HPGO_DT_FP8, tao = f8 && p->kernels != HPGO_KS_TE;
     kctx_t k = {&c->gpu, dt, f8 ? HPGO_DT_BF16 : dt, s.E, f8 && !tao, tao, p->fp8_all_gather != 0,
-                tao && p->fp8_recipe == HPGO_F8R_ROWWISE, s.ks,
+                tao && p->fp8_recipe != HPGO_F8R_TENSORWISE,
+                tao && p->fp8_recipe == HPGO_F8R_ROWWISE_GW_HP, s.ks,
                 p->attention == HPGO_ATT_FLASH2 || p->kernels == HPGO_KS_COMPILE_BLOCKS ||
                         p->kernels == HPGO_KS_COMPILE_FA2
                     ? HPGO_ATT_FLASH2
