@@ -502,6 +502,45 @@ def test_torchtitan_runs_the_export(search, tmp_path, monkeypatch):
             plan.microbatches
 
 
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "rowwise_with_gw_hp"])
+def test_torchtitan_builds_the_float8_recipe_simulated(recipe, tmp_path, monkeypatch):
+    """An fp8 plan's export builds torchao's Float8Linear with the recipe
+    simulate(framework="torchtitan") prices: rowwise (one scale a row, every
+    GEMM in fp8) for a plan left at the tensorwise default, which torchtitan
+    0.3 no longer has, and rowwise_with_gw_hp (the weight gradient in 16 bits)
+    when the plan names it."""
+    m = hpgo.transformer("llama3-8b")
+    plan = hpgo.ParallelPlan(dp=8, global_batch=16, zero=3, fp8_recipe=recipe,
+                             kernels="te" if recipe == "tensorwise" else "compile")
+    simulated = hpgo.simulate(m, hpgo.Cluster.preset("dgx-h100", nodes=1), plan,
+                              precision="fp8", framework="torchtitan", timeline=False).plan
+    want = "rowwise" if recipe == "tensorwise" else recipe
+    assert simulated.fp8_recipe == want
+    need("torchtitan")
+    import torch
+    import torchtitan.components.quantization.float8 as tt_float8
+    from torchao.float8.config import ScalingGranularity, ScalingType
+    from torchao.float8.float8_linear import Float8Linear
+    from torchtitan.config.manager import ConfigManager
+    monkeypatch.setattr(tt_float8, "has_cuda_capability", lambda major, minor: True)
+    stem = f"hpgo_{recipe}"
+    (tmp_path / f"{stem}.py").write_text(plan.torchtitan_config(m, precision="fp8", name=stem))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = ConfigManager().parse_args(["--module", stem, "--config", stem])
+    with torch.device("meta"):
+        model = cfg.model_spec.model.build()
+    linears = [mod for mod in model.modules() if isinstance(mod, Float8Linear)]
+    # every block's linears (torchtitan 0.3 fuses wq, wk and wv into one), not the output layer
+    assert len(linears) == 5 * m.layers
+    for mod in linears:
+        c = mod.config
+        assert c.cast_config_input.scaling_granularity is ScalingGranularity.AXISWISE
+        assert c.cast_config_weight.scaling_granularity is ScalingGranularity.AXISWISE
+        assert not c.enable_fsdp_float8_all_gather
+        gw = c.cast_config_grad_output_for_grad_weight.scaling_type
+        assert (gw is ScalingType.DISABLED) == (want == "rowwise_with_gw_hp")
+
+
 def _titan_dims(p, gpus):
     """torchtitan's device mesh of an exported ParallelismConfig ``p``."""
     from torchtitan.distributed.parallel_dims import ParallelDims
