@@ -130,6 +130,28 @@ def test_sharded_data_parallel_in_the_time_bound_keeps_the_search_exact(seed):
     assert fast.stats["bounds_broken"] == 0
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_torchao_float8_recipes_keep_the_search_exact(seed):
+    # fp8 under a PyTorch kernel set: torchao's three recipes (their casts,
+    # stored inputs, tensor-parallel gathers and weight-gradient GEMMs) on
+    # dense and MoE models (whose expert blocks keep Transformer Engine's
+    # passes), with sharding, recomputation and tensor parallelism searched
+    rng = random.Random(3000 + seed)
+    m = random_model(rng, moe=seed % 3 == 2)
+    c = hpgo.Cluster.preset("dgx-h100", nodes=rng.choice([1, 2]))
+    c = c.with_gpu(memory_bytes=rng.choice([8e9, 16e9, 80e9]))
+    kw = dict(top=rng.choice([1, 5]), max_micro_batch=2, max_virtual_stages=2, precision="fp8",
+              kernels=rng.choice(["compile", "eager"]),
+              fp8_recipe=rng.choice(["tensorwise", "rowwise", "rowwise_with_gw_hp"]),
+              zero=rng.choice([None, 0, 3]), objective=rng.choice(["time", "cost"]))
+    gb = rng.choice([8, 16, 32])
+    slow = hpgo.autoplan(m, c, gb, exhaustive=True, threads=1, **kw)
+    assert slow.stats["bounds_broken"] == 0
+    fast = hpgo.autoplan(m, c, gb, threads=2, **kw)
+    assert key(fast) == key(slow), kw
+    assert all(rp.plan.fp8_recipe == kw["fp8_recipe"] for rp in slow)
+
+
 def test_zero3_gathers_prune_plans_the_old_bound_kept():
     # Megatron-Turing 530B on 5,120 A100 with ZeRO-3 fixed: gathers over
     # hundreds of replicas dominate most plans' passes, so the bound that
