@@ -228,6 +228,20 @@ def test_rowwise_recipe_casts_each_tensor_along_both_axes():
         b16["forward"] + b16["backward_input"]
 
 
+def test_rowwise_recipe_rescales_the_backward_gemms_outputs():
+    """Without fast accumulation torchao runs the backward GEMMs on cuBLAS's
+    tensorwise kernel and multiplies their outputs by the row scales after:
+    a 16-bit pass over every weight gradient (compiled, the input
+    gradients' multiplication fuses into their consumers)."""
+    m = llama8()
+    p = hpgo.ParallelPlan(dp=8, global_batch=8, zero=3, kernels="compile")
+    rw = sim(m, p.with_(fp8_recipe="rowwise")).stages[0]
+    tw = sim(m, p).stages[0]
+    want = sum(vec(w, 4 * w) for w in weights(m))
+    assert (rw["backward_weight"] - tw["backward_weight"]) / m.layers == \
+        pytest.approx(want, rel=1e-6)
+
+
 def test_rowwise_recipe_saves_16_bit_inputs_and_no_weight_copy():
     """matmul_with_hp_or_float8_args saves the 16-bit input and weight: a
     block stores what its bf16 twin stores, where tensorwise keeps fp8

@@ -1275,6 +1275,28 @@ static void tao_row_bwd_casts(const kctx_t *k, acc_t *a, const xshape_t *s, doub
     *ar = t > 1 ? n - 2 : 0;
 }
 
+/* The rowwise recipe's backward GEMMs without fast accumulation (torchao's
+ * default Float8GemmConfig for the input and weight gradients) run
+ * cuBLAS's tensorwise _scaled_mm with unit scales and multiply the output
+ * by the row scales after it (float8_ops.py addmm_float8_unwrapped: "the
+ * rowwise CUTLASS-based kernel is so slow without fast-accum"): a pass over
+ * each weight gradient (16-bit, read and written; FSDP2's hook takes it
+ * outside the compiled graph), and, eager, over each input gradient
+ * (compiled, the multiplication fuses into the sum and the norm's backward
+ * that read it).  The forward GEMM uses fast accumulation and the rowwise
+ * kernel itself.  rowwise_with_gw_hp's input gradient is tensorwise in the
+ * weight, its weight gradient 16-bit: neither is rescaled. */
+static void tao_row_rescale(const kctx_t *k, acc_t *bw, acc_t *bi, const xshape_t *s)
+{
+    double w[7], in[7], out[7], E = s->E;
+    int n = tao_linears(s, w, in, out);
+    for (int i = 0; i < n; i++) {
+        vec(k, bw, w[i], 1, 2 * E * w[i]);
+        if (k->ks == HPGO_KS_EAGER)
+            vec(k, bi, in[i], 1, 2 * E * in[i]);
+    }
+}
+
 /* The forward's casts of a dense block (recompute: what op-level
  * checkpointing redoes in the backward -- every cast, its amax saved, as
  * torchtitan's save list keeps abs and max).  The attention's input is
@@ -1983,6 +2005,8 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
         double arf, arb, one = s->t > 1 ? tp_coll(c, HPGO_COLL_ALLREDUCE, s, 4) : 0;
         tao_fwd_casts(k, &o->fw, s, 0, &arf);
         tao_bwd_casts(k, &o->bi, s, &arb);
+        if (k->rowwise && !k->gwhp)
+            tao_row_rescale(k, &o->bw, &o->bi, s);
         o->tp_f += arf * one;
         o->tp_b += arb * one;
         o->lin_p = tao_params(s);
