@@ -82,8 +82,9 @@ def test_torchtitans_block_prices_the_allocators_measured_reserve():
 def test_fsdp2_keeps_its_root_gathered_through_the_step():
     """FSDP2 does not reshard the root (embedding, final norm, output layer
     in torchtitan) after forward: its 16-bit parameters are held the whole
-    step, in `other`; without resharding every parameter is counted
-    gathered already, and a shard group of one gathers nothing."""
+    step, in `other`, also on a shard group of one (FSDP2 casts the fp32
+    shard into its unsharded parameter all the same); without resharding
+    every parameter is counted gathered already."""
     def other(m, **kw):
         base = dict(dp=8, zero=3, micro_batch=1, global_batch=8, kernels="compile")
         base.update(kw)
@@ -95,6 +96,11 @@ def test_fsdp2_keeps_its_root_gathered_through_the_step():
     # without resharding after forward: every parameter gathered, the root among them
     assert other(big, reshard_after_forward=False) - other(LLAMA8, reshard_after_forward=False) \
         == pytest.approx(2 * dv, rel=1e-9)
+    # a shard group of one (what torchtitan runs without sharding) holds them too
+    assert other(big, shard_size=1) - other(LLAMA8, shard_size=1) == pytest.approx(2 * dv,
+                                                                                rel=1e-9)
+    assert other(big, dp=1, global_batch=1) - other(LLAMA8, dp=1, global_batch=1) == \
+        pytest.approx(2 * dv, rel=1e-9)
     # Megatron's distributed optimizer and ZeRO-3 outside FSDP2 keep no root
     assert other(big, kernels="te") == pytest.approx(other(LLAMA8, kernels="te"), rel=1e-12)
 

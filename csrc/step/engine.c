@@ -1439,7 +1439,11 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                                                     : st->b + st->w;
                 /* ZeRO-3 gathers the weights before the forward, and again before
                  * the backward when they were resharded after the forward */
-                int gather = p->zero >= 3 && v->replicas &&
+                /* FSDP2 also on a shard group of one (no wire, its copies),
+                 * outside torch's pipelining, whose accumulation a group of
+                 * one is not priced with */
+                int fsdp2 = p->kernels != HPGO_KS_TE && !accum;
+                int gather = p->zero >= 3 && (v->replicas || fsdp2) &&
                              (op.kind == HPGO_OP_F ||
                               (op.kind != HPGO_OP_W && p->reshard_after_forward));
                 /* without resharding after forward, torch's pipelining also
@@ -1468,7 +1472,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                          * beside them: on one H100 the copies of FSDP2 on a group
                          * of one cost their full time (profiles/h100-sxm5-
                          * torchtitan-steps.json, titan-fsdp against titan) */
-                        double shards = (double)v->p.dp * (double)v->p.cp;
+                        double shards = (double)hpgo_parplan_shard(&v->p);
                         /* under the float8 all-gather the Float8Linear shards are
                          * cast to fp8 instead (fsdp_pre_all_gather: 4 read, 1
                          * written) */
@@ -1490,7 +1494,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                     double hid = (nb_rs - 1) * t_rs;
                     dur += dp_contention(hid < dur ? hid : dur);
                 }
-                if (per_mb_rs && p->kernels != HPGO_KS_TE &&
+                if (per_mb_scatter(p, 1, P, m) && p->kernels != HPGO_KS_TE &&
                     (op.kind == HPGO_OP_W || op.kind == HPGO_OP_BW)) {
                     /* FSDP2's reduce-scatter copy-in (foreach_reduce: _chunk_cat of
                      * the bf16 gradients into the fp32 reduce_dtype buffer, 2 bytes

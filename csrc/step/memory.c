@@ -111,7 +111,15 @@ void hpgo_memory_breakdown4(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
     out->activations = act;
     double run = 0; /* buffers the framework allocates while it runs */
     int64_t m = hpgo_parplan_microbatches(p);
-    if (p->zero >= 3 && d > 1) {
+    /* FSDP2 on a shard group of one (dp x cp = 1, or shard_size 1; what
+     * torchtitan runs without sharding, as it wraps every model in
+     * fully_shard) still copies its fp32 shard into a 16-bit all-gather
+     * buffer and out into unsharded parameters, and reduces the gradients
+     * through its fp32 buffers: the same buffers as a sharded group
+     * (profiles/h100-sxm5-torchtitan-steps.json: titan-fsdp allocated what
+     * the plain step did, 2 B a parameter of model states fewer) */
+    int fsdp2 = p->kernels != HPGO_KS_TE && precision != HPGO_PREC_FP32;
+    if (p->zero >= 3 && (d > 1 || fsdp2)) {
         double layer = max_layer_params;
         if (p->reshard_after_forward)
             run += 3 * layer * wgather;
