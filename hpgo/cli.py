@@ -467,6 +467,12 @@ def add_simulate_subcommand(sub: Any) -> argparse.ArgumentParser:
                    help="activation recomputation (default none; selective-op: torchtitan's "
                         "op-level checkpointing)")
     t.add_argument("--zero", type=int, metavar="STAGE", help="ZeRO stage 0-3 (default 0)")
+    t.add_argument("--shard-size", type=int, metavar="K",
+                   help="shard the ZeRO states in groups of K replicas, replicated across "
+                        "the groups (hybrid sharding; default: over all of dp x cp)")
+    t.add_argument("--reshard-after-forward", choices=("yes", "no"),
+                   help="ZeRO 3: free the gathered weights after the forward (yes, the "
+                        "default) or keep them to the backward")
     t.add_argument("--sequence-parallel", action="store_true",
                    help="sequence parallelism (with tp > 1)")
     from .parallel import (ATTENTIONS, CP_COMMS, CROSS_ENTROPIES, FP8_RECIPES, KERNEL_SETS,
@@ -565,7 +571,8 @@ def _is_parallel_plan_file(path: str) -> bool:
 
 
 _STEP_FLAGS = ("model", "hf_config", "cluster", "gpu", "cp", "ep", "vp", "micro_batch",
-               "global_batch", "recompute", "zero", "precision", "seq", "memory_headroom",
+               "global_batch", "recompute", "zero", "shard_size", "reshard_after_forward",
+               "precision", "seq", "memory_headroom",
                "tokens", "price", "memory_snapshot", "memory_plot", "kernels", "tp_overlap",
                "cp_comm", "attention", "optimizer", "cross_entropy", "fp8_recipe")
 
@@ -599,8 +606,10 @@ def _model_of_plan(plan: Any, args: Any) -> Any:
 
 
 def _stack_flags(args: Any) -> tuple:
-    """The training-stack flags as (ParallelPlan field, value) pairs."""
-    return (("kernels", args.kernels), ("tp_overlap", args.tp_overlap),
+    """The training-stack and sharding flags as (ParallelPlan field, value) pairs."""
+    rs = getattr(args, "reshard_after_forward", None)
+    return (("shard_size", getattr(args, "shard_size", None)),
+            ("reshard_after_forward", None if rs is None else rs == "yes"),("kernels", args.kernels), ("tp_overlap", args.tp_overlap),
             ("cp_comm", args.cp_comm), ("attention", args.attention),
             ("optimizer_impl", args.optimizer), ("cross_entropy", args.cross_entropy),
             ("fp8_recipe", args.fp8_recipe))

@@ -312,6 +312,10 @@ def torchtitan_config(plan: Any, model: Any, *, precision: str = "bf16",
     torchtitan's own configuration of the model and setting the plan."""
     if not name.isidentifier():
         raise ValueError(f"name must be a Python identifier, got {name!r}")
+    # the plan as torchtitan runs it and simulate(framework="torchtitan")
+    # prices it: its defaults (FSDP2, torch.compile, its resharding policy and
+    # float8 recipe) where the plan leaves ParallelPlan's
+    plan = _fw.apply_fp8_recipe("torchtitan", _fw.apply_defaults("torchtitan", plan), precision)
     _fw.check("torchtitan", plan, model if isinstance(model, Transformer) else None, precision)
     family, flavor, base = _titan_model(model)
     fsdp = plan.zero == 3
@@ -340,10 +344,9 @@ def torchtitan_config(plan: Any, model: Any, *, precision: str = "bf16",
     elif plan.recompute == "selective-op":
         lines.append("from torchtitan.distributed.activation_checkpoint import SelectiveAC")
     lines += ["", "", f"def {name}():", f"    config = {base}()"]
-    # the float8 recipe as simulate(framework="torchtitan") prices it
-    # (frameworks.apply_fp8_recipe: rowwise, Float8LinearConverter's default)
-    recipe = _fw.apply_fp8_recipe("torchtitan", _fw.apply_defaults("torchtitan", plan),
-                                  precision).fp8_recipe
+    # the float8 recipe (frameworks.apply_fp8_recipe: rowwise for a plan left at
+    # the tensorwise default, Float8LinearConverter's default)
+    recipe = plan.fp8_recipe
     conv = (f"[Float8LinearConverter.Config(recipe_name={recipe!r}, filter_fqns=['lm_head'], "
             f"model_compile_enabled={plan.kernels != 'eager'})]" if precision == "fp8" else "None")
     lines.append(f'    config.model_spec = model_registry("{flavor}", converters={conv})')
@@ -360,8 +363,8 @@ def torchtitan_config(plan: Any, model: Any, *, precision: str = "bf16",
     }
     # the plan's resharding where torchtitan's "default" policy (reshard unless
     # pipelined, distributed/fsdp.py) would do otherwise; a plan at
-    # ParallelPlan's default gets torchtitan's, as simulate(framework=) prices it
-    rs = _fw.apply_defaults("torchtitan", plan).reshard_after_forward
+    # ParallelPlan's default has torchtitan's (above)
+    rs = plan.reshard_after_forward
     if fsdp and rs != (not pipelined):
         par["fsdp_reshard_after_forward"] = "always" if rs else "never"
     if pipelined:

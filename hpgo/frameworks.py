@@ -63,6 +63,8 @@ class Framework:
     # stage and precision where the plan leaves ParallelPlan's default
     # (None: the plan's own)
     gradient_path: Callable[[int, str], str] | None = None
+    # what to do instead of a ZeRO stage it does not run (appended to the refusal)
+    zero_hint: str = ""
     # torchao's float8 recipe it runs fp8 plans on (ParallelPlan's
     # fp8_recipe; None: the plan's own)
     fp8_recipe: str | None = None
@@ -203,9 +205,15 @@ TORCHTITAN = Framework(
     # ZBVZeroBubble (multi-stage).  hpgo's zb-h1 is single-stage: PyTorch
     # has only the multi-stage (interleaved) zero-bubble schedule.
     schedules=("gpipe", "1f1b", "interleaved-1f1b", "zb-v"),
-    # data_parallel_replicate_degree (DDP, zero 0) or
-    # data_parallel_shard_degree (FSDP2, zero 3); no optimizer-only sharding
-    zero=(0, 3),
+    # FSDP2 always: models/*/parallelize.py calls apply_fsdp_to_decoder at
+    # any shard degree ("with shard_degree=1 it is a no-op for the all-gather
+    # but still installs the MixedPrecisionPolicy"), so data_parallel_shard_degree
+    # x cp shards and data_parallel_replicate_degree replicates (HSDP); no
+    # optimizer-only sharding
+    zero=(3,),
+    zero_hint="torchtitan wraps every model in FSDP2 (models/llama3/parallelize.py "
+              "apply_fsdp_to_decoder at any shard degree); to replicate instead of "
+              "sharding, give zero=3 with shard_size=cp (data_parallel_shard_degree 1)",
     # FullAC, and SelectiveAC: chosen ops' outputs saved (every other
     # matmul, the attention), hpgo's "selective-op"; not the attention-core
     # recomputation hpgo's "selective" prices
@@ -248,8 +256,10 @@ TORCHTITAN = Framework(
         Rule("the expert-parallel group borrows from the sharded data-parallel, context and "
              "tensor ranks", f"{_TT} torchtitan/config/configs.py ParallelismConfig."
              "expert_parallel_degree: 'dp_shard * cp * tp == efsdp * ep'",
+             # dp_shard x cp is the FSDP group: every dp x cp rank, or the
+             # hybrid group of shard_size (dp_shard = shard_size / cp)
              lambda p, m, pr: p.ep > 1 and
-             ((p.dp if p.zero == 3 else 1) * p.cp * p.tp) % p.ep != 0),
+             ((p.shard_size or p.dp * p.cp) if p.zero == 3 else p.cp) * p.tp % p.ep != 0),
         Rule("the expert-parallel group is the innermost mesh dimension",
              f"{_TT} torchtitan/distributed/parallel_dims.py: ep last in the sparse mesh",
              lambda p, m, pr: p.ep > 1 and p.ep_placement != "inner"),
@@ -279,6 +289,8 @@ TORCHTITAN = Framework(
              lambda p, m, pr: getattr(p, "fp8_all_gather", False)),
     ),
     defaults={
+        # data_parallel_shard_degree -1 (every rank left over shards)
+        "zero": 3,
         # the export turns torch.compile on ([compile] enable)
         "kernels": "compile",
         # compile.enable_async_tensor_parallel default False
@@ -457,7 +469,8 @@ def problems(framework: Any, plan: Any, model: Any = None,
                    f"(offered: {', '.join(fw.schedules)})")
     if plan.zero not in fw.zero:
         out.append(f"zero={plan.zero} is not offered by {fw.title} (offered: "
-                   f"{', '.join(map(str, fw.zero))})")
+                   f"{', '.join(map(str, fw.zero))})" + (f": {fw.zero_hint}" if fw.zero_hint
+                                                         else ""))
     if plan.recompute not in fw.recompute:
         out.append(f"recompute={plan.recompute!r} is not offered by {fw.title}")
     if precision not in fw.precisions:
@@ -495,10 +508,24 @@ def apply_defaults(framework: Any, plan: Any) -> Any:
     """``plan`` with the framework's runtime defaults set on the fields the
     ParallelPlan has and leaves at ParallelPlan's own default (a value the
     plan states is kept; :func:`runtime_defaults` lists every field)."""
+    fw = get(framework)
+    if fw is None:
+        return plan
     unset = {f.name: f.default for f in dataclasses.fields(plan)}
-    changes = {k: v for k, v in runtime_defaults(framework, plan).items()
-               if k in unset and getattr(plan, k) == unset[k] and v != unset[k]}
-    return plan.with_(**changes) if changes else plan
+    # the fixed values first, then those that depend on the plan, on the plan
+    # with the fixed ones set (torchtitan's resharding policy reads the ZeRO
+    # stage its default sets)
+    for dependent in (False, True):
+        changes = {}
+        for k, v in fw.defaults.items():
+            if callable(v) != dependent or k not in unset or getattr(plan, k) != unset[k]:
+                continue
+            value = v(plan) if dependent else v
+            if value != unset[k]:
+                changes[k] = value
+        if changes:
+            plan = plan.with_(**changes)
+    return plan
 
 
 def apply_gradient_path(framework: Any, plan: Any, precision: str) -> Any:
@@ -521,8 +548,9 @@ def apply_fp8_recipe(framework: Any, plan: Any, precision: str) -> Any:
     fw = get(framework)
     default = next((f.default for f in dataclasses.fields(plan) if f.name == "fp8_recipe"), None)
     if fw is None or fw.fp8_recipe is None or precision != "fp8" or default is None or \
-            plan.fp8_recipe != default or fw.fp8_recipe == default:
-        return plan
+            plan.fp8_recipe != default or fw.fp8_recipe == default or \
+            getattr(plan, "fp8_all_gather", False) or plan.kernels == "te":
+        return plan  # (a float8 all-gather or Transformer Engine: the rules refuse them)
     return plan.with_(fp8_recipe=fw.fp8_recipe)
 
 

@@ -1472,10 +1472,12 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     overhead_bytes = _overhead_bytes(overhead_bytes)
     if framework is not None:
         from . import frameworks as _frameworks
+        # the plan as the framework runs it (its defaults where the plan leaves
+        # ParallelPlan's), then its rules
         plan = _frameworks.apply_gradient_path(framework, plan, precision)
-        _frameworks.check(framework, plan, m if isinstance(m, Transformer) else None, precision)
         plan = _frameworks.apply_fp8_recipe(framework, _frameworks.apply_defaults(framework, plan),
                                             precision)
+        _frameworks.check(framework, plan, m if isinstance(m, Transformer) else None, precision)
     d = _core._step_simulate(m._tuple(PRECISIONS[precision]), _headroom_cluster(c, room)._tuple(),
                              plan._tuple(c), timeline, overhead_bytes)
     # each device's memory against its own GPU type's (a stage on a part of a

@@ -75,7 +75,7 @@ def test_every_rule_cites_its_source():
         assert set(fw.defaults) <= {"kernels", "tp_overlap", "cp_comm", "reshard_after_forward",
                                     "shard_size", "overlap_grad_reduce", "recompute_method",
                                     "recompute_layers", "offload_optimizer",
-                                    "offload_activations"}
+                                    "offload_activations", "zero"}
         assert fw.defaults["kernels"] in ("te", "compile", "eager")
         assert fw.defaults["cp_comm"] in ("p2p", "all_gather", "a2a")
 
@@ -116,8 +116,8 @@ P = hpgo.ParallelPlan
                      schedule="interleaved-1f1b"), "llama3-8b", "bf16", "number_of_rounds"),
     ("torchtitan", P(global_batch=64, tp=2, dp=4, ep=2, zero=3, sequence_parallel=True),
      "qwen3-30b-a3b", "bf16", "efsdp"),
-    ("torchtitan", P(global_batch=64, dp=8, ep=8), "qwen3-30b-a3b", "bf16",
-     "dp_shard * cp * tp == efsdp * ep"),
+    ("torchtitan", P(global_batch=64, dp=8, ep=8, zero=3, shard_size=1), "qwen3-30b-a3b",
+     "bf16", "dp_shard * cp * tp == efsdp * ep"),
     ("torchtitan", P(global_batch=64, dp=8, ep=8, zero=3, ep_placement="outer"),
      "qwen3-30b-a3b", "bf16", "sparse mesh"),
     ("torchtitan", P(global_batch=64, dp=8, ep=8, zero=3, moe_dispatcher="deepep"),
@@ -170,7 +170,7 @@ def test_runtime_defaults_follow_the_plan_where_the_framework_does():
     assert F.apply_defaults("megatron", p) == p
     # the training stack is a ParallelPlan field: torchtitan's is set
     assert F.apply_defaults("torchtitan", P(global_batch=8, dp=8)) == \
-        P(global_batch=8, dp=8, kernels="compile", cp_comm="all_gather")
+        P(global_batch=8, dp=8, kernels="compile", cp_comm="all_gather", zero=3)
     with pytest.raises(ValueError, match="framework must be one of"):
         F.get("nemo")
 
@@ -742,6 +742,40 @@ def test_resharding_after_forward_is_exported():
         piped.with_(reshard_after_forward=False).torchtitan_config(m)
     r = hpgo.simulate(m, "dgx-h100", piped, framework="torchtitan", timeline=False)
     assert r.plan.reshard_after_forward is False
+
+
+def test_torchtitan_runs_every_plan_on_fsdp2(capsys):
+    """torchtitan 0.3 wraps every model in FSDP2: a plan left at ZeRO 0 runs
+    (and is simulated and exported) as its default full sharding, another
+    stage is refused with the way to replicate (zero=3, shard_size=cp), and
+    a replicated plan is FSDP2 over shard groups of one: 16 B a parameter
+    of model states, exported with data_parallel_shard_degree 1."""
+    from hpgo import cli
+    m = hpgo.transformer("llama3-70b")
+    c = hpgo.Cluster.preset("dgx-h100", nodes=8)
+    p = P(global_batch=64, dp=64, recompute="full")
+    r = hpgo.simulate(m, c, p, framework="torchtitan", timeline=False)
+    assert (r.plan.zero, r.plan.kernels) == (3, "compile")
+    assert "data_parallel_shard_degree=64" in p.torchtitan_config(m)
+    with pytest.raises(ValueError, match="shard_size=cp"):
+        hpgo.simulate(m, c, p.with_(zero=1), framework="torchtitan", timeline=False)
+    with pytest.raises(ValueError, match="zero"):
+        hpgo.autoplan(m, c, 64, zero=0, framework="torchtitan")
+    rep = p.with_(zero=3, shard_size=1, tp=8, dp=8, sequence_parallel=True)
+    rr = hpgo.simulate(m, c, rep, framework="torchtitan", timeline=False)
+    assert rr.memory[0].weights + rr.memory[0].gradients + rr.memory[0].optimizer == \
+        pytest.approx(16 * m.parameters / 8, rel=0.01)
+    text = rep.torchtitan_config(m)
+    assert "data_parallel_shard_degree=1" in text and "data_parallel_replicate_degree=8" in text
+    # the command line: --shard-size and --reshard-after-forward
+    args = ["simulate", "--model", "llama3-70b", "--cluster", "dgx-h100", "--nodes", "8",
+            "--tp", "8", "--dp", "8", "--sequence-parallel", "--global-batch", "64",
+            "--recompute", "full", "--zero", "3", "--json"]
+    assert cli.main(args + ["--shard-size", "1", "--reshard-after-forward", "no"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["plan"]["shard_size"], d["plan"]["reshard_after_forward"]) == (1, False)
+    assert cli.main(args + ["--shard-size", "3"]) != 0
+    assert "shard_size" in capsys.readouterr().err
 
 
 def test_torchtitan_reads_a_hybrid_sharded_export(tmp_path, monkeypatch):

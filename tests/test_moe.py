@@ -366,9 +366,11 @@ def test_exports_carry_the_expert_layout():
                  "--moe-shared-expert-intermediate-size 2048", "--moe-layer-freq"):
         assert flag in a
     # torchtitan borrows the ep ranks from the FSDP-sharded, cp and tp ranks
+    # (a plan left at ZeRO 0 runs on torchtitan's default full sharding)
     with pytest.raises(ValueError, match="borrows from the sharded"):
-        plan.torchtitan_config(m)
+        plan.with_(zero=3, shard_size=1).torchtitan_config(m)
     assert "expert_parallel_degree=64" in plan.with_(zero=3).torchtitan_config(m)
+    assert plan.torchtitan_config(m) == plan.with_(zero=3).torchtitan_config(m)
     assert "ep=64 etp=1" in plan.describe()
     assert hpgo.ParallelPlan.from_dict(plan.to_dict()) == plan
 
