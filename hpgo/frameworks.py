@@ -607,8 +607,9 @@ def refuse_fixed(framework: Any, fixed: Mapping[str, Any], precision: str) -> No
                          ("recompute", fw.recompute)):
         v = fixed.get(key)
         if v is not None and v not in offered:
+            hint = f": {fw.zero_hint}" if key == "zero" and fw.zero_hint else ""
             raise ValueError(f"{key}={v!r} is not offered by {fw.title} (offered: "
-                             f"{', '.join(map(str, offered))})")
+                             f"{', '.join(map(str, offered))}){hint}")
     if precision not in fw.precisions:
         raise ValueError(f"precision {precision!r} is not offered by {fw.title} (offered: "
                          f"{', '.join(fw.precisions)})")
