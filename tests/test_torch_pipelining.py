@@ -4,6 +4,8 @@ gathered once a step, the fp32 gradient accumulation after every
 micro-batch's backward, the reduce-scatter after the stage's last
 backward, one chunk's accumulation buffer at a time where the schedule
 allows, and the buffers a pipeline stage keeps."""
+import dataclasses
+
 import pytest
 
 import hpgo
@@ -63,6 +65,35 @@ def test_gradients_accumulate_in_fp32_after_every_backward():
     b = passes(r, 0, "backward")
     assert all(b[mb] == pytest.approx(st["backward_input"] + st["backward_weight"], rel=1e-12)
                for mb in b)
+
+
+def test_a_shard_group_of_one_accumulates_and_copies_as_fsdp2():
+    """FSDP2 over a shard group of one under torch's pipelining (what
+    torchtitan runs to replicate: zero 3 with shard_size 1) copies its fp32
+    shard out once a step (no resharding: 4 + 6 B a parameter) and
+    accumulates the fp32 gradients after every backward (6 B, then 10 B),
+    as a sharded group does, over no wire: a replica's compute is that of
+    one pipeline alone, and FSDP2's share of it is exactly those passes
+    above the plain plan's."""
+    m = dataclasses.replace(LLAMA8, layers=8)
+
+    def run(**kw):
+        base = dict(pp=2, micro_batch=1, kernels="compile", recompute="full",
+                    reshard_after_forward=False)
+        base.update(kw)
+        return hpgo.simulate(m, H100, hpgo.ParallelPlan(**base), timeline=False)
+    group = run(dp=4, global_batch=32, zero=3, shard_size=1)
+    alone = run(dp=1, global_batch=8, zero=3)
+    plain = run(dp=1, global_batch=8, zero=0, reshard_after_forward=True)
+    for d in range(2):
+        p = alone.devices[d]["params"]
+        fsdp2 = H100.kernel_time(0, 10 * p) + H100.kernel_time(0, 6 * p) + \
+            7 * H100.kernel_time(0, 10 * p)
+        assert group.devices[d]["busy"] == pytest.approx(alone.devices[d]["busy"], rel=1e-12)
+        assert alone.devices[d]["busy"] - plain.devices[d]["busy"] == \
+            pytest.approx(fsdp2, rel=1e-6)
+        # and its last reduce (foreach_reduce's copies) follows the compute
+        assert alone.devices[d]["sync_end"] > alone.devices[d]["compute_end"]
 
 
 def test_reduce_scatter_starts_after_the_stages_last_backward():

@@ -1439,10 +1439,10 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                                                     : st->b + st->w;
                 /* ZeRO-3 gathers the weights before the forward, and again before
                  * the backward when they were resharded after the forward */
-                /* FSDP2 also on a shard group of one (no wire, its copies),
-                 * outside torch's pipelining, whose accumulation a group of
-                 * one is not priced with */
-                int fsdp2 = p->kernels != HPGO_KS_TE && !accum;
+                /* FSDP2 also on a shard group of one (no wire, its copies;
+                 * under torch's pipelining its accumulation and last reduce
+                 * too, below) */
+                int fsdp2 = p->kernels != HPGO_KS_TE;
                 int gather = p->zero >= 3 && (v->replicas || fsdp2) &&
                              (op.kind == HPGO_OP_F ||
                               (op.kind != HPGO_OP_W && p->reshard_after_forward));
@@ -1503,7 +1503,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                     dur += hpgo_gpu_op_time(&v->c->gpu, HPGO_DT_BF16, HPGO_OP_VECTOR, 0,
                                             6 * st->params) / v->speed;
                 }
-                if (accum && v->replicas && (op.kind == HPGO_OP_W || op.kind == HPGO_OP_BW))
+                if (accum && (op.kind == HPGO_OP_W || op.kind == HPGO_OP_BW))
                     dur += fsdp2_accum_time(v, st->params, s->wdone[op.chunk] == 0);
                 if (p->offload_activations > 0 && op.kind != HPGO_OP_W) {
                     double mv = p->offload_activations * st->act /
@@ -1659,7 +1659,9 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
             }
             if (s->dp_free > sync)
                 sync = s->dp_free;
-        } else if (v->replicas) {
+        } else if (v->replicas || accum) {
+            /* (a shard group of one under torch's pipelining: foreach_reduce's
+             * copies after the last backward, no wire) */
             int op_sync = sync_collective(p);
             /* chunks in the order their gradients complete */
             for (int32_t ch = 0; ch < V; ch++)
