@@ -634,8 +634,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     # the caller left autoplan's defaults (_framework_options, apply_fp8_recipe)
     stack_kernels = fw.defaults["kernels"] if fw is not None and kernels == "te" and \
         isinstance(fw.defaults.get("kernels"), str) else kernels
-    recipe = fw.fp8_recipe if fw is not None and fw.fp8_recipe and precision == "fp8" and \
-        fp8_recipe == "tensorwise" else fp8_recipe
+    recipe = _frameworks.fp8_recipe_of(fw, precision, fp8_recipe, stack_kernels)
     if recipe != "tensorwise" and stack_kernels == "te":
         raise ValueError(f"fp8_recipe={recipe!r} (torchao's rowwise float8 recipe) needs a "
                          "PyTorch kernel set: kernels='compile' or 'eager'")

@@ -605,11 +605,12 @@ def _model_of_plan(plan: Any, args: Any) -> Any:
                    "with --model or --hf-config")
 
 
-def _stack_flags(args: Any) -> tuple:
+def _plan_flags(args: Any) -> tuple:
     """The training-stack and sharding flags as (ParallelPlan field, value) pairs."""
-    rs = getattr(args, "reshard_after_forward", None)
-    return (("shard_size", getattr(args, "shard_size", None)),
-            ("reshard_after_forward", None if rs is None else rs == "yes"),("kernels", args.kernels), ("tp_overlap", args.tp_overlap),
+    rs = args.reshard_after_forward
+    return (("shard_size", args.shard_size),
+            ("reshard_after_forward", None if rs is None else rs == "yes"),
+            ("kernels", args.kernels), ("tp_overlap", args.tp_overlap),
             ("cp_comm", args.cp_comm), ("attention", args.attention),
             ("optimizer_impl", args.optimizer), ("cross_entropy", args.cross_entropy),
             ("fp8_recipe", args.fp8_recipe))
@@ -641,7 +642,7 @@ def run_simulate_step(args: Any, out: TextIO) -> int:
                                      ("micro_batch", args.micro_batch),
                                      ("global_batch", args.global_batch),
                                      ("schedule", args.schedule), ("recompute", args.recompute),
-                                     ("zero", args.zero)) + _stack_flags(args) if v is not None}
+                                     ("zero", args.zero)) + _plan_flags(args) if v is not None}
         if args.sequence_parallel:
             changes["sequence_parallel"] = True
         if changes:
@@ -658,7 +659,7 @@ def run_simulate_step(args: Any, out: TextIO) -> int:
                                  recompute=args.recompute or "none",
                                  sequence_parallel=bool(args.sequence_parallel),
                                  zero=args.zero or 0,
-                                 **{k: v for k, v in _stack_flags(args) if v is not None})
+                                 **{k: v for k, v in _plan_flags(args) if v is not None})
     cluster = cluster_from_args(args)
     if plan.gpus > cluster.gpus:
         raise CliError(f"the plan uses {plan.gpus} GPUs (tp x cp x pp x dp), the cluster has "

@@ -344,10 +344,10 @@ def torchtitan_config(plan: Any, model: Any, *, precision: str = "bf16",
     elif plan.recompute == "selective-op":
         lines.append("from torchtitan.distributed.activation_checkpoint import SelectiveAC")
     lines += ["", "", f"def {name}():", f"    config = {base}()"]
-    # the float8 recipe (frameworks.apply_fp8_recipe: rowwise for a plan left at
-    # the tensorwise default, Float8LinearConverter's default)
-    recipe = plan.fp8_recipe
-    conv = (f"[Float8LinearConverter.Config(recipe_name={recipe!r}, filter_fqns=['lm_head'], "
+    # the float8 recipe (frameworks.apply_fp8_recipe above: rowwise for a plan
+    # left at the tensorwise default, Float8LinearConverter's default)
+    conv = (f"[Float8LinearConverter.Config(recipe_name={plan.fp8_recipe!r}, "
+            "filter_fqns=['lm_head'], "
             f"model_compile_enabled={plan.kernels != 'eager'})]" if precision == "fp8" else "None")
     lines.append(f'    config.model_spec = model_registry("{flavor}", converters={conv})')
     par = {

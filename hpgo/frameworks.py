@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 __all__ = ["Framework", "Rule", "FRAMEWORKS", "get", "problems", "check", "apply_defaults",
-           "apply_gradient_path", "gradient_path_of", "apply_fp8_recipe", "hybrid_sharded",
-           "runtime_defaults",
-           "search_spaces", "refuse_fixed"]
+           "apply_gradient_path", "gradient_path_of", "apply_fp8_recipe", "fp8_recipe_of",
+           "hybrid_sharded", "runtime_defaults", "search_spaces", "refuse_fixed"]
 
 
 @dataclass(frozen=True)
@@ -545,13 +544,25 @@ def apply_fp8_recipe(framework: Any, plan: Any, precision: str) -> Any:
     torchao's rowwise) where the precision is fp8 and the plan leaves
     ParallelPlan's default ``fp8_recipe``; call it after
     :func:`apply_defaults` (the recipe needs the framework's kernel set)."""
-    fw = get(framework)
     default = next((f.default for f in dataclasses.fields(plan) if f.name == "fp8_recipe"), None)
-    if fw is None or fw.fp8_recipe is None or precision != "fp8" or default is None or \
-            plan.fp8_recipe != default or fw.fp8_recipe == default or \
-            getattr(plan, "fp8_all_gather", False) or plan.kernels == "te":
-        return plan  # (a float8 all-gather or Transformer Engine: the rules refuse them)
-    return plan.with_(fp8_recipe=fw.fp8_recipe)
+    if default is None:
+        return plan
+    recipe = fp8_recipe_of(framework, precision, plan.fp8_recipe, plan.kernels,
+                           getattr(plan, "fp8_all_gather", False), default)
+    return plan if recipe == plan.fp8_recipe else plan.with_(fp8_recipe=recipe)
+
+
+def fp8_recipe_of(framework: Any, precision: str, recipe: str, kernels: str,
+                  fp8_all_gather: bool = False, default: str = "tensorwise") -> str:
+    """The float8 recipe a plan with ``recipe`` on ``kernels`` is priced on
+    for ``framework``: the framework's own where the precision is fp8 and
+    ``recipe`` is ParallelPlan's ``default``, else it (also under a float8
+    all-gather or Transformer Engine, which the rules refuse)."""
+    fw = get(framework)
+    if fw is None or fw.fp8_recipe is None or precision != "fp8" or recipe != default or \
+            fp8_all_gather or kernels == "te":
+        return recipe
+    return fw.fp8_recipe
 
 
 def gradient_path_of(framework: Any, zero: int, precision: str, optimizer_impl: str) -> str:

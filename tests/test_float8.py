@@ -98,25 +98,33 @@ def test_float8_all_gather_halves_the_gathered_buffers():
         sim(m, p4, c=c).iteration_time
 
 
+def _tp8_forward(gathered, all_reduces, **plan):
+    """The forward's tensor-parallel seconds per layer of Llama 3 70B at TP 8
+    in fp8 (full recomputation, a middle pipeline stage), and what two
+    gathers of `gathered` bytes an element, two 16-bit reduce-scatters with
+    their batch-first copies and `all_reduces` one-element all-reduces cost."""
+    m = hpgo.transformer("llama3-70b")
+    c = hpgo.Cluster.preset("dgx-h100", nodes=8)
+    p = hpgo.ParallelPlan(tp=8, pp=8, global_batch=8, sequence_parallel=True,
+                          kernels="compile", recompute="full", **plan)
+    st = sim(m, p, c=c).stages[1]
+    x = 2 * m.seq * m.hidden
+    ag = c.collective_time("all_gather", 8, x * gathered / 2)
+    rs = c.collective_time("reduce_scatter", 8, x)
+    ar = c.collective_time("all_reduce", 8, 4)
+    copy = c.kernel_time(0, 2 * x, kind="vector") + 1e-6
+    return st["tp_forward"] / st["layers"], 2 * (ag + rs + copy) + all_reduces * ar
+
+
 def test_float8_tensor_parallel_gathers_in_fp8():
     """Float8ColwiseParallel and Float8RowwiseParallel cast before they
     gather: the forward input and the backward output gradient cross tp in
     1 B; reduce-scatters stay 16-bit; each amax of a sharded DTensor is
     all-reduced (4 in the forward)."""
-    m = hpgo.transformer("llama3-70b")
-    c = hpgo.Cluster.preset("dgx-h100", nodes=8)
-    p = hpgo.ParallelPlan(tp=8, pp=8, global_batch=8, sequence_parallel=True,
-                          kernels="compile", recompute="full")
-    st = sim(m, p, c=c).stages[1]
-    x = 2 * m.seq * m.hidden
-    ag = c.collective_time("all_gather", 8, x / 2)
-    rs = c.collective_time("reduce_scatter", 8, x)
-    ar = c.collective_time("all_reduce", 8, 4)
     # forward: 2 gathers, 2 scatters (each after copying its batch-first input's
     # chunks: test_stacks.py), 4 input amaxes and 7 weight amaxes
-    copy = c.kernel_time(0, 2 * x, kind="vector") + 1e-6
-    assert st["tp_forward"] / st["layers"] == pytest.approx(2 * (ag + rs + copy) + 11 * ar,
-                                                            rel=1e-9)
+    got, want = _tp8_forward(gathered=1, all_reduces=11)
+    assert got == pytest.approx(want, rel=1e-9)
 
 
 def test_fp8_all_gather_field_checks_and_round_trip():
@@ -261,18 +269,8 @@ def test_rowwise_recipe_gathers_tensor_parallel_inputs_in_16_bits():
     """torchtitan 0.3 has no float8 tensor-parallel classes: the forward's
     all-gathers move 16-bit activations, and the two row-parallel weights'
     row maxima are all-reduced over tp."""
-    m = hpgo.transformer("llama3-70b")
-    c = hpgo.Cluster.preset("dgx-h100", nodes=8)
-    p = hpgo.ParallelPlan(tp=8, pp=8, global_batch=8, sequence_parallel=True,
-                          kernels="compile", recompute="full", fp8_recipe="rowwise")
-    st = sim(m, p, c=c).stages[1]
-    x = 2 * m.seq * m.hidden
-    ag = c.collective_time("all_gather", 8, x)
-    rs = c.collective_time("reduce_scatter", 8, x)
-    ar = c.collective_time("all_reduce", 8, 4)
-    copy = c.kernel_time(0, 2 * x, kind="vector") + 1e-6
-    assert st["tp_forward"] / st["layers"] == pytest.approx(2 * (ag + rs + copy) + 2 * ar,
-                                                            rel=1e-9)
+    got, want = _tp8_forward(gathered=2, all_reduces=2, fp8_recipe="rowwise")
+    assert got == pytest.approx(want, rel=1e-9)
 
 
 def test_rowwise_with_gw_hp_runs_the_weight_gradient_in_16_bits():

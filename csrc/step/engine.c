@@ -1393,6 +1393,13 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
      * December 2024 nightly torchtitan's benchmarks ran) */
     int tpipe = hpgo_step_torch_pipeline(p);
     int accum = tpipe && hpgo_step_fsdp_accumulates(p, m);
+    /* FSDP2 (a PyTorch kernel set) gathers also on a shard group of one:
+     * no wire, its copies (under torch's pipelining its accumulation and
+     * last reduce too, below) */
+    int fsdp2 = p->kernels != HPGO_KS_TE;
+    /* ... and copies each micro-batch's gradients into its reduce buffer
+     * wherever it scatters them per micro-batch (a group of one too) */
+    int fsdp2_rs_copy = fsdp2 && per_mb_scatter(p, 1, P, m);
     int lock = 0;
     if (tpipe && p->schedule == HPGO_PS_INTERLEAVED && !e.uneven && P > 1) {
         if ((lock = lock_build(&L, P, V, ops, n_ops, cap)) == HPGO_E_NOMEM) {
@@ -1439,10 +1446,6 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                                                     : st->b + st->w;
                 /* ZeRO-3 gathers the weights before the forward, and again before
                  * the backward when they were resharded after the forward */
-                /* FSDP2 also on a shard group of one (no wire, its copies;
-                 * under torch's pipelining its accumulation and last reduce
-                 * too, below) */
-                int fsdp2 = p->kernels != HPGO_KS_TE;
                 int gather = p->zero >= 3 && (v->replicas || fsdp2) &&
                              (op.kind == HPGO_OP_F ||
                               (op.kind != HPGO_OP_W && p->reshard_after_forward));
@@ -1465,7 +1468,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                      * compute stream (foreach_all_gather_copy_out,
                      * split_with_sizes_copy): 2 + 2 bytes per gathered parameter */
                     double cbytes = 4 * (st->params - f8); /* fp8 weights: 1 + 1 */
-                    if (p->kernels != HPGO_KS_TE) {
+                    if (fsdp2) {
                         /* FSDP2's copy-in reads the fp32 shard and writes it in
                          * bf16 (6 bytes per shard parameter); on its own stream,
                          * but its elementwise kernels take SMs from the compute
@@ -1494,7 +1497,7 @@ int hpgo_step_simulate(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo
                     double hid = (nb_rs - 1) * t_rs;
                     dur += dp_contention(hid < dur ? hid : dur);
                 }
-                if (per_mb_scatter(p, 1, P, m) && p->kernels != HPGO_KS_TE &&
+                if (fsdp2_rs_copy &&
                     (op.kind == HPGO_OP_W || op.kind == HPGO_OP_BW)) {
                     /* FSDP2's reduce-scatter copy-in (foreach_reduce: _chunk_cat of
                      * the bf16 gradients into the fp32 reduce_dtype buffer, 2 bytes

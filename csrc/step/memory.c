@@ -75,8 +75,9 @@ void hpgo_memory_breakdown4(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
     double wb, gb, ob;
     hpgo_work_state_bytes(precision, p->fp8_params, p->optimizer_impl, &wb, &gb, &ob);
     double wgather = wb; /* bytes of a gathered (unsharded) weight */
-    /* FSDP2 (ZeRO 3 under a PyTorch kernel set, compiled or eager) */
-    if (p->zero >= 3 && p->kernels != HPGO_KS_TE && precision != HPGO_PREC_FP32) {
+    /* FSDP2's mixed precision (a PyTorch kernel set, compiled or eager, below fp32) */
+    int fsdp2 = p->kernels != HPGO_KS_TE && precision != HPGO_PREC_FP32;
+    if (p->zero >= 3 && fsdp2) {
         wb = 4, gb = 4, ob = 8; /* FSDP2: the fp32 parameter is the master */
         wgather = 2;
     }
@@ -118,7 +119,6 @@ void hpgo_memory_breakdown4(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
      * through its fp32 buffers: the same buffers as a sharded group
      * (profiles/h100-sxm5-torchtitan-steps.json: titan-fsdp allocated what
      * the plain step did, 2 B a parameter of model states fewer) */
-    int fsdp2 = p->kernels != HPGO_KS_TE && precision != HPGO_PREC_FP32;
     if (p->zero >= 3 && (d > 1 || fsdp2)) {
         double layer = max_layer_params;
         if (p->reshard_after_forward)

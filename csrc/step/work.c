@@ -1128,6 +1128,16 @@ static void tao_cast(const kctx_t *k, acc_t *a, double n, double hp, int amax)
 /* A copy of n fp8 elements into the other layout (1 B read, 1 written). */
 static void tao_transpose(const kctx_t *k, acc_t *a, double n) { vec(k, a, n, 0, 2 * n); }
 
+/* Where the amax of linear i's output gradient comes from (of n, in
+ * tao_linears' order): wv's from SDPA's backward and w2's from the next
+ * block's graph, a pass of their own, as are wq's and wk's without rotary
+ * embeddings; the others from an Inductor kernel (rotary backward, norm,
+ * activation), fused. */
+static int go_amax(const xshape_t *s, int i, int n)
+{
+    return i == 2 || i == n - 1 || (i < 2 && !s->rope) ? AMAX_PASS : AMAX_FUSED;
+}
+
 /* The weight matrices of a dense block on the rank, torchtitan's order
  * (wq, wk, wv, wo, w1, w3, w2; no w3 for a GeLU MLP), and the elements of
  * each one's input and output on the rank (T: tokens; inputs gathered under
@@ -1244,8 +1254,7 @@ static void tao_row_bwd_casts(const kctx_t *k, acc_t *a, const xshape_t *s, doub
          * fp8 copy is copied into the column-major layout _scaled_mm wants.
          * Every sharded weight's scale is one all-reduce over tp. */
         for (int i = 0; i < n; i++) {
-            int amax = i == 2 || i == n - 1 || (i < 2 && !s->rope) ? AMAX_PASS : AMAX_FUSED;
-            tao_row_cast(k, a, out[i], E, amax == AMAX_FUSED);
+            tao_row_cast(k, a, out[i], E, go_amax(s, i, n) == AMAX_FUSED);
             if (eager) {
                 tao_cast(k, a, w[i], E, AMAX_PASS);
                 tao_transpose(k, a, w[i]);
@@ -1257,8 +1266,7 @@ static void tao_row_bwd_casts(const kctx_t *k, acc_t *a, const xshape_t *s, doub
         return;
     }
     for (int i = 0; i < n; i++) {
-        int amax = i == 2 || i == n - 1 || (i < 2 && !s->rope) ? AMAX_PASS : AMAX_FUSED;
-        tao_row_cast(k, a, out[i], E, amax == AMAX_FUSED);
+        tao_row_cast(k, a, out[i], E, go_amax(s, i, n) == AMAX_FUSED);
         tao_col_cast(k, a, out[i], E);
         tao_col_cast(k, a, w[i], E);
         if (eager) {
@@ -1362,8 +1370,7 @@ static void tao_bwd_casts(const kctx_t *k, acc_t *a, const xshape_t *s, double *
     for (int i = 0; i < n; i++) {
         int row = i == 3 || i == n - 1; /* wo, w2: the output gradient is sequence-split */
         double go = row ? out[i] / (s->sp ? s->t : 1) : out[i];
-        int amax = i == 2 || i == n - 1 || (i < 2 && !s->rope) ? AMAX_PASS : AMAX_FUSED;
-        tao_cast(k, a, go, s->E, amax);
+        tao_cast(k, a, go, s->E, go_amax(s, i, n));
         if (eager) {
             tao_transpose(k, a, w[i]);
             tao_transpose(k, a, out[i]);
