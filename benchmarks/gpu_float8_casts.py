@@ -18,7 +18,19 @@ kernels PyTorch's profiler sees, per call):
   fuse with the kernel producing the tensor);
 - ``eager_dynamic``: the dynamic cast in eager PyTorch (row-major only);
 - GEMMs: bf16 ``mm`` against ``torch._scaled_mm`` (e4m3, per-tensor scales,
-  with and without fast accumulation) on the block's shapes::
+  with and without fast accumulation) on the block's shapes.
+
+With torchao importable, the rowwise recipe's pieces as well, through
+torchao's own ``hp_tensor_to_float8_dynamic`` (axiswise scaling, scales
+rounded down to powers of two, as ``Float8LinearConfig.from_recipe_name(
+"rowwise")`` sets them), compiled: ``row`` (scales along the rows, what the
+forward casts), ``col`` (along the columns, what the backward casts for the
+weight gradient), ``norm_row`` (an RMSNorm followed by the row cast); and
+the GEMMs with one scale per row of each operand, with fast accumulation
+(``fp8_rowwise_fast_accum``, the forward's) and without (``fp8_rowwise``),
+and the per-tensor kernel without fast accumulation followed by the
+multiplication by both operands' row scales (``fp8_rescaled``: what
+torchao's ``addmm_float8_unwrapped`` runs for the backward's rowwise GEMMs)::
 
     python benchmarks/gpu_float8_casts.py -o h100-sxm5-float8-casts.json
 """
@@ -68,6 +80,27 @@ def main(argv=None) -> int:
 
     comp = {f.__name__: torch.compile(f, dynamic=False)
             for f in (dynamic, cast, norm, norm_dynamic)}
+    try:
+        import torchao
+        from torchao.float8.config import ScalingGranularity
+        from torchao.float8.float8_scaling_utils import hp_tensor_to_float8_dynamic
+        from torchao.float8.float8_training_tensor import GemmInputRole, LinearMMConfig
+    except ImportError:
+        torchao = None
+
+    def axiswise(dim):
+        def cast_along(x):
+            y = hp_tensor_to_float8_dynamic(
+                x, F8, LinearMMConfig(), gemm_input_role=GemmInputRole.INPUT,
+                scaling_granularity=ScalingGranularity.AXISWISE, axiswise_dim=dim,
+                round_scales_to_power_of_2=True)
+            return y._data, y._scale
+        return cast_along
+
+    if torchao is not None:
+        comp["row"] = torch.compile(axiswise(-1), dynamic=False)
+        comp["col"] = torch.compile(axiswise(0), dynamic=False)
+        comp["norm_row"] = torch.compile(lambda x, w: axiswise(-1)(norm(x, w)), dynamic=False)
 
     def run(label, fn, *args):
         """Median seconds per call by CUDA events over loops of 5 calls, and
@@ -102,7 +135,7 @@ def main(argv=None) -> int:
     dev = torch.cuda.get_device_properties(0)
     doc = {"format": "hpgo-float8-casts-1", "device": dev.name, "torch": torch.__version__,
            "date": datetime.date.today().isoformat(), "tensors": [],
-           "gemms": []}
+           "gemms": [], "torchao": getattr(torchao, "__version__", None)}
     one = torch.ones((), device="cuda", dtype=torch.float32)
     for name, m, n in TENSORS:
         x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
@@ -114,6 +147,9 @@ def main(argv=None) -> int:
                                ("norm_dynamic", comp["norm_dynamic"], (x, w)),
                                ("eager_dynamic", eager_dynamic, (x,))):
             row[case] = run(case, fn, *args)
+        if torchao is not None:
+            for case, args in (("row", (x,)), ("col", (x,)), ("norm_row", (x, w))):
+                row[case] = run(case, comp[case], *args)
         doc["tensors"].append(row)
     for name, m, k, n in GEMMS:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -125,6 +161,15 @@ def main(argv=None) -> int:
             row["fp8_fast_accum" if fast else "fp8"] = run(name, lambda: torch._scaled_mm(
                 xf, wf.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
                 use_fast_accum=fast))
+        sa = torch.rand(m, 1, device="cuda", dtype=torch.float32) + 0.5
+        sb = torch.rand(1, n, device="cuda", dtype=torch.float32) + 0.5
+        for fast in (True, False):
+            row["fp8_rowwise_fast_accum" if fast else "fp8_rowwise"] = run(
+                name, lambda: torch._scaled_mm(xf, wf.t(), scale_a=sa, scale_b=sb,
+                                               out_dtype=torch.bfloat16, use_fast_accum=fast))
+        row["fp8_rescaled"] = run(name, lambda: torch._scaled_mm(
+            xf, wf.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+            use_fast_accum=False) * sa * sb)
         doc["gemms"].append(row)
     with open(a.output, "w") as f:
         json.dump(doc, f, indent=1)

@@ -110,6 +110,10 @@ def add_profile_subcommand(subparsers) -> argparse.ArgumentParser:
     st.add_argument("--tp-shards", action="store_true",
                     help="also time one tensor-parallel rank's share of torchtitan's TP-8 runs "
                          "(8B, 70B, 405B, 4 layers; --modes '' for these alone)")
+    st.add_argument("--float8", default="",
+                    help="comma-separated torchao float8 recipes (tensorwise, rowwise, "
+                         "rowwise_with_gw_hp) to run the titan and titan-full blocks in as "
+                         "well (needs torchao)")
     p.set_defaults(func=run_profile)
     return p
 
@@ -229,9 +233,17 @@ def _run_step(args) -> int:
         raise _UsageError("--modes is empty: give at least one mode, or --tp-shards")
     if any(m not in step.MODES for m in modes):
         raise _UsageError(f"--modes takes {', '.join(step.MODES)}, got {args.modes!r}")
+    float8 = tuple(r.strip() for r in args.float8.split(",") if r.strip())
+    if any(r not in step.FLOAT8_RECIPES for r in float8):
+        raise _UsageError(f"--float8 takes {', '.join(step.FLOAT8_RECIPES)}, "
+                          f"got {args.float8!r}")
+    if float8 and not any(m in step.FLOAT8_MODES for m in modes):
+        raise _UsageError("--float8 runs the titan and titan-full blocks: add one of them "
+                          "to --modes")
     doc = step.measure(args.output, quick=args.quick, modes=modes, device=args.device,
                        power=args.power, cp_blocks=args.cp_blocks,
-                       long_attention=not args.no_long_attention, tp_shards=args.tp_shards)
+                       long_attention=not args.no_long_attention, tp_shards=args.tp_shards,
+                       float8=float8)
     print(f"{len(doc['samples'])} steps timed on {doc['device']} -> {args.output}")
     return 0
 

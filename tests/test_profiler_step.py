@@ -22,6 +22,15 @@ def test_cli_refuses_no_modes_without_tp_shards(capsys):
     assert "--modes is empty" in capsys.readouterr().err
 
 
+def test_cli_refuses_unknown_float8_recipes_and_modes_without_them(capsys):
+    assert cli.main(["profile", "step", "-o", "x.json", "--modes", "titan",
+                     "--float8", "rowwise,mxfp8"]) == 2
+    assert "--float8 takes tensorwise, rowwise, rowwise_with_gw_hp" in capsys.readouterr().err
+    assert cli.main(["profile", "step", "-o", "x.json", "--modes", "eager,titan-fsdp",
+                     "--float8", "rowwise"]) == 2
+    assert "add one of them to --modes" in capsys.readouterr().err
+
+
 def test_tp_shards_are_a_ranks_share_of_torchtitans_tp8_runs():
     """Each shard divides the heads, KV heads, FFN and vocabulary of its
     model by 8 at head size 128, and runs in one torchtitan mode."""
@@ -75,6 +84,31 @@ def test_cpu_smoke_run_of_the_torchtitan_modes(tmp_path):
                      power=True)
     with pytest.raises(ValueError, match="modes must be some of"):
         step.measure(str(tmp_path / "p.json"), quick=True, modes=("jit",), device="cpu")
+
+
+def test_cpu_smoke_run_of_torchaos_float8_recipe(tmp_path):
+    """The titan block again with its linears as torchao's Float8Linear
+    (rowwise recipe), on the CPU: the bf16 row first, then the float8 one
+    naming its recipe, linears and torchao version; every row keeps its
+    last loss."""
+    need("torch")
+    need("torchao")
+    import math
+    from hpgo.profiler import step
+    out = tmp_path / "f8.json"
+    doc = step.measure(str(out), quick=True, modes=("titan",), device="cpu",
+                       long_attention=False, float8=("rowwise",))
+    assert json.loads(out.read_text()) == doc
+    bf16, f8 = doc["samples"]
+    assert "float8" not in bf16 and f8["float8"] == "rowwise"
+    assert f8["float8_linears"] == 7 * f8["layers"] and f8["torchao"]
+    assert all(math.isfinite(r["loss"]) for r in doc["samples"])
+    assert "Float8LinearConfig.from_recipe_name" in doc["recipe"]
+    with pytest.raises(ValueError, match="float8 recipes run in the titan or titan-full"):
+        step.measure(str(tmp_path / "x.json"), quick=True, modes=("eager",), device="cpu",
+                     float8=("rowwise",))
+    with pytest.raises(ValueError, match="float8 runs one of"):
+        step.measure_one(step.QUICK[0], 128, 2, "eager", None, float8="rowwise")
 
 
 def _model(s):

@@ -48,13 +48,18 @@ attention makes at 32,768 tokens per rank (the causal diagonal, all local
 queries against half a remote K/V, half the queries against a whole one)
 and the fp32 merge of a block's output, forward and backward.
 ``--tp-shards`` runs one tensor-parallel rank's share of torchtitan's TP-8
-runs (:data:`TP_SHARDS`) in their torchtitan mode.
+runs (:data:`TP_SHARDS`) in their torchtitan mode.  ``--float8 RECIPES``
+runs the ``titan`` and ``titan-full`` blocks again with their linears
+converted by torchao (``convert_to_float8_training`` with
+``Float8LinearConfig.from_recipe_name``: ``tensorwise``, ``rowwise``,
+``rowwise_with_gw_hp``; the output layer stays bf16, as torchtitan leaves
+it), each row naming its recipe and the torchao version.
 
 Recorded per model, sequence and mode (the median of timed steps after
-warm-up): the step's wall time, the forward + backward and optimizer parts,
-the number of GPU kernels one step launches and their summed time
-(``torch.profiler``: wall minus kernel time is what the GPU waits for the
-host), the peak allocated and reserved memory (the caching allocator's
+warm-up): the last timed step's loss, the step's wall time, the forward +
+backward and optimizer parts, the number of GPU kernels one step launches
+and their summed time (``torch.profiler``: wall minus kernel time is what
+the GPU waits for the host), the peak allocated and reserved memory (the caching allocator's
 reserve), the compile time, and on a GPU the 40 costliest kernels by name and
 the GEMMs by operand shapes.
 """
@@ -97,6 +102,10 @@ TP_SHARDS = (
 QUICK_SHARD = (("tiny-shard", 256, 2, 1, 256, 2, 1000, False, ((128, 2),), 64, "titan"),)
 MODES = ("eager", "compile", "titan", "titan-full", "titan-fsdp", "titan-eager")
 TITAN_MODES = ("titan", "titan-full", "titan-fsdp", "titan-eager")
+# torchao's float8 training recipes (Float8LinearRecipeName) and the modes
+# that run them (one GPU, no FSDP: no float8 all-gather to choose)
+FLOAT8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
+FLOAT8_MODES = ("titan", "titan-full")
 
 torch: Any = None
 F: Any = None
@@ -210,11 +219,13 @@ def _sync(device: Any) -> None:
 def _op_sac_context() -> Any:
     """torchtitan's op-level selective checkpointing policy (9dec370,
     ``_apply_ac_to_transformer_block``): save the outputs of the ops on its
-    list except every second ``mm`` of a block call, recompute the rest."""
+    list (``mm``, the SDPA kernels, ``max``) except every second ``mm`` of a
+    block call, recompute the rest."""
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
     aten = torch.ops.aten
+    # the maxima too: the amax a float8 cast scales by (the list's last entry)
     save = {aten.mm.default, aten._scaled_dot_product_efficient_attention.default,
-            aten._scaled_dot_product_flash_attention.default}
+            aten._scaled_dot_product_flash_attention.default, aten.max.default}
     count = {"forward": 0, "recompute": 0}
 
     def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
@@ -256,17 +267,39 @@ def _flash_only(device: Any) -> Any:
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
 
 
+def _to_float8(model: Any, recipe: str) -> tuple:
+    """Swap every linear of the blocks for torchao's ``Float8Linear`` with
+    ``recipe``'s configuration (the output layer stays bf16, as torchtitan's
+    float8 converter leaves it); returns (linears swapped, torchao version)."""
+    try:
+        import torchao
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        from torchao.float8.float8_linear import Float8Linear
+    except ImportError:
+        raise ImportError("--float8 runs torchao's float8 linears: pip install torchao "
+                          "on the GPU machine") from None
+    convert_to_float8_training(model.blocks, config=Float8LinearConfig.from_recipe_name(recipe))
+    n = sum(isinstance(m, Float8Linear) for m in model.blocks.modules())
+    return n, getattr(torchao, "__version__", "")
+
+
 def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps: int = 8,
-                warmup: int = 3, power: Any = None, detail: bool = False) -> dict:
+                warmup: int = 3, power: Any = None, detail: bool = False,
+                float8: str | None = None) -> dict:
     """Time ``steps`` training steps of one model, sequence and mode
-    (``detail``: with its kernel and GEMM tables, :func:`_kernels`)."""
+    (``detail``: with its kernel and GEMM tables, :func:`_kernels`;
+    ``float8``: the blocks' linears run torchao's recipe of that name)."""
     import contextlib
     name, h, a, kv, f, layers, vocab, tied = spec[:8]
     d = spec[9] if len(spec) > 9 else h // a
+    if float8 is not None and (float8 not in FLOAT8_RECIPES or mode not in FLOAT8_MODES):
+        raise ValueError(f"float8 runs one of {', '.join(FLOAT8_RECIPES)} in the "
+                         f"{' or '.join(FLOAT8_MODES)} modes; got {float8!r} in {mode!r}")
     torch.manual_seed(0)
     titan = mode in TITAN_MODES
     fsdp = mode == "titan-fsdp"
     model = _model(h, a, kv, f, layers, vocab, tied, device, d, titan_norm=titan)
+    f8 = _to_float8(model, float8) if float8 is not None else None
     if titan:
         for i, blk in enumerate(model.blocks):
             model.blocks[i] = _checkpointed(blk, full=mode == "titan-full")
@@ -298,12 +331,15 @@ def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps
     tokens = torch.randint(0, vocab, (mb, seq), device=device)
     labels = torch.randint(0, vocab, (mb, seq), device=device)
 
+    last: dict = {}
+
     def fwd_bwd() -> None:
         with _flash_only(device) if titan else contextlib.nullcontext():
             pred = model(tokens, freqs)
             loss = loss_fn(pred, labels)
             del pred
             loss.backward()
+            last["loss"] = loss.detach()
 
     def update() -> None:
         if not fsdp:
@@ -354,6 +390,11 @@ def measure_one(spec: tuple, seq: int, mb: int, mode: str, device: Any, *, steps
            "fwd_bwd_seconds": statistics.median(p[0] for p in parts),
            "optimizer_seconds": statistics.median(p[1] for p in parts),
            "first_step_seconds": first, "steps": steps}
+    # the last timed step's loss: a run whose numbers went non-finite (or
+    # whose tensors collapsed) times kernels on degenerate data
+    row["loss"] = float(last["loss"])
+    if f8 is not None:
+        row.update(float8=float8, float8_linears=f8[0], torchao=f8[1])
     row["tokens_per_second"] = mb * seq / row["step_seconds"]
     if compiled:
         # graphs dynamo compiled: one block graph shared by every block (and
@@ -745,7 +786,8 @@ def _write(path: str, doc: dict) -> None:
 
 def measure(output: str, *, quick: bool = False, modes: tuple = ("eager", "compile"),
             device: str | None = None, power: bool = False, cp_blocks: bool = False,
-            long_attention: bool = True, tp_shards: bool = False) -> dict:
+            long_attention: bool = True, tp_shards: bool = False,
+            float8: tuple = ()) -> dict:
     """Time every model of :data:`MODELS` (:data:`TITAN_MODELS` for the
     torchtitan modes; ``quick``: one tiny one) in each mode on ``device``
     (default: the first CUDA GPU) and write the step profile to ``output``
@@ -754,10 +796,19 @@ def measure(output: str, *, quick: bool = False, modes: tuple = ("eager", "compi
     readings, ``cp_blocks`` the context-parallel attention blocks,
     ``tp_shards`` one tensor-parallel rank's share of torchtitan's TP-8 runs
     (:data:`TP_SHARDS`, each in its own torchtitan mode; ``modes`` may then
-    be empty)."""
+    be empty), ``float8`` torchao's recipes of those names after each
+    ``titan`` and ``titan-full`` run (:data:`FLOAT8_RECIPES`)."""
     bad = [m for m in modes if m not in MODES]
     if bad or not (modes or tp_shards):
         raise ValueError(f"modes must be some of {', '.join(MODES)}; got {modes!r}")
+    float8 = tuple(float8)
+    bad = [r for r in float8 if r not in FLOAT8_RECIPES]
+    if bad:
+        raise ValueError(f"float8 recipes must be some of {', '.join(FLOAT8_RECIPES)}; "
+                         f"got {bad[0]!r}")
+    if float8 and not any(m in FLOAT8_MODES for m in modes):
+        raise ValueError(f"float8 recipes run in the {' or '.join(FLOAT8_MODES)} modes: "
+                         f"add one to modes (got {modes!r})")
     _import_torch()
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if dev.type == "cuda":
@@ -775,6 +826,9 @@ def measure(output: str, *, quick: bool = False, modes: tuple = ("eager", "compi
                    "checkpointing, each block compiled alone, eager loss, FlashAttention-2); "
                    "titan-fsdp: FSDP2 on a group of one GPU, fp32 parameters, foreach AdamW; "
                    "titan-eager: the titan block without torch.compile")
+    if float8:
+        recipe += ("; float8 rows: the blocks' linears as torchao's Float8Linear with "
+                   "Float8LinearConfig.from_recipe_name(float8), the output layer bf16")
     doc = {"format": FORMAT, "device": gpu, "nvidia_smi": _smi(), "multiprocessors": sms, "memory_bytes": mem,
            "torch": torch.__version__, "cuda": torch.version.cuda or "",
            "date": datetime.date.today().isoformat(),
@@ -795,19 +849,28 @@ def measure(output: str, *, quick: bool = False, modes: tuple = ("eager", "compi
     if tp_shards:
         runs += [(spec, (spec[10],)) for spec in (QUICK_SHARD if quick else TP_SHARDS)]
     for spec, spec_modes in runs:
+        cases = [(mode, None) for mode in spec_modes]
+        if spec_modes is titan:
+            cases = [(mode, r) for mode in spec_modes
+                     for r in (None,) + (float8 if mode in FLOAT8_MODES else ())]
         for seq, mb in spec[8]:
-            for mode in spec_modes:
+            for mode, recipe in cases:
+                label = mode + (f"+{recipe}" if recipe else "")
                 try:
                     row = measure_one(spec, seq, mb, mode, dev, steps=3 if quick else 8,
-                                      warmup=2 if quick else 3, power=meter, detail=True)
+                                      warmup=2 if quick else 3, power=meter, detail=True,
+                                      float8=recipe)
+                except ImportError:
+                    raise
                 except Exception as e:  # noqa: BLE001 - out of memory, a missing backend
-                    print(f"{spec[0]} seq {seq} {mode}: {type(e).__name__}: {e}", file=sys.stderr)
+                    print(f"{spec[0]} seq {seq} {label}: {type(e).__name__}: {e}",
+                          file=sys.stderr)
                     if dev.type == "cuda":
                         torch.cuda.empty_cache()
                     continue
                 doc["samples"].append(row)
                 pw = row.get("power")
-                print(f"{spec[0]:14s} seq {seq:6d} mb {mb} {mode:10s} "
+                print(f"{spec[0]:14s} seq {seq:6d} mb {mb} {label:10s} "
                       f"{row['step_seconds'] * 1e3:9.2f} ms/step "
                       f"(fwd+bwd {row['fwd_bwd_seconds'] * 1e3:8.2f}) "
                       f"{row['tokens_per_second']:10,.0f} tokens/s "
@@ -843,6 +906,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tp-shards", action="store_true",
                     help="also time one tensor-parallel rank's share of torchtitan's TP-8 "
                          "runs (8B, 70B, 405B; --modes '' for these alone)")
+    ap.add_argument("--float8", default="",
+                    help=f"comma-separated torchao recipes ({', '.join(FLOAT8_RECIPES)}) to "
+                         f"run the {' and '.join(FLOAT8_MODES)} blocks in as well "
+                         "(needs torchao)")
     a = ap.parse_args(argv)
     modes = tuple(m.strip() for m in a.modes.split(",") if m.strip())
     bad = [m for m in modes if m not in MODES]
@@ -850,9 +917,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--modes is empty: give at least one mode, or --tp-shards")
     if bad:
         ap.error(f"--modes takes {', '.join(MODES)}, got {a.modes!r}")
-    measure(a.output, quick=a.quick, modes=modes, device=a.device, power=a.power,
-            cp_blocks=a.cp_blocks, long_attention=not a.no_long_attention,
-            tp_shards=a.tp_shards)
+    float8 = tuple(r.strip() for r in a.float8.split(",") if r.strip())
+    try:
+        measure(a.output, quick=a.quick, modes=modes, device=a.device, power=a.power,
+                cp_blocks=a.cp_blocks, long_attention=not a.no_long_attention,
+                tp_shards=a.tp_shards, float8=float8)
+    except ValueError as e:
+        ap.error(str(e))
     return 0
 
 
