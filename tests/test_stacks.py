@@ -352,6 +352,33 @@ def test_partial_recomputation():
         hpgo.ParallelPlan(global_batch=4, recompute_layers=2)
 
 
+def test_pytorch_checkpoint_stops_before_the_mlps_last_gemm():
+    """PyTorch's non-reentrant checkpoint (torchtitan's, compiled or eager)
+    stops recomputing once every tensor the backward saved is back: full
+    recomputation reruns a dense block's forward but its MLP's last GEMM
+    (and the residual after it, free under torch.compile); Megatron-Core's
+    and Megatron-DeepSpeed's reentrant checkpoints ("te", "eager") rerun
+    all of it."""
+    m = dataclasses.replace(hpgo.transformer("llama3-8b"), layers=8)
+    c = hpgo.Cluster.preset("dgx-h100", nodes=1)
+    T, f, h = 8192, m.ffn, m.hidden
+    fc2 = c.kernel_time(2 * T * f * h, 2 * (T * f + f * h + T * h), dtype="bf16") + 1e-6  # + gap
+    for ks, skipped in (("te", 0), ("eager", 0), ("compile", fc2), ("compile-blocks", fc2),
+                        ("compile-fa2", fc2), ("eager-unfused-norm", fc2)):
+        p = hpgo.ParallelPlan(global_batch=4, micro_batch=1, pp=4, recompute="full", kernels=ks)
+        st = stage(m, c, p, 1)                  # a middle stage: blocks alone
+        per = (st["forward"] - st["recompute"]) / st["layers"]
+        if ks == "eager-unfused-norm":          # eager: the residual add is its own kernel
+            assert fc2 < per < 1.1 * fc2
+        else:
+            assert per == pytest.approx(skipped, rel=1e-9, abs=1e-15), ks
+    # a mixture-of-experts block or a parallel block keeps its whole recompute
+    pb = dataclasses.replace(m, parallel_block=True)
+    st = stage(pb, c, hpgo.ParallelPlan(global_batch=4, micro_batch=1, pp=4, recompute="full",
+                                         kernels="compile"), 1)
+    assert st["recompute"] == pytest.approx(st["forward"], rel=1e-12)
+
+
 # -- pipeline layouts, parallel blocks ---------------------------------------------------
 
 def test_pipeline_split_rules():

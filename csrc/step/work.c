@@ -903,6 +903,17 @@ static void layer_act(const xshape_t *s, int kind, double *total, double *held_w
     *held_w = T * (rep - masks / rep_sp + mla + par) + routed;
 }
 
+/* Whether a layer's kernel set checkpoints with PyTorch's non-reentrant
+ * torch.utils.checkpoint (torchtitan's ptd_checkpoint_wrapper): the
+ * torch.compile sets (shape() folds them into compile) and torchtitan's
+ * eager block (eager with its fp32 norm).  "eager" stands for
+ * Megatron-DeepSpeed (its reentrant CheckpointFunction reruns the whole
+ * forward), "te" for Megatron-Core (likewise). */
+static int torch_checkpoint(const xshape_t *s)
+{
+    return s->ks == HPGO_KS_COMPILE || (s->ks == HPGO_KS_EAGER && s->fp32_norm);
+}
+
 /* Probability that none of k experts drawn without replacement from M
  * falls among m given ones: C(M - m, k) / C(M, k) (a product for small k,
  * log-gamma beyond, so the work stays bounded for any model). */
@@ -2120,6 +2131,20 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
     }
     if (s->rc == HPGO_RC_FULL) {
         o->rc_t = o->fw.t + o->tp_f + o->ep_f, o->rc_fl = o->fw.flops;
+        if (torch_checkpoint(s) && !moe && !s->pb) {
+            /* PyTorch's non-reentrant checkpoint stops recomputing once
+             * every tensor the backward saved is back (early stop, on by
+             * default; under torch.compile the partitioner leaves out the
+             * same ops): no backward reads the MLP's last GEMM's output or
+             * the residual sum after it, so neither runs again (measured:
+             * 13 of a Llama block's 14 forward GEMMs recomputed,
+             * profiles/h100-sxm5-float8-steps.json).  Its tensor-parallel
+             * collective stays priced. */
+            acc_t last = {0, 0, 0};
+            mm(k, &last, s->T, s->f / s->t, s->h);
+            resid(k, &last, s, tl, 0);
+            o->rc_t -= last.t, o->rc_fl -= last.flops;
+        }
     } else if (s->rc == HPGO_RC_OP) {
         acc_t r = {0, 0, 0};
         op_sac_recompute(k, &r, s);
