@@ -134,7 +134,12 @@ def write_index() -> None:
             "NCCL collective launches; docs/training-model.md, \"Plans\"), and `h100-sxm5-tp-chunks.json`\n"
             "(`benchmarks/gpu_tp_chunks.py`) one TP-8 rank's GEMMs of torchtitan's 8B and 70B runs whole\n"
             "and cut into async TP's 8 chunks on two streams (docs/training-model.md, \"Attention,\n"
-            "tensor-parallel overlap, context parallelism, recomputation\").\n")
+            "tensor-parallel overlap, context parallelism, recomputation\").\n"
+            "`h100-sxm5-float8-casts.json` and `h100-sxm5-float8-rowwise-casts.json`\n"
+            "(`benchmarks/gpu_float8_casts.py`) time torchao's tensorwise and rowwise float8 casts and\n"
+            "`_scaled_mm` on Llama 3 8B's tensors, and `h100-sxm5-float8-steps.json` torchtitan's block\n"
+            "with torchao's float8 recipes (`hpgo profile step --float8`; docs/training-model.md,\n"
+            "\"torchao's float8 linears\").\n")
     with open(os.path.join(HERE, "README.md"), "w", encoding="utf-8") as f:
         f.write(text)
 
