@@ -267,17 +267,23 @@ def _flash_only(device: Any) -> Any:
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
 
 
+def _import_torchao() -> Any:
+    try:
+        import torchao
+        import torchao.float8
+    except ImportError:
+        raise ImportError("--float8 runs torchao's float8 linears: pip install torchao "
+                          "on the GPU machine") from None
+    return torchao
+
+
 def _to_float8(model: Any, recipe: str) -> tuple:
     """Swap every linear of the blocks for torchao's ``Float8Linear`` with
     ``recipe``'s configuration (the output layer stays bf16, as torchtitan's
     float8 converter leaves it); returns (linears swapped, torchao version)."""
-    try:
-        import torchao
-        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
-        from torchao.float8.float8_linear import Float8Linear
-    except ImportError:
-        raise ImportError("--float8 runs torchao's float8 linears: pip install torchao "
-                          "on the GPU machine") from None
+    torchao = _import_torchao()
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    from torchao.float8.float8_linear import Float8Linear
     convert_to_float8_training(model.blocks, config=Float8LinearConfig.from_recipe_name(recipe))
     n = sum(isinstance(m, Float8Linear) for m in model.blocks.modules())
     return n, getattr(torchao, "__version__", "")
@@ -810,6 +816,8 @@ def measure(output: str, *, quick: bool = False, modes: tuple = ("eager", "compi
         raise ValueError(f"float8 recipes run in the {' or '.join(FLOAT8_MODES)} modes: "
                          f"add one to modes (got {modes!r})")
     _import_torch()
+    if float8:
+        _import_torchao()      # before the first step is timed, not after
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
