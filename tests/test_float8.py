@@ -9,6 +9,7 @@ import pytest
 
 import hpgo
 from hpgo import calibrate, examples
+from titan_block import titan_plan
 
 NODE = hpgo.Cluster.preset("dgx-h100", nodes=1)
 GAP = 1e-6  # work.c KERNEL_GAP: device seconds between back-to-back kernels
@@ -379,21 +380,6 @@ def _head_seconds(s):
                if g["op"] == "aten::mm" and any(128256 in x for x in g["shapes"]))
 
 
-def _titan_plan(s):
-    m = hpgo.transformer(hidden=s["hidden"], ffn=s["ffn"], heads=s["heads"],
-                         kv_heads=s["kv_heads"], layers=s["layers"], seq=s["seq"],
-                         vocab=s["vocab"], tied=s["tied"], mlp="swiglu", norm="rmsnorm",
-                         flash=True, learned_pos=False, bias=False, dropout=False,
-                         causal_flops=True)
-    assert m.parameters == s["parameters"]
-    rc = "full" if s["mode"] == "titan-full" else "selective-op"
-    p = hpgo.ParallelPlan(global_batch=s["micro_batch"], micro_batch=s["micro_batch"],
-                          kernels="compile-blocks", attention="flash2", recompute=rc)
-    if s.get("float8"):
-        return m, p.with_(fp8_recipe=s["float8"]), "fp8"
-    return m, p, "bf16"
-
-
 def test_torchao_recipes_on_one_h100():
     """torchtitan 9dec370's block (Llama 3 8B's shape, 4 layers, 2 x 8,192
     tokens, op-level or full checkpointing) with its linears as torchao
@@ -437,10 +423,11 @@ def test_torchao_recipes_on_one_h100():
         if _head_seconds(s) < 0.9 * _head_seconds(ref):
             left_out.append((s["mode"], recipe))
             continue
-        m, p, precision = _titan_plan(s)
-        got = hpgo.simulate(m, c, p, precision=precision, timeline=False).compute_time
+        m, p = titan_plan(s)
+        got = hpgo.simulate(m, c, p, precision="fp8" if recipe else "bf16",
+                            timeline=False).compute_time
         assert got == pytest.approx(s["fwd_bwd_seconds"], rel=0.10), (s["mode"], recipe)
-        m0, p0, _ = _titan_plan(ref)
+        m0, p0 = titan_plan(ref)
         bf16 = hpgo.simulate(m0, c, p0, timeline=False).compute_time
         speedup = ref["fwd_bwd_seconds"] / s["fwd_bwd_seconds"]
         assert bf16 / got == pytest.approx(speedup, abs=0.05), (s["mode"], recipe)

@@ -9,6 +9,7 @@ import pytest
 
 import hpgo
 from hpgo import calibrate, examples
+from titan_block import titan_plan
 
 # csrc/step/cluster.h: HPGO_HOPPER_IDLE_W, HPGO_HOPPER_STEP_W, HPGO_HOPPER_POWER_EXP
 IDLE, STEP, EXP = 73.8, 681.7, 2.52
@@ -168,21 +169,6 @@ def test_the_step_at_full_speed_draws_about_the_700_w_limit():
     assert fast / duty[-1]["step_seconds"] > 0.97
 
 
-def _titan(s):
-    m = hpgo.transformer(hidden=s["hidden"], ffn=s["ffn"], heads=s["heads"],
-                         kv_heads=s["kv_heads"], head_dim=s.get("head_dim"),
-                         layers=s["layers"], seq=s["seq"],
-                         vocab=s["vocab"], tied=s["tied"], mlp="swiglu", norm="rmsnorm",
-                         flash=True, learned_pos=False, bias=False, dropout=False,
-                         causal_flops=True)
-    assert m.parameters == s["parameters"]
-    rc = "full" if s["mode"] == "titan-full" else "selective-op"
-    p = hpgo.ParallelPlan(global_batch=s["micro_batch"], micro_batch=s["micro_batch"],
-                          kernels="compile-blocks", attention="flash2", recompute=rc,
-                          zero=3 if s["mode"] == "titan-fsdp" else 0)
-    return m, p
-
-
 def test_torchtitan_block_on_one_h100():
     """torchtitan 9dec370's block (op-level or full checkpointing, each block
     compiled, eager loss, FlashAttention-2) timed on one H100: the matching
@@ -193,7 +179,7 @@ def test_torchtitan_block_on_one_h100():
     got = {}
     for s in doc["samples"]:
         assert "flash" in s["attention_kernels"][0]      # FlashAttention-2 ran
-        m, p = _titan(s)
+        m, p = titan_plan(s)
         r = hpgo.simulate(m, c, p, timeline=False)
         if s["mode"] != "titan-fsdp":
             assert r.compute_time == pytest.approx(s["fwd_bwd_seconds"], rel=0.10), s["mode"]
@@ -234,7 +220,7 @@ def test_tensor_parallel_ranks_share_on_one_h100():
     assert all(s["norm"] == "torchtitan" for s in other.values())
     for s in tp["samples"]:
         assert s["heads"] * s["head_dim"] * 8 == s["hidden"]      # a rank's share of the heads
-        m, p = _titan(s)
+        m, p = titan_plan(s)
         got = hpgo.simulate(m, c, p, timeline=False).compute_time
         twin = other[s["name"], s["mode"]]
         for run in (s, twin):
@@ -268,7 +254,7 @@ def test_torchtitan_block_on_one_h200():
     c = calibrate.cluster(calibrate.load(examples.kernels("h200-sxm")), "dgx-h200", nodes=1)
     for s in doc["samples"]:
         assert "flash" in s["attention_kernels"][0]
-        m, p = _titan(s)
+        m, p = titan_plan(s)
         got = hpgo.simulate(m, c, p, timeline=False).compute_time
         assert got == pytest.approx(s["fwd_bwd_seconds"], rel=0.10), s["mode"]
         assert s["power"]["power_watts"] == pytest.approx(h100["power"]["power_watts"], rel=0.03)
@@ -284,7 +270,7 @@ def test_torchtitan_block_without_compile_on_one_h100():
     eb = profile()["eager_block"]
     by = {s["mode"]: s for s in eb["samples"]}
     c = calibrate.cluster(calibrate.load(examples.kernels("h100-sxm5")), "dgx-h100", nodes=1)
-    m, p = _titan(by["titan-eager"])
+    m, p = titan_plan(by["titan-eager"])
     eager = hpgo.simulate(m, c, p.with_(kernels="eager-unfused-norm"), timeline=False)
     fused = hpgo.simulate(m, c, p.with_(kernels="eager"), timeline=False)
     compiled = hpgo.simulate(m, c, p, timeline=False)
@@ -332,14 +318,14 @@ def test_foreach_adamw_and_fsdp2_copies_against_the_one_gpu_fsdp_run():
     by = {s["mode"]: s for s in doc["samples"]}
     fsdp, plain = by["titan-fsdp"], by["titan"]
     c = calibrate.cluster(calibrate.load(examples.kernels("h100-sxm5")), "dgx-h100", nodes=1)
-    m, p = _titan(fsdp)
+    m, p = titan_plan(fsdp)
     r = hpgo.simulate(m, c, p, timeline=False)
     assert r.devices[0]["optimizer"] == pytest.approx(fsdp["optimizer_seconds"], rel=0.10)
     n = fsdp["parameters"]
     copies = c.kernel_time(0, (2 * (6 + 4) + 6) * n)
     grew = fsdp["fwd_bwd_seconds"] - plain["fwd_bwd_seconds"]
     assert copies == pytest.approx(grew, rel=0.15)
-    m0, p0 = _titan(plain)
+    m0, p0 = titan_plan(plain)
     r0 = hpgo.simulate(m0, c, p0, timeline=False)
     assert r.compute_time - r0.compute_time == pytest.approx(copies, rel=0.02)
     assert r.compute_time == pytest.approx(fsdp["fwd_bwd_seconds"], rel=0.10)
