@@ -311,9 +311,12 @@ def test_foreach_adamw_and_fsdp2_copies_against_the_one_gpu_fsdp_run():
     (two all-gathers' copy-in 6 B and copy-out 4 B, one reduce-scatter
     copy-in 6 B a parameter), which the plan with dp = 1 and zero = 3 now
     prices as it runs, what the step grew by within 15 %, the forward and
-    backward within 10 %; and its 16-bit unsharded weights and gradient
-    buffers are held as on a sharded group, so the peak is the plain step's
-    within 5 % (measured: the same allocated peak, 52.3 GiB)."""
+    backward within 10 %.  Memory: the profile's compiled runs each left
+    their blocks' 16-bit weights allocated into the next run's peak (see
+    tests/test_float8.py; titan-fsdp ran third); without the two sets, the
+    FSDP2 step peaked 3.2 GiB under the plain step (3.6 GiB of model states
+    fewer: no per-layer buffer is seen at the peak), and hpgo prices it
+    under the plain step too, within 8 % of what it allocated."""
     doc = profile()
     by = {s["mode"]: s for s in doc["samples"]}
     fsdp, plain = by["titan-fsdp"], by["titan"]
@@ -329,8 +332,15 @@ def test_foreach_adamw_and_fsdp2_copies_against_the_one_gpu_fsdp_run():
     r0 = hpgo.simulate(m0, c, p0, timeline=False)
     assert r.compute_time - r0.compute_time == pytest.approx(copies, rel=0.02)
     assert r.compute_time == pytest.approx(fsdp["fwd_bwd_seconds"], rel=0.10)
-    assert fsdp["peak_allocated_bytes"] == pytest.approx(plain["peak_allocated_bytes"], rel=0.01)
-    assert r.peak_memory == pytest.approx(r0.peak_memory, rel=0.05)
+    blocks = fsdp["parameters"] - 2 * fsdp["vocab"] * fsdp["hidden"]   # untied: less both ends
+    measured = fsdp["peak_allocated_bytes"] - 2 * 2 * blocks     # two runs' 16-bit blocks left
+    assert plain["peak_allocated_bytes"] - measured == pytest.approx(3.2 * 2 ** 30, rel=0.05)
+
+    def allocated(res):
+        return res.memory[0].total - res.memory[0].reserved
+    assert allocated(r) < allocated(r0)
+    assert allocated(r) == pytest.approx(measured, rel=0.08)
+    assert allocated(r0) == pytest.approx(plain["peak_allocated_bytes"], rel=0.08)
 
 
 def test_optimizer_bytes_by_stack():

@@ -74,6 +74,13 @@ void hpgo_memory_breakdown4(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
 {
     double wb, gb, ob;
     hpgo_work_state_bytes(precision, p->fp8_params, p->optimizer_impl, &wb, &gb, &ob);
+    /* torchao's Float8Linear (fp8 under a PyTorch kernel set) keeps no fp8
+     * copy of a weight: it casts the 16-bit one at each use (transient,
+     * priced in the layer's work); Transformer Engine keeps the fp8 weight
+     * and its transpose (profiles/h100-sxm5-float8-steps.json: every
+     * torchao recipe's block peaked at the bf16 block's allocation) */
+    if (precision == HPGO_PREC_FP8 && p->kernels != HPGO_KS_TE && !p->fp8_params)
+        wb = 2;
     double wgather = wb; /* bytes of a gathered (unsharded) weight */
     /* FSDP2's mixed precision (a PyTorch kernel set, compiled or eager, below fp32) */
     int fsdp2 = p->kernels != HPGO_KS_TE && precision != HPGO_PREC_FP32;
@@ -114,18 +121,22 @@ void hpgo_memory_breakdown4(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
     int64_t m = hpgo_parplan_microbatches(p);
     /* FSDP2 on a shard group of one (dp x cp = 1, or shard_size 1; what
      * torchtitan runs without sharding, as it wraps every model in
-     * fully_shard) still copies its fp32 shard into a 16-bit all-gather
-     * buffer and out into unsharded parameters, and reduces the gradients
-     * through its fp32 buffers: the same buffers as a sharded group
-     * (profiles/h100-sxm5-torchtitan-steps.json: titan-fsdp allocated what
-     * the plain step did, 2 B a parameter of model states fewer) */
+     * fully_shard) copies through the same buffers as a sharded group (its
+     * time is priced), but none is seen at the step's peak: on one H100 its
+     * block peaked 3.2 GiB under the plain step's, the 3.6 GiB of model
+     * states it holds fewer less 0.4 GiB
+     * (profiles/h100-sxm5-torchtitan-steps.json, titan-fsdp, with the 16-bit
+     * weights of the two compiled runs before it taken out,
+     * tests/test_power.py).  Under torch's pipelining its fp32 gradient
+     * accumulation is held all the same. */
     if (p->zero >= 3 && (d > 1 || fsdp2)) {
         double layer = max_layer_params;
-        if (p->reshard_after_forward)
+        if (d > 1 && p->reshard_after_forward)
             run += 3 * layer * wgather;
-        else
+        else if (d > 1)
             run += dense * wgather + layer * wgather;
-        run += layer * (gunsharded + 2 * gb);
+        if (d > 1)
+            run += layer * (gunsharded + 2 * gb);
         if (p->pp > 1 && m > 1)
             run += (accum_params >= 0 ? accum_params : dense) * gb;
     } else if (p->zero == 2 && d > 1) {
