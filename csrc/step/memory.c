@@ -123,12 +123,11 @@ void hpgo_memory_breakdown4(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
      * torchtitan runs without sharding, as it wraps every model in
      * fully_shard) copies through the same buffers as a sharded group (its
      * time is priced), but none is seen at the step's peak: on one H100 its
-     * block peaked 3.2 GiB under the plain step's, the 3.6 GiB of model
-     * states it holds fewer less 0.4 GiB
-     * (profiles/h100-sxm5-torchtitan-steps.json, titan-fsdp, with the 16-bit
-     * weights of the two compiled runs before it taken out,
-     * tests/test_power.py).  Under torch's pipelining its fp32 gradient
-     * accumulation is held all the same. */
+     * block peaked 3.2 GiB under the plain step's, where it holds 3.6 GiB
+     * fewer of model states (profiles/h100-sxm5-torchtitan-steps.json,
+     * titan-fsdp, with the 16-bit weights of the two compiled runs before it
+     * taken out, tests/test_power.py).  Under torch's pipelining its fp32
+     * gradient accumulation is held all the same. */
     if (p->zero >= 3 && (d > 1 || fsdp2)) {
         double layer = max_layer_params;
         if (d > 1 && p->reshard_after_forward)

@@ -2137,7 +2137,7 @@ static void layer_cost(const hpgo_xformer_t *x, const hpgo_cluster_t *c, const h
              * default; under torch.compile the partitioner leaves out the
              * same ops): no backward reads the MLP's last GEMM's output or
              * the residual sum after it, so neither runs again (measured:
-             * 13 of a Llama block's 14 forward GEMMs recomputed,
+             * 6 of a Llama block's 7 forward GEMMs run again,
              * profiles/h100-sxm5-float8-steps.json).  Its tensor-parallel
              * collective stays priced. */
             acc_t last = {0, 0, 0};
