@@ -61,8 +61,8 @@ backward and optimizer parts, the number of GPU kernels one step launches
 and their summed time (``torch.profiler``: wall minus kernel time is what
 the GPU waits for the host), the memory allocated before the run starts
 (what earlier runs left), the peak allocated and reserved memory (the
-caching allocator's reserve), the compile time, and on a GPU the 40 costliest kernels by name and
-the GEMMs by operand shapes.
+caching allocator's reserve), the compile time, and on a GPU the 40
+costliest kernels by name and the GEMMs by operand shapes.
 """
 from __future__ import annotations
 
@@ -863,15 +863,16 @@ def measure(output: str, *, quick: bool = False, modes: tuple = ("eager", "compi
     _write(output, doc)
     plain = tuple(m for m in modes if m not in TITAN_MODES)
     titan = tuple(m for m in modes if m in TITAN_MODES)
-    runs = [(spec, plain) for spec in (QUICK if quick else MODELS)] if plain else []
-    runs += [(spec, titan) for spec in (QUICK if quick else TITAN_MODELS)] if titan else []
+    # (model, its (mode, float8 recipe) cases): the float8 recipes after each
+    # titan and titan-full run of the torchtitan models
+    runs = [(spec, [(m, None) for m in plain]) for spec in (QUICK if quick else MODELS)] \
+        if plain else []
+    runs += [(spec, [(m, r) for m in titan
+                     for r in (None,) + (float8 if m in FLOAT8_MODES else ())])
+             for spec in (QUICK if quick else TITAN_MODELS)] if titan else []
     if tp_shards:
-        runs += [(spec, (spec[10],)) for spec in (QUICK_SHARD if quick else TP_SHARDS)]
-    for spec, spec_modes in runs:
-        cases = [(mode, None) for mode in spec_modes]
-        if spec_modes is titan:
-            cases = [(mode, r) for mode in spec_modes
-                     for r in (None,) + (float8 if mode in FLOAT8_MODES else ())]
+        runs += [(spec, [(spec[10], None)]) for spec in (QUICK_SHARD if quick else TP_SHARDS)]
+    for spec, cases in runs:
         for seq, mb in spec[8]:
             for mode, recipe in cases:
                 label = mode + (f"+{recipe}" if recipe else "")
