@@ -37,6 +37,7 @@ torchao's ``addmm_float8_unwrapped`` runs for the backward's rowwise GEMMs)::
 import argparse
 import datetime
 import json
+import os
 import statistics
 import sys
 
@@ -171,8 +172,10 @@ def main(argv=None) -> int:
             xf, wf.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
             use_fast_accum=False) * sa * sb)
         doc["gemms"].append(row)
-    with open(a.output, "w") as f:
+    tmp = f"{a.output}.tmp{os.getpid()}"     # an interrupted write keeps the old file
+    with open(tmp, "w") as f:
         json.dump(doc, f, indent=1)
+    os.replace(tmp, a.output)
     return 0
 
 
