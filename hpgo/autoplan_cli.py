@@ -303,6 +303,7 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
     shard.add_argument("--offload-activations", default="0", metavar="SHARE|search",
                        help="share of stored activations kept in host memory, or 'search' "
                             "(0, 0.5, 1)")
+    from .parallel import FP8_RECIPES
     stack = p.add_argument_group("training stack (every plan priced on it)")
     stack.add_argument("--kernels", choices=("te", "compile", "eager"), default="te",
                        help="the kernels: Megatron-Core + Transformer Engine (default), "
@@ -319,11 +320,10 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
                        help="the optimizer's gradient path: Megatron's fp32 gradients (default), "
                             "its 16-bit gradients (--grad-reduce-in-bf16; ZeRO 0/1), NeMo's Apex "
                             "optimizer (ZeRO 1), DeepSpeed's BF16_Optimizer")
-    stack.add_argument("--fp8-recipe", choices=("tensorwise", "rowwise", "rowwise_with_gw_hp"),
-                       default="tensorwise",
+    stack.add_argument("--fp8-recipe", choices=tuple(FP8_RECIPES), default="tensorwise",
                        help="torchao's float8 recipe under --precision fp8 with --kernels compile "
-                            "or eager: tensorwise (default) or rowwise (torchtitan 0.3's; "
-                            "--framework torchtitan runs it)")
+                            "or eager: tensorwise (default), rowwise or rowwise_with_gw_hp "
+                            "(torchtitan 0.3's two; --framework torchtitan runs rowwise)")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="seconds the search may take")
     p.add_argument("--framework", choices=("megatron", "torchtitan", "deepspeed"),
                    help="rank only plans this framework runs (docs/exports.md)")

@@ -468,8 +468,7 @@ def problems(framework: Any, plan: Any, model: Any = None,
                    f"(offered: {', '.join(fw.schedules)})")
     if plan.zero not in fw.zero:
         out.append(f"zero={plan.zero} is not offered by {fw.title} (offered: "
-                   f"{', '.join(map(str, fw.zero))})" + (f": {fw.zero_hint}" if fw.zero_hint
-                                                         else ""))
+                   f"{', '.join(map(str, fw.zero))}){_hint(fw, 'zero')}")
     if plan.recompute not in fw.recompute:
         out.append(f"recompute={plan.recompute!r} is not offered by {fw.title}")
     if precision not in fw.precisions:
@@ -501,6 +500,11 @@ def runtime_defaults(framework: Any, plan: Any) -> dict[str, Any]:
     if fw is None:
         return {}
     return {k: (v(plan) if callable(v) else v) for k, v in fw.defaults.items()}
+
+
+def _hint(fw: Framework, field: str) -> str:
+    """What to give instead, appended to the refusal of ``field``'s value."""
+    return f": {fw.zero_hint}" if field == "zero" and fw.zero_hint else ""
 
 
 def apply_defaults(framework: Any, plan: Any) -> Any:
@@ -618,9 +622,8 @@ def refuse_fixed(framework: Any, fixed: Mapping[str, Any], precision: str) -> No
                          ("recompute", fw.recompute)):
         v = fixed.get(key)
         if v is not None and v not in offered:
-            hint = f": {fw.zero_hint}" if key == "zero" and fw.zero_hint else ""
             raise ValueError(f"{key}={v!r} is not offered by {fw.title} (offered: "
-                             f"{', '.join(map(str, offered))}){hint}")
+                             f"{', '.join(map(str, offered))}){_hint(fw, key)}")
     if precision not in fw.precisions:
         raise ValueError(f"precision {precision!r} is not offered by {fw.title} (offered: "
                          f"{', '.join(fw.precisions)})")

@@ -83,8 +83,8 @@ void hpgo_memory_breakdown4(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
         wb = 2;
     double wgather = wb; /* bytes of a gathered (unsharded) weight */
     /* FSDP2's mixed precision (a PyTorch kernel set, compiled or eager, below fp32) */
-    int fsdp2 = p->kernels != HPGO_KS_TE && precision != HPGO_PREC_FP32;
-    if (p->zero >= 3 && fsdp2) {
+    int fsdp2_mp = p->kernels != HPGO_KS_TE && precision != HPGO_PREC_FP32;
+    if (p->zero >= 3 && fsdp2_mp) {
         wb = 4, gb = 4, ob = 8; /* FSDP2: the fp32 parameter is the master */
         wgather = 2;
     }
@@ -128,15 +128,13 @@ void hpgo_memory_breakdown4(const hpgo_cluster_t *c, const hpgo_parplan_t *p, in
      * titan-fsdp, with the 16-bit weights of the two compiled runs before it
      * taken out, tests/test_power.py).  Under torch's pipelining its fp32
      * gradient accumulation is held all the same. */
-    if (p->zero >= 3 && (d > 1 || fsdp2)) {
-        double layer = max_layer_params;
-        if (d > 1 && p->reshard_after_forward)
-            run += 3 * layer * wgather;
-        else if (d > 1)
-            run += dense * wgather + layer * wgather;
-        if (d > 1)
+    if (p->zero >= 3) {
+        if (d > 1) {
+            double layer = max_layer_params;
+            run += (p->reshard_after_forward ? 3 * layer : dense + layer) * wgather;
             run += layer * (gunsharded + 2 * gb);
-        if (p->pp > 1 && m > 1)
+        }
+        if ((d > 1 || fsdp2_mp) && p->pp > 1 && m > 1)
             run += (accum_params >= 0 ? accum_params : dense) * gb;
     } else if (p->zero == 2 && d > 1) {
         double bucket = DS_REDUCE_BUCKET < dense ? DS_REDUCE_BUCKET : dense;

@@ -2592,7 +2592,7 @@ static void torch_stage_buffers(hpgo_stage_cost_t *o, double x, int has_in, int 
 static double fsdp2_root_bytes(const hpgo_parplan_t *p, int32_t precision, double emb_params)
 {
     /* also on a shard group of one: FSDP2 casts its fp32 shard into the
-     * 16-bit unsharded parameter all the same (memory.c) */
+     * 16-bit unsharded parameter all the same (tests/test_torch_memory.py) */
     int fsdp2 = p->zero >= 3 && precision != HPGO_PREC_FP32 && p->kernels != HPGO_KS_TE;
     if (!fsdp2 || !p->reshard_after_forward)
         return 0;
