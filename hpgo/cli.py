@@ -36,7 +36,12 @@ class CliError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (no usage dump)."""
+    """argparse with one-line errors (no usage dump) and no abbreviated
+    options: ``--gpus`` must not silently become ``--gpus-per-node``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
@@ -660,6 +665,10 @@ def run_simulate_step(args: Any, out: TextIO) -> int:
                                  sequence_parallel=bool(args.sequence_parallel),
                                  zero=args.zero or 0,
                                  **{k: v for k, v in _plan_flags(args) if v is not None})
+    # without --nodes, a preset or --gpu cluster has the nodes the plan needs
+    # (a cluster file keeps its own: it describes the machine)
+    if args.gpu or (args.cluster and not os.path.exists(args.cluster)):
+        args.gpus = plan.gpus
     cluster = cluster_from_args(args)
     if plan.gpus > cluster.gpus:
         raise CliError(f"the plan uses {plan.gpus} GPUs (tp x cp x pp x dp), the cluster has "

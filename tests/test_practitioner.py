@@ -284,7 +284,7 @@ def test_simulate_a_plan_autoplan_saved(capsys, tmp_path):
 
 @pytest.mark.parametrize("extra,words", [
     (["--tp", "0"], "--tp must be >= 1"),
-    (["--tp", "8", "--pp", "4", "--dp", "2"], "give --nodes 8"),
+    (["--nodes", "2", "--tp", "8", "--pp", "4", "--dp", "2"], "give --nodes 8"),
     (["--schedule", "pipedream"], "pipedream"),
     (["--zero", "5"], "--zero must be 0, 1, 2 or 3"),
     (["--memory-headroom", "1.5"], "headroom"),
@@ -300,6 +300,33 @@ def test_simulate_wrong_inputs_are_one_line(capsys, extra, words):
     assert main(base + extra) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_simulate_sizes_a_preset_to_the_plan(capsys, tmp_path):
+    """Without --nodes a preset (or --gpu) cluster has the nodes the plan needs."""
+    assert main(["simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--tp", "8",
+                 "--pp", "4", "--dp", "2", "--global-batch", "16", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["gpus"] == 64
+    assert main(["simulate", "--model", "llama3-8b", "--gpu", "h100", "--tp", "8", "--dp", "3",
+                 "--global-batch", "24", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["gpus"] == 24
+    # a cluster file keeps its nodes
+    f = tmp_path / "one-node.json"
+    hpgo.Cluster.preset("dgx-h100", nodes=1).save(f)
+    assert main(["simulate", "--model", "llama3-8b", "--cluster", str(f), "--tp", "8",
+                 "--dp", "2", "--global-batch", "16"]) == 2
+    assert "give --nodes 2" in capsys.readouterr().err
+
+
+def test_options_are_not_abbreviated(capsys):
+    """autoplan's --gpus is not simulate's --gpus-per-node cut short."""
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8",
+              "--global-batch", "8"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --gpus" in err and err.count("\n") == 1
 
 
 def test_simulate_profile_plans_and_mlp_still_work(capsys):
