@@ -332,7 +332,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hpgo.calibrate", description=_DESCRIPTION)
+    ap = argparse.ArgumentParser(prog="python -m hpgo.calibrate", description=_DESCRIPTION,
+                                 allow_abbrev=False)
     _add_args(ap)
     return run(ap.parse_args(argv))
 

@@ -269,7 +269,7 @@ def run_profile(args) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="hpgo")
+    ap = argparse.ArgumentParser(prog="hpgo", allow_abbrev=False)
     sub = ap.add_subparsers(dest="command")
     sub.required = True
     add_profile_subcommand(sub)
