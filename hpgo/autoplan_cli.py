@@ -122,7 +122,8 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
                    help="a preset (dgx-h100, dgx-a100-80gb, dgx-a100-40gb, dgx-h200, dgx1-v100, "
                         "dapple-v100) or a cluster JSON file (docs/clusters.md; `hpgo cluster` "
                         "writes one)")
-    g.add_argument("--nodes", type=int, help="nodes (default: enough for the plan, or for autoplan's --gpus; "
+    g.add_argument("--nodes", type=int,
+                   help="nodes (default: as many as simulate's plan or autoplan's --gpus needs, "
                         "else one)")
     g.add_argument("--gpu", metavar="TYPE",
                    help="build the cluster from a GPU type instead: " + ", ".join(_gpu_types()))
