@@ -254,12 +254,11 @@ def _save_fig(fig: Any, path: str) -> None:
 
     plt = _agg_plt()
     try:
-        if os.path.splitext(path)[1]:
-            # the format follows the suffix, so the temporary name keeps it
-            with _files.atomic_path(path, keep_suffix=True) as tmp:
-                fig.savefig(tmp, dpi=120)
-        else:
-            fig.savefig(path, dpi=120)
+        # the format follows the suffix, so the temporary name keeps it;
+        # a name without one is written as PNG
+        suffix = bool(os.path.splitext(path)[1])
+        with _files.atomic_path(path, keep_suffix=suffix) as tmp:
+            fig.savefig(tmp, dpi=120, **({} if suffix else {"format": "png"}))
     finally:
         plt.close(fig)
 
