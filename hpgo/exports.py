@@ -332,6 +332,11 @@ def torchtitan_config(plan: Any, model: Any, *, precision: str = "bf16",
         f"(torchtitan's {family} {flavor}).  Launch:",
         f"  torchrun --nproc-per-node <GPUs per node> --nnodes <nodes> -m torchtitan.train "
         f"--module {name} --config {name}",
+        "Attention: the model's torchtitan default (FlexAttention, or varlen FlashAttention,",
+        "masked by document); hpgo priced whole-sequence causal attention on "
+        + ("FlashAttention-2" if plan.attention == "flash2"
+           or plan.kernels in ("compile-blocks", "compile-fa2") else "cuDNN's fused kernels")
+        + " (docs/exports.md).",
         '"""',
         "from torchtitan.config import ParallelismConfig",
         f"from torchtitan.models.{family} import model_registry",
@@ -403,7 +408,7 @@ def torchtitan_config(plan: Any, model: Any, *, precision: str = "bf16",
     comps = '["model"]' if plan.kernels == "compile-blocks" else '["model", "loss"]'
     lines += [f"    config.compile.enable = {plan.kernels != 'eager'}",
               f"    config.compile.components = {comps}",
-              "    config.compile.enable_async_tensor_parallel = False",
+              f"    config.compile.enable_async_tensor_parallel = {plan.tp_overlap == 'async'}",
               "    return config", ""]
     return "\n".join(lines)
 

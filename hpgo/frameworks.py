@@ -116,6 +116,12 @@ MEGATRON = Framework(
              "Megatron-LM core_v0.19.0 megatron/training/arguments.py: --micro-batch-size, one value for every rank",
              lambda p, m, pr: any(getattr(g, "replicas", None) is not None
                                   for g in getattr(p, "stages", None) or ())),
+        Rule("Megatron-Core's layers run Transformer Engine's kernels (kernels='te'): the export "
+             "selects no other implementation and compiles nothing with torch.compile",
+             "Megatron-LM core_v0.19.0 megatron/training/arguments.py: --transformer-impl "
+             "defaults to transformer_engine (its 'local' implementation keeps Megatron's own "
+             "fused kernels, which no hpgo kernel set prices)",
+             lambda p, m, pr: p.kernels != "te"),
         Rule("FSDP2 (zero=3) runs without pipeline parallelism",
              f"{_MLM}: assert args.pipeline_model_parallel_size == 1 under --use-torch-fsdp2",
              lambda p, m, pr: p.zero == 3 and p.pp > 1),
@@ -236,6 +242,11 @@ TORCHTITAN = Framework(
              "schedule requires at least 2 stages per rank'",
              lambda p, m, pr: p.pp > 1 and ((p.schedule in ("gpipe", "1f1b"))
                                             != (p.virtual_stages == 1))),
+        Rule("activation checkpointing wraps every transformer block alike: no partial "
+             "recomputation (recompute_layers)",
+             f"{_TT} torchtitan/distributed/activation_checkpoint.py "
+             "ActivationCheckpointing.apply: every child of model.layers wrapped by the policy",
+             lambda p, m, pr: p.recompute_layers > 0),
         Rule("ZBVZeroBubble runs exactly two stages per rank",
              "torch/distributed/pipelining/schedules.py ScheduleZBVZeroBubble: "
              "n_local_stages != 2 raises",
@@ -378,6 +389,20 @@ DEEPSPEED = Framework(
              "(shard_size; DeepSpeed's MiCS and hpZ sub-groups are other schemes, not priced)",
              f"{_DS} deepspeed/runtime/zero/config.py: mics_shard_size, zero_hpz_partition_size",
              lambda p, m, pr: hybrid_sharded(p)),
+        Rule("full recomputation checkpoints every transformer layer (the export's "
+             "activation checkpointing, Megatron-DeepSpeed's --checkpoint-activations): no "
+             "partial recomputation (recompute_layers)",
+             f"{_DS} deepspeed/runtime/pipe/module.py PipelineModule.forward: every layer in a "
+             "checkpointed chunk of activation_checkpoint_interval layers, a model-code "
+             "argument the JSON export does not carry",
+             lambda p, m, pr: p.recompute_layers > 0),
+        Rule("Megatron-DeepSpeed's model code runs its own fused kernels (kernels='eager'): the "
+             "JSON export turns on no torch.compile",
+             f"{_DS} deepspeed/runtime/config.py: the compile section, off unless given, "
+             "which the export does not write",
+             # "te" is ParallelPlan's default: a plan left at it takes DeepSpeed's
+             # ("eager", apply_defaults)
+             lambda p, m, pr: p.kernels not in ("eager", "te")),
         Rule("one model chunk per pipeline rank (no virtual stages)",
              f"{_DS} deepspeed/runtime/pipe/module.py PipelineModule(num_stages): one "
              "partition per stage rank",

@@ -136,6 +136,17 @@ P = hpgo.ParallelPlan
     ("deepspeed", P(global_batch=64, dp=8, ep=8, overlap_moe_comm=True), "mixtral-8x7b",
      "bf16", "MOELayer.forward"),
     ("deepspeed", P(global_batch=64, dp=8), "llama3-8b", "fp8", "precision 'fp8'"),
+    # partial recomputation: torchtitan wraps every block, DeepSpeed's export
+    # checkpoints every layer
+    ("torchtitan", P(global_batch=64, dp=8, recompute="full", recompute_layers=4),
+     "llama3-8b", "bf16", "ActivationCheckpointing.apply"),
+    ("deepspeed", P(global_batch=64, dp=8, recompute="full", recompute_layers=4),
+     "llama3-8b", "bf16", "activation_checkpoint_interval"),
+    # kernel sets the exports do not select
+    ("megatron", P(global_batch=64, dp=8, kernels="compile"), "llama3-8b", "bf16",
+     "--transformer-impl"),
+    ("deepspeed", P(global_batch=64, dp=8, kernels="compile"), "llama3-8b", "bf16",
+     "the compile section"),
 ])
 def test_each_rule_refuses_what_its_source_refuses(fw, plan, model, precision, why):
     m = hpgo.transformer(model) if isinstance(model, str) else model
@@ -500,6 +511,43 @@ def test_torchtitan_runs_the_export(search, tmp_path, monkeypatch):
         assert cfg.training.local_batch_size % p.pipeline_parallel_microbatch_size == 0
         assert cfg.training.local_batch_size // p.pipeline_parallel_microbatch_size == \
             plan.microbatches
+
+
+def test_partial_recomputation_is_megatrons_alone():
+    """recompute_layers is exported to Megatron (--recompute-num-layers) and
+    refused by the frameworks whose exports would recompute every layer."""
+    m = hpgo.transformer("llama3-8b")
+    plan = P(global_batch=64, dp=8, recompute="full", recompute_layers=4,
+             recompute_method="block")
+    assert not F.problems("megatron", plan, m, "bf16")
+    args = plan.megatron_args(m)
+    assert "--recompute-method block --recompute-num-layers 4" in args
+    for fw in ("torchtitan", "deepspeed"):
+        assert any("recompute_layers" in b for b in F.problems(fw, plan.with_(zero=3), m,
+                                                                 "bf16"))
+
+
+def test_torchtitan_export_turns_on_the_async_tp_simulated(tmp_path, monkeypatch):
+    """A plan simulated with async TP exports with it on, one without it off."""
+    m = hpgo.transformer("llama3-70b")
+    c = hpgo.Cluster.preset("dgx-h100", nodes=8)
+    for overlap in ("async", "none"):
+        plan = P(global_batch=64, tp=8, dp=8, zero=3, sequence_parallel=True,
+                 recompute="full", tp_overlap=overlap, kernels="compile")
+        r = hpgo.simulate(m, c, plan, framework="torchtitan")
+        assert r.plan.tp_overlap == overlap
+        if overlap == "async":
+            r0 = r
+        text = r.plan.torchtitan_config(m)
+        assert f"config.compile.enable_async_tensor_parallel = {overlap == 'async'}" in text
+    # torchtitan reads it (its CompileConfig checks async TP against compile)
+    need("torchtitan")
+    from torchtitan.config.manager import ConfigManager
+    (tmp_path / "hpgo_async.py").write_text(r0.plan.torchtitan_config(m, name="hpgo_async"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = ConfigManager().parse_args(["--module", "hpgo_async", "--config", "hpgo_async"])
+    assert cfg.compile.enable_async_tensor_parallel and cfg.compile.enable
+    assert cfg.parallelism.tensor_parallel_degree == 8
 
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "rowwise_with_gw_hp"])
