@@ -114,6 +114,10 @@ def megatron_args(plan: Any, model: Any = None, *, precision: str = "bf16") -> s
         a.append(f"--cp-comm-type {plan.cp_comm}")
     if plan.zero == 1:
         a.append("--use-distributed-optimizer")
+        if plan.offload_optimizer:
+            # the optimizer state and its step on the host (HybridDeviceOptimizer,
+            # the whole state: --optimizer-offload-fraction's default 1.0)
+            a.append("--optimizer-cpu-offload --use-precision-aware-optimizer")
         if _fw.hybrid_sharded(plan):
             # the optimizer states sharded inside groups of shard_size replicas,
             # one distributed-optimizer instance a group (param_and_grad_buffer.py:
@@ -229,7 +233,14 @@ def _megatron_model(plan: Any, m: Transformer, notes: list[str]) -> list[str]:
             raise ValueError("Megatron-LM has no linear rope scaling argument")
     if not m.dropout:
         a.append("--attention-dropout 0.0 --hidden-dropout 0.0")
-    if m.flash:
+    # the attention core priced: fused attention (attention="auto") is what
+    # Transformer Engine's own choice runs (AttnBackend.auto, the default: cuDNN's
+    # FusedAttention on Hopper, FlashAttention on the A100), FlashAttention-2 the
+    # flash back end (the flash-attn package); without fused attention the
+    # unfused core (scores, softmax and dropout apart)
+    if not m.flash:
+        a.append("--attention-backend unfused")
+    elif getattr(plan, "attention", "auto") == "flash2":
         a.append("--attention-backend flash")
     if m.qk_norm:
         a.append("--qk-layernorm")

@@ -122,6 +122,26 @@ MEGATRON = Framework(
              "defaults to transformer_engine (its 'local' implementation keeps Megatron's own "
              "fused kernels, which no hpgo kernel set prices)",
              lambda p, m, pr: p.kernels != "te"),
+        Rule("the CPU optimizer (offload_optimizer, --optimizer-cpu-offload) runs through the "
+             "precision-aware distributed optimizer: zero=1",
+             f"{_MLM}: 'The optimizer cpu offload must be used in conjunction with "
+             "--use-precision-aware-optimizer'; megatron/core/optimizer/optimizer_config.py: "
+             "'--use-precision-aware-optimizer only supported with distributed optimizer'",
+             lambda p, m, pr: p.offload_optimizer and p.zero != 1),
+        Rule("activation offloading (offload_activations) is not exported: Megatron's "
+             "--cpu-offloading moves whole layers, without pipelining or recomputation, which "
+             "hpgo does not price",
+             f"{_MCORE}/transformer/transformer_config.py __post_init__: cpu_offloading "
+             "asserts (pipeline_model_parallel_size == 1, no recompute_granularity)",
+             lambda p, m, pr: p.offload_activations > 0),
+        Rule("fp8 under delayed scaling (the export's --fp8-format hybrid, Megatron's default "
+             "recipe) does not recompute the norms and expert activations that selective "
+             "recomputation of fused-attention models names (--recompute-modules layernorm, "
+             "moe_act)",
+             f"{_MCORE}/transformer/transformer_config.py __post_init__: 'Delayed scaling does "
+             "not support moe_act and layernorm recompute for fp8'",
+             lambda p, m, pr: pr == "fp8" and p.recompute == "selective" and
+             m is not None and m.flash),
         Rule("FSDP2 (zero=3) runs without pipeline parallelism",
              f"{_MLM}: assert args.pipeline_model_parallel_size == 1 under --use-torch-fsdp2",
              lambda p, m, pr: p.zero == 3 and p.pp > 1),
@@ -189,6 +209,10 @@ MEGATRON = Framework(
         "overlap_grad_reduce": True,
         # --recompute-method uniform for full recomputation (the export's choice)
         "recompute_method": "uniform",
+        # vocab_parallel_cross_entropy unless --cross-entropy-loss-fusion (off by
+        # default, model_parallel_config.py cross_entropy_loss_fusion=False), which
+        # the export does not give: its native fusion is not the kernel hpgo prices
+        "cross_entropy": "unfused",
     },
     launch="torchrun --nproc-per-node 8 --nnodes N pretrain_gpt.py $(cat megatron.args) "
            "<data, tokenizer and optimizer arguments>",
@@ -247,6 +271,11 @@ TORCHTITAN = Framework(
              f"{_TT} torchtitan/distributed/activation_checkpoint.py "
              "ActivationCheckpointing.apply: every child of model.layers wrapped by the policy",
              lambda p, m, pr: p.recompute_layers > 0),
+        Rule("no optimizer-only or activation offloading: FSDP2's CPU offload "
+             "(training.enable_cpu_offload) moves the parameters and gradients too",
+             f"{_TT} torchtitan/config/configs.py: enable_cpu_offload, 'CPU offloading of "
+             "parameters, gradients, and optimizer states in FSDP', its only offload option",
+             lambda p, m, pr: p.offload_optimizer or p.offload_activations > 0),
         Rule("ZBVZeroBubble runs exactly two stages per rank",
              "torch/distributed/pipelining/schedules.py ScheduleZBVZeroBubble: "
              "n_local_stages != 2 raises",
@@ -403,6 +432,12 @@ DEEPSPEED = Framework(
              # "te" is ParallelPlan's default: a plan left at it takes DeepSpeed's
              # ("eager", apply_defaults)
              lambda p, m, pr: p.kernels not in ("eager", "te")),
+        Rule("offloading (offload_optimizer, offload_activations) is not exported: the JSON "
+             "writes no zero_optimization.offload_optimizer or cpu_checkpointing, whose "
+             "optimizers and transfers hpgo does not price as DeepSpeed runs them",
+             f"{_DS} deepspeed/runtime/zero/offload_config.py (ZeRO-Offload), "
+             "deepspeed/runtime/activation_checkpointing/config.py (cpu_checkpointing)",
+             lambda p, m, pr: p.offload_optimizer or p.offload_activations > 0),
         Rule("one model chunk per pipeline rank (no virtual stages)",
              f"{_DS} deepspeed/runtime/pipe/module.py PipelineModule(num_stages): one "
              "partition per stage rank",

@@ -75,7 +75,7 @@ def test_every_rule_cites_its_source():
         assert set(fw.defaults) <= {"kernels", "tp_overlap", "cp_comm", "reshard_after_forward",
                                     "shard_size", "overlap_grad_reduce", "recompute_method",
                                     "recompute_layers", "offload_optimizer",
-                                    "offload_activations", "zero"}
+                                    "offload_activations", "zero", "cross_entropy"}
         assert fw.defaults["kernels"] in ("te", "compile", "eager")
         assert fw.defaults["cp_comm"] in ("p2p", "all_gather", "a2a")
 
@@ -142,6 +142,17 @@ P = hpgo.ParallelPlan
      "llama3-8b", "bf16", "ActivationCheckpointing.apply"),
     ("deepspeed", P(global_batch=64, dp=8, recompute="full", recompute_layers=4),
      "llama3-8b", "bf16", "activation_checkpoint_interval"),
+    ("megatron", P(global_batch=64, dp=8, recompute="selective"), "llama3-8b", "fp8",
+     "Delayed scaling does not support"),
+    # offloading as each framework runs it, or not at all
+    ("megatron", P(global_batch=64, dp=8, zero=3, offload_optimizer=True), "llama3-8b", "bf16",
+     "--use-precision-aware-optimizer"),
+    ("megatron", P(global_batch=64, dp=8, offload_activations=0.5), "llama3-8b", "bf16",
+     "cpu_offloading"),
+    ("torchtitan", P(global_batch=64, dp=8, zero=3, offload_optimizer=True), "llama3-8b",
+     "bf16", "enable_cpu_offload"),
+    ("deepspeed", P(global_batch=64, dp=8, zero=1, offload_optimizer=True), "llama3-8b",
+     "bf16", "offload_config.py"),
     # kernel sets the exports do not select
     ("megatron", P(global_batch=64, dp=8, kernels="compile"), "llama3-8b", "bf16",
      "--transformer-impl"),
@@ -178,7 +189,12 @@ def test_runtime_defaults_follow_the_plan_where_the_framework_does():
     assert F.runtime_defaults(None, P(global_batch=8)) == {}
     # a value the plan states is kept; fields this ParallelPlan lacks are skipped
     p = P(global_batch=8, dp=8, overlap_grad_reduce=False)
-    assert F.apply_defaults("megatron", p) == p
+    assert F.apply_defaults("megatron", p.with_(cross_entropy="unfused")) == \
+        p.with_(cross_entropy="unfused")
+    # Megatron-LM's own loss unless --cross-entropy-loss-fusion, which the export
+    # does not give
+    assert F.apply_defaults("megatron", p) == p.with_(cross_entropy="unfused")
+    assert "cross-entropy-loss-fusion" not in p.megatron_args(hpgo.transformer("llama3-8b"))
     # the training stack is a ParallelPlan field: torchtitan's is set
     assert F.apply_defaults("torchtitan", P(global_batch=8, dp=8)) == \
         P(global_batch=8, dp=8, kernels="compile", cp_comm="all_gather", zero=3)
@@ -200,7 +216,8 @@ def test_framework_search_equals_filtering_every_plan(name, cluster, nodes, gb, 
     # where the framework's own default says
     # priced on the framework's training stack (kernels, tp overlap, cp exchange)
     d = F.runtime_defaults(framework, hpgo.ParallelPlan(global_batch=gb))
-    stack = {k: d[k] for k in ("kernels", "tp_overlap", "cp_comm") if isinstance(d.get(k), str)}
+    stack = {k: d[k] for k in ("kernels", "tp_overlap", "cp_comm", "cross_entropy")
+             if isinstance(d.get(k), str)}
     # each ZeRO stage on the gradient path the framework runs it on (DeepSpeed:
     # BF16_Optimizer below ZeRO 2): one exhaustive ranking per path, each plan
     # taken from the ranking of its own path
@@ -511,6 +528,20 @@ def test_torchtitan_runs_the_export(search, tmp_path, monkeypatch):
         assert cfg.training.local_batch_size % p.pipeline_parallel_microbatch_size == 0
         assert cfg.training.local_batch_size // p.pipeline_parallel_microbatch_size == \
             plan.microbatches
+
+
+def test_megatron_export_names_the_attention_and_the_cpu_optimizer_priced():
+    """--attention-backend: Transformer Engine's own choice for fused attention
+    (cuDNN on Hopper, as priced), flash for FlashAttention-2, unfused for a
+    model without fused attention; the CPU optimizer with the distributed one."""
+    m = hpgo.transformer("llama3-8b")
+    p = P(global_batch=64, dp=8, zero=1)
+    assert "--attention-backend" not in p.megatron_args(m)      # auto, the default
+    assert "--attention-backend flash" in p.with_(attention="flash2").megatron_args(m)
+    assert "--attention-backend unfused" in p.megatron_args(hpgo.transformer("gpt3-175b"))
+    assert "--optimizer-cpu-offload --use-precision-aware-optimizer" in \
+        p.with_(offload_optimizer=True).megatron_args(m)
+    assert "--optimizer-cpu-offload" not in p.megatron_args(m)
 
 
 def test_partial_recomputation_is_megatrons_alone():
