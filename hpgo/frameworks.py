@@ -276,6 +276,17 @@ TORCHTITAN = Framework(
              f"{_TT} torchtitan/config/configs.py: enable_cpu_offload, 'CPU offloading of "
              "parameters, gradients, and optimizer states in FSDP', its only offload option",
              lambda p, m, pr: p.offload_optimizer or p.offload_activations > 0),
+        Rule("context parallelism all-gathers K and V for FlexAttention: no other exchange "
+             "(cp_comm 'all_gather')",
+             f"{_TT} torchtitan/distributed/context_parallel/api.py apply_cp_to_forward: "
+             "FlexAttention's forward wrapped with flex_cp_allgather (SDPA's ring only for "
+             "models that build SDPA, no language model: models/common/config_utils.py)",
+             lambda p, m, pr: p.cp > 1 and p.cp_comm not in ("all_gather", "p2p")),
+        Rule("GPT-OSS runs variable-length attention, which has no context parallelism",
+             f"{_TT} torchtitan/distributed/context_parallel/api.py apply_cp_to_forward: "
+             "'Variable-length attention CP is not yet supported' (models/gpt_oss: "
+             "attn_backend 'varlen')",
+             lambda p, m, pr: p.cp > 1 and m is not None and m.attn_sinks),
         Rule("ZBVZeroBubble runs exactly two stages per rank",
              "torch/distributed/pipelining/schedules.py ScheduleZBVZeroBubble: "
              "n_local_stages != 2 raises",

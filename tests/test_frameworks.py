@@ -144,6 +144,10 @@ P = hpgo.ParallelPlan
      "llama3-8b", "bf16", "activation_checkpoint_interval"),
     ("megatron", P(global_batch=64, dp=8, recompute="selective"), "llama3-8b", "fp8",
      "Delayed scaling does not support"),
+    ("torchtitan", P(global_batch=64, cp=2, dp=4, cp_comm="a2a"), "llama3-8b", "bf16",
+     "flex_cp_allgather"),
+    ("torchtitan", P(global_batch=64, cp=2, dp=4, ep=8), "gpt-oss-120b", "bf16",
+     "Variable-length attention CP"),
     # offloading as each framework runs it, or not at all
     ("megatron", P(global_batch=64, dp=8, zero=3, offload_optimizer=True), "llama3-8b", "bf16",
      "--use-precision-aware-optimizer"),
