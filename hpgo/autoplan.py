@@ -27,8 +27,9 @@ from typing import Any, Iterator, Mapping
 from . import _args, _core
 from . import frameworks as _frameworks
 from .cluster import Cluster
-from .parallel import (CP_COMMS, CROSS_ENTROPIES, DISPATCHERS, DISPATCHERS_BY_CODE, FP8_RECIPES, KERNEL_SETS,
-                       OPTIMIZER_IMPLS, PRECISIONS, RECOMPUTE_MODES, SCHEDULES, TP_OVERLAPS,
+from .parallel import (CP_COMMS, CROSS_ENTROPIES, DISPATCHERS, DISPATCHERS_BY_CODE,
+                       FP8_RECIPES, KERNEL_SETS, OPTIMIZER_IMPLS, PRECISIONS, RECOMPUTE_MODES,
+                       SCHEDULES, TP_OVERLAPS,
                        MemoryBreakdown, ParallelPlan, StepResult, _as_model, _headroom_cluster,
                        _overhead_bytes, _positive_real, headroom_fraction, overlap_share, simulate)
 from .workmodel import ProfiledModel, Transformer, model_id
