@@ -255,4 +255,6 @@ def test_megatron_refuses_pytorchs_context_parallelism():
     p = hpgo.ParallelPlan(global_batch=2, cp=2, cp_comm="torch_sdpa")
     assert any("SDPA" in s for s in frameworks.problems("megatron", p, m))
     assert not any("SDPA" in s for s in frameworks.problems("megatron", p.with_(cp_comm="p2p"), m))
-    assert not any("SDPA" in s for s in frameworks.problems("torchtitan", p, m))
+    # torchtitan 0.3 runs FlexAttention's K/V all-gather, not its 2024 SDPA ring
+    assert any("flex_cp_allgather" in s for s in frameworks.problems("torchtitan", p, m))
+    assert not frameworks.problems("torchtitan", p.with_(cp_comm="all_gather", zero=3), m)
