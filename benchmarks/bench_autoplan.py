@@ -30,7 +30,7 @@ def search(model, cluster, gb, threads, exhaustive=False, precision="bf16"):
     # fixed choices free (-1), overlap share 1.0 (unused), FSDP resharding,
     # full sharding, no offloading, the default stack (autoplan's defaults)
     opts = (gb, 0, _core.OBJECTIVE_TIME, 10, int(exhaustive), threads, 16, 8, None, *[-1] * 16,
-            1.0, 0, 0, 0, 0.0, -1, -1, -1, -1, -1)
+            1.0, 0, 0, 0, 0.0, -1, -1, -1, -1, -1, -1, -1)
     return _core._autoplan(model._tuple(PRECISIONS[precision]), cluster._tuple(), opts, None)
 
 

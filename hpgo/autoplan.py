@@ -27,7 +27,7 @@ from typing import Any, Iterator, Mapping
 from . import _args, _core
 from . import frameworks as _frameworks
 from .cluster import Cluster
-from .parallel import (CP_COMMS, CROSS_ENTROPIES, DISPATCHERS, DISPATCHERS_BY_CODE,
+from .parallel import (ATTENTIONS, CP_COMMS, CROSS_ENTROPIES, DISPATCHERS, DISPATCHERS_BY_CODE,
                        FP8_RECIPES, KERNEL_SETS, OPTIMIZER_IMPLS, PRECISIONS, RECOMPUTE_MODES,
                        SCHEDULES, TP_OVERLAPS,
                        MemoryBreakdown, ParallelPlan, StepResult, _as_model, _headroom_cluster,
@@ -493,7 +493,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
              offload_activations: float | None = 0.0,
              kernels: str = "te", tp_overlap: str = "none", cp_comm: str = "p2p",
              optimizer_impl: str = "megatron", fp8_recipe: str = "tensorwise",
-             cross_entropy: str = "auto", timeout: float | None = None,
+             cross_entropy: str = "auto", attention: str = "auto",
+             timeout: float | None = None,
              executor: Any = None, headroom: float | None = None,
              tokens: float | None = None, price: "float | Mapping[str, float] | None" = None,
              max_days: float | None = None, max_batch: bool = False,
@@ -538,7 +539,10 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     runs rowwise unless given the other rowwise one).  ``cross_entropy``
     is the loss every plan is priced with (:class:`ParallelPlan`;
     ``"unfused"``, Megatron-LM's default loss, needs ``kernels="te"``, and
-    ``framework="megatron"`` prices it unless given).
+    ``framework="megatron"`` prices it unless given).  ``attention`` is
+    the fused attention kernel every plan is priced with (``"auto"`` or
+    ``"flash2"``, :class:`ParallelPlan`; ``framework="deepspeed"`` prices
+    FlashAttention-2 unless given).
     ``timeout`` (seconds) raises TimeoutError past it; Ctrl-C stops the
     search with KeyboardInterrupt.  Raises ValueError for impossible arguments; a search with no
     plan that fits returns an empty ranking whose ``table()`` says why.
@@ -633,7 +637,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _stack("tp_overlap", tp_overlap, TP_OVERLAPS), _stack("cp_comm", cp_comm, CP_COMMS),
             _stack("optimizer_impl", optimizer_impl, OPTIMIZER_IMPLS),
             _stack("fp8_recipe", fp8_recipe, FP8_RECIPES),
-            _stack("cross_entropy", cross_entropy, CROSS_ENTROPIES))
+            _stack("cross_entropy", cross_entropy, CROSS_ENTROPIES),
+            _stack("attention", attention, ATTENTIONS))
     if cross_entropy == "unfused" and kernels != "te":
         raise ValueError("cross_entropy='unfused' (Megatron's vocab_parallel_cross_entropy) "
                          f"needs kernels='te', not {kernels!r}")
@@ -656,9 +661,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
         if optimizer_impl != "megatron":
             raise ValueError("optimizer_impl= is searched on one GPU type only: the search over "
                              "uneven plans prices Megatron's gradient path")
-        if cross_entropy != "auto":
-            raise ValueError("cross_entropy= is searched on one GPU type only: the search over "
-                             "uneven plans prices the kernel set's own loss")
+        if cross_entropy != "auto" or attention != "auto":
+            raise ValueError("cross_entropy= and attention= are searched on one GPU type only: "
+                             "the search over uneven plans prices the kernel set's own")
         if fp8_recipe != "tensorwise":
             raise ValueError("fp8_recipe= is searched on one GPU type only: the search over "
                              "uneven plans prices the tensorwise recipe")
@@ -692,6 +697,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     # default (_framework_options), on the TE kernel set only
     stack_ce = fw.defaults.get("cross_entropy", cross_entropy) \
         if fw is not None and cross_entropy == "auto" else cross_entropy
+    stack_att = fw.defaults.get("attention", attention) \
+        if fw is not None and attention == "auto" else attention
 
     def to_plan(pt: tuple) -> ParallelPlan:
         (p_tp, p_pp, p_dp, p_cp, p_ep, v, mb, gb, sch, rc, sp, z, ov, split, p_etp, outer,
@@ -709,7 +716,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
                             offload_activations=off_act, kernels=_KS_NAMES[ks],
                             tp_overlap=_TPO_NAMES[tpo], cp_comm=_CP_NAMES[cpc],
                             optimizer_impl=optimizer_impl, fp8_recipe=recipe,
-                            cross_entropy=stack_ce if _KS_NAMES[ks] == "te" else "auto")
+                            cross_entropy=stack_ce if _KS_NAMES[ks] == "te" else "auto",
+                            attention=stack_att)
 
     def search(o: tuple) -> dict:
         if executor is not None:
@@ -724,7 +732,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
         unset = {k for k, v in (("reshard_after_forward", reshard_after_forward is True),
                                 ("kernels", kernels == "te"), ("tp_overlap", tp_overlap == "none"),
                                 ("cp_comm", cp_comm == "p2p"),
-                                ("cross_entropy", cross_entropy == "auto")) if v}
+                                ("cross_entropy", cross_entropy == "auto"),
+                                ("attention", attention == "auto")) if v}
         stats, entries = _framework_search(fw, m, precision, opts, int(top), search, to_plan,
                                            dict(schedule=schedule, zero=zero, recompute=recompute,
                                                 pp=pp, ep=ep, optimizer_impl=optimizer_impl),
@@ -861,7 +870,8 @@ _MAX_TOP = 1000
 _O_TOP, _O_PP, _O_SCHEDULE, _O_RECOMPUTE, _O_ZERO, _O_EP = 3, 10, 14, 15, 17, 19
 _O_NO_RESHARD = 26
 _O_STACK = {"kernels": (30, KERNEL_SETS), "tp_overlap": (31, TP_OVERLAPS),
-            "cp_comm": (32, CP_COMMS), "cross_entropy": (35, CROSS_ENTROPIES)}
+            "cp_comm": (32, CP_COMMS), "cross_entropy": (35, CROSS_ENTROPIES),
+            "attention": (36, ATTENTIONS)}
 _O_OPTIMIZER = 33
 _O_FP8_RECIPE = 34
 

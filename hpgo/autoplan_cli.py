@@ -305,7 +305,7 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
     shard.add_argument("--offload-activations", default="0", metavar="SHARE|search",
                        help="share of stored activations kept in host memory, or 'search' "
                             "(0, 0.5, 1)")
-    from .parallel import CROSS_ENTROPIES, FP8_RECIPES
+    from .parallel import ATTENTIONS, CROSS_ENTROPIES, FP8_RECIPES
     stack = p.add_argument_group("training stack (every plan priced on it)")
     stack.add_argument("--kernels", choices=("te", "compile", "eager"), default="te",
                        help="the kernels: Megatron-Core + Transformer Engine (default), "
@@ -330,6 +330,10 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
                        help="the loss every plan is priced with: the kernel set's (auto) or "
                             "Megatron's unfused fp32 loss (with --kernels te; --framework "
                             "megatron prices it unless given)")
+    stack.add_argument("--attention", choices=tuple(ATTENTIONS), default="auto",
+                       help="the fused attention kernel every plan is priced with: the fastest "
+                            "with a published table (auto) or FlashAttention-2 (--framework "
+                            "deepspeed prices it unless given)")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="seconds the search may take")
     p.add_argument("--framework", choices=("megatron", "torchtitan", "deepspeed"),
                    help="rank only plans this framework runs (docs/exports.md)")
@@ -412,7 +416,7 @@ def run_autoplan(args) -> int:
                       max_days=args.max_days, framework=framework, **_memory_args(args), **opts,
                       kernels=args.kernels, tp_overlap=args.tp_overlap, cp_comm=args.cp_comm,
                       optimizer_impl=args.optimizer, fp8_recipe=args.fp8_recipe,
-                      cross_entropy=args.cross_entropy, **fixed)
+                      cross_entropy=args.cross_entropy, attention=args.attention, **fixed)
     if args.output and len(r):
         r[0].plan.save(args.output)
         print(f"wrote {args.output}", file=sys.stderr)

@@ -499,6 +499,9 @@ DEEPSPEED = Framework(
         "shard_size": 0,
         # zero_optimization.overlap_comm (the export sets it from the plan)
         "overlap_grad_reduce": True,
+        # Megatron-DeepSpeed's fused attention is the flash-attn package's
+        # FlashAttention-2 (--use-flash-attn-v2); it has no cuDNN attention
+        "attention": "flash2",
     },
     launch="deepspeed --num_gpus 8 --num_nodes N pretrain_gpt.py --deepspeed "
            "--deepspeed_config ds_config.json <Megatron-DeepSpeed model arguments>",

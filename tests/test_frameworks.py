@@ -75,7 +75,8 @@ def test_every_rule_cites_its_source():
         assert set(fw.defaults) <= {"kernels", "tp_overlap", "cp_comm", "reshard_after_forward",
                                     "shard_size", "overlap_grad_reduce", "recompute_method",
                                     "recompute_layers", "offload_optimizer",
-                                    "offload_activations", "zero", "cross_entropy"}
+                                    "offload_activations", "zero", "cross_entropy",
+                                    "attention"}
         assert fw.defaults["kernels"] in ("te", "compile", "eager")
         assert fw.defaults["cp_comm"] in ("p2p", "all_gather", "a2a")
 
@@ -220,7 +221,7 @@ def test_framework_search_equals_filtering_every_plan(name, cluster, nodes, gb, 
     # where the framework's own default says
     # priced on the framework's training stack (kernels, tp overlap, cp exchange)
     d = F.runtime_defaults(framework, hpgo.ParallelPlan(global_batch=gb))
-    stack = {k: d[k] for k in ("kernels", "tp_overlap", "cp_comm", "cross_entropy")
+    stack = {k: d[k] for k in ("kernels", "tp_overlap", "cp_comm", "cross_entropy", "attention")
              if isinstance(d.get(k), str)}
     # each ZeRO stage on the gradient path the framework runs it on (DeepSpeed:
     # BF16_Optimizer below ZeRO 2): one exhaustive ranking per path, each plan
@@ -546,6 +547,20 @@ def test_megatron_export_names_the_attention_and_the_cpu_optimizer_priced():
     assert "--optimizer-cpu-offload --use-precision-aware-optimizer" in \
         p.with_(offload_optimizer=True).megatron_args(m)
     assert "--optimizer-cpu-offload" not in p.megatron_args(m)
+
+
+def test_deepspeed_prices_the_attention_megatron_deepspeed_runs():
+    """Megatron-DeepSpeed's fused attention is FlashAttention-2 (--use-flash-attn-v2):
+    simulate and autoplan price it under framework='deepspeed' unless given."""
+    m = hpgo.transformer("llama3-8b")
+    c = hpgo.Cluster.preset("dgx-h100", nodes=1)
+    r = hpgo.simulate(m, c, P(global_batch=16, dp=8, zero=1), framework="deepspeed")
+    assert r.plan.attention == "flash2" and r.plan.kernels == "eager"
+    plain = hpgo.simulate(m, c, r.plan.with_(attention="auto"))
+    assert r.iteration_time > plain.iteration_time   # FA2 is slower than cuDNN on Hopper
+    best = hpgo.autoplan(m, c, 16, framework="deepspeed", top=3)
+    assert all(p.plan.attention == "flash2" for p in best)
+    assert all(p.plan.attention == "auto" for p in hpgo.autoplan(m, c, 16, top=3))
 
 
 def test_partial_recomputation_is_megatrons_alone():

@@ -960,7 +960,7 @@ PyDoc_STRVAR(autoplan_doc,
              "recompute, sequence_parallel, zero, cp, ep, etp, ep_outer, overlap_moe_comm,\n"
              "moe_dispatcher, fp8_params, overlap_share, no_reshard, shard_size,\n"
              "offload_optimizer, offload_activations, kernels, tp_overlap, cp_comm,\n"
-             "optimizer_impl, fp8_recipe, cross_entropy) with\n"
+             "optimizer_impl, fp8_recipe, cross_entropy, attention) with\n"
              "-1 for a free choice or the default\n"
              "(overlap_moe_comm, fp8_params: -1 is off; moe_dispatcher: -1 is the\n"
              "all-to-all; overlap_share: a float, used with overlap_moe_comm 1).  The GIL is\n"
@@ -982,7 +982,7 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
     void *cstore = NULL;
     PyObject *res = NULL;
     memset(&o, 0, sizeof o);
-    const Py_ssize_t N = 36;
+    const Py_ssize_t N = 37;
     if (to_work(mt, &w, &arrays) < 0 || to_cluster(ct, &c, &cstore) < 0)
         goto done;
     if (get_i64(ot, 0, N, "global_batch", &o.global_batch) < 0 ||
@@ -1013,7 +1013,8 @@ static PyObject *autoplan(PyObject *module, PyObject *args)
         get_i32(ot, 32, N, "cp_comm", &o.cp_comm) < 0 ||
         get_i32(ot, 33, N, "optimizer_impl", &o.optimizer_impl) < 0 ||
         get_i32(ot, 34, N, "fp8_recipe", &o.fp8_recipe) < 0 ||
-        get_i32(ot, 35, N, "cross_entropy", &o.cross_entropy) < 0)
+        get_i32(ot, 35, N, "cross_entropy", &o.cross_entropy) < 0 ||
+        get_i32(ot, 36, N, "attention", &o.attention) < 0)
         goto done;
     hpgo_cancel_t cancel;
     hpgo_cancel_init(&cancel);

@@ -710,6 +710,7 @@ static int enumerate(search_t *S, int64_t N, hpgo_err_t *err)
                 base.optimizer_impl = o->optimizer_impl > 0 ? o->optimizer_impl : HPGO_OPT_MEGATRON;
                 base.fp8_recipe = o->fp8_recipe > 0 ? o->fp8_recipe : HPGO_F8R_TENSORWISE;
                 base.cross_entropy = o->cross_entropy > 0 ? o->cross_entropy : 0;
+                base.attention = o->attention > 0 ? o->attention : HPGO_ATT_AUTO;
                 /* schedules and their vstages */
                 static const int order[] = {HPGO_PS_1F1B, HPGO_PS_ZBH1, HPGO_PS_INTERLEAVED,
                                             HPGO_PS_ZBV, HPGO_PS_GPIPE};
@@ -813,7 +814,8 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
         o->cp_comm > HPGO_CP_TORCH_SDPA || o->optimizer_impl > HPGO_OPT_MEGATRON_BF16_GRADS ||
         o->fp8_recipe > HPGO_F8R_ROWWISE_GW_HP ||
         (o->fp8_recipe >= HPGO_F8R_ROWWISE && o->kernels <= HPGO_KS_TE) ||
-        o->cross_entropy > 1 || (o->cross_entropy == 1 && o->kernels > HPGO_KS_TE))
+        o->cross_entropy > 1 || (o->cross_entropy == 1 && o->kernels > HPGO_KS_TE) ||
+        o->attention > HPGO_ATT_FLASH2)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "a fixed choice is out of range");
     if (o->zero >= 0 && o->optimizer_impl > 0 &&
         hpgo_parplan_check_optimizer_zero(o->optimizer_impl, o->zero, err) != HPGO_OK)

@@ -65,8 +65,9 @@ typedef struct hpgo_autoplan_opts {
      * sequence parallelism), context-parallel exchange, the optimizer's
      * gradient path (parplan.h; ZeRO stages it does not run are skipped),
      * torchao's float8 recipe under fp8 (HPGO_F8R_*), the loss (parplan.h
-     * cross_entropy: 1 Megatron's unfused one, on the TE kernel set only) */
-    int32_t kernels, tp_overlap, cp_comm, optimizer_impl, fp8_recipe, cross_entropy;
+     * cross_entropy: 1 Megatron's unfused one, on the TE kernel set only), the
+     * fused attention kernel (HPGO_ATT_*) */
+    int32_t kernels, tp_overlap, cp_comm, optimizer_impl, fp8_recipe, cross_entropy, attention;
 } hpgo_autoplan_opts_t;
 
 typedef struct hpgo_autoplan_entry {
