@@ -373,6 +373,14 @@ def _bool(name: str, v: Any) -> bool:
     return v
 
 
+def _stack_default(fw: Any, name: str, given: str, unset: str) -> str:
+    """The ``name`` of the training stack the plans run: the framework's
+    default where the caller left autoplan's own (``unset``;
+    :func:`_framework_options` sets the search's the same way)."""
+    d = fw.defaults.get(name) if fw is not None else None
+    return d if given == unset and isinstance(d, str) else given
+
+
 def _stack(name: str, v: Any, allowed: dict) -> int:
     if v not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {v!r}")
@@ -645,8 +653,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     fw = _frameworks.get(framework)
     # the kernel set and float8 recipe the plans run: the framework's where
     # the caller left autoplan's defaults (_framework_options, apply_fp8_recipe)
-    stack_kernels = fw.defaults["kernels"] if fw is not None and kernels == "te" and \
-        isinstance(fw.defaults.get("kernels"), str) else kernels
+    stack_kernels = _stack_default(fw, "kernels", kernels, "te")
     recipe = _frameworks.fp8_recipe_of(fw, precision, fp8_recipe, stack_kernels)
     if recipe != "tensorwise" and stack_kernels == "te":
         raise ValueError(f"fp8_recipe={recipe!r} (torchao's rowwise float8 recipe) needs a "
@@ -693,12 +700,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     mt = m._tuple(PRECISIONS[precision])
     cs = _headroom_cluster(c, room)   # the search judges fits against the usable memory
     mid = model_id(m)
-    # the loss the plans run: the framework's where the caller left autoplan's
-    # default (_framework_options), on the TE kernel set only
-    stack_ce = fw.defaults.get("cross_entropy", cross_entropy) \
-        if fw is not None and cross_entropy == "auto" else cross_entropy
-    stack_att = fw.defaults.get("attention", attention) \
-        if fw is not None and attention == "auto" else attention
+    # the loss (on the TE kernel set only) and attention kernel the plans run
+    stack_ce = _stack_default(fw, "cross_entropy", cross_entropy, "auto")
+    stack_att = _stack_default(fw, "attention", attention, "auto")
 
     def to_plan(pt: tuple) -> ParallelPlan:
         (p_tp, p_pp, p_dp, p_cp, p_ep, v, mb, gb, sch, rc, sp, z, ov, split, p_etp, outer,

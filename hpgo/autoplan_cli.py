@@ -182,19 +182,20 @@ def model_from_args(args: Any) -> Any:
     raise UsageError("give --model, --hf-config or --profile")
 
 
-def cluster_from_args(args: Any) -> Any:
-    c = _cluster_from_args(args)
+def cluster_from_args(args: Any, gpus: int | None = None) -> Any:
+    """The cluster the options name; ``gpus`` (else autoplan's --gpus) sizes a
+    preset or --gpu cluster given no --nodes."""
+    c = _cluster_from_args(args, gpus if gpus is not None else getattr(args, "gpus", None))
     watts = getattr(args, "power_limit", None)
     return c if watts is None else c.with_power_limit(watts)
 
 
-def _cluster_from_args(args: Any) -> Any:
+def _cluster_from_args(args: Any, gpus: int | None) -> Any:
     import hpgo
     from .cluster import resolve
 
     _positive("--nodes", args.nodes)
     _positive("--gpus-per-node", args.gpus_per_node)
-    gpus = getattr(args, "gpus", None)
     if args.gpu:
         if args.cluster:
             raise UsageError("give --cluster or --gpu, not both")

@@ -666,9 +666,8 @@ def run_simulate_step(args: Any, out: TextIO) -> int:
                                  **{k: v for k, v in _plan_flags(args) if v is not None})
     # without --nodes, a preset or --gpu cluster has the nodes the plan needs
     # (a cluster file keeps its own: it describes the machine)
-    if args.gpu or (args.cluster and not os.path.exists(args.cluster)):
-        args.gpus = plan.gpus
-    cluster = cluster_from_args(args)
+    sized = args.gpu or (args.cluster and not os.path.exists(args.cluster))
+    cluster = cluster_from_args(args, gpus=plan.gpus if sized else None)
     if plan.gpus > cluster.gpus:
         raise CliError(f"the plan uses {plan.gpus} GPUs (tp x cp x pp x dp), the cluster has "
                        f"{cluster.gpus}: give --nodes {-(-plan.gpus // cluster.gpus_per_node)}")
