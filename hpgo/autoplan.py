@@ -234,6 +234,7 @@ class RankedPlans:
                         "memory_gib": mem.total / _GIB, "capacity_gib": mem.capacity / _GIB,
                         "usable_gib": mem.usable / _GIB, "fits": rp.fits,
                         "days": r.days, "gpu_hours": r.gpu_hours, "cost": r.cost,
+                        "days_band": r.days_band, "cost_band": r.cost_band,
                         "checked": r.checked})
         return out
 
@@ -257,7 +258,18 @@ class RankedPlans:
                                          self.precision, self.max_batch)
         # how far the model was from the published runs of the plans' stack
         if self.plans[0].result.checked:
-            out += "\n" + self.plans[0].result.checked
+            out += "\n" + self._checked_line()
+        return out
+
+    def _checked_line(self) -> str:
+        """The published runs of plan 1's stack, and with tokens= its days
+        (and cost) at their lowest and highest error."""
+        best = self.plans[0].result
+        out = best.checked or ""
+        band, cost = best.days_band, best.cost_band
+        if band is not None:
+            out += (f"; with them plan 1 trains in {band[0]:,.1f}-{band[1]:,.1f} days"
+                    + (f", ${cost[0]:,.0f}-${cost[1]:,.0f}" if cost is not None else ""))
         return out
 
     def __repr__(self) -> str:
@@ -276,7 +288,7 @@ class RankedPlans:
         return (f"<p>{html.escape(self.table().splitlines()[0])}</p><table><tr><th>#</th>"
                 "<th>s/iter</th><th>tokens/s</th><th>MFU</th><th>GiB</th><th>plan</th></tr>"
                 f"{rows}</table><p><small>{html.escape(self.setup())}"
-                + (f"; {html.escape(self.plans[0].result.checked)}"
+                + (f"; {html.escape(self._checked_line())}"
                    if self.plans and self.plans[0].result.checked else "")
                 + "</small></p>")
 

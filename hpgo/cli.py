@@ -714,6 +714,7 @@ def _step_dict(r: Any, model: Any, cluster: Any) -> dict:
         "mfu": r.mfu, "mfu_bf16": r.mfu_bf16, "samples_per_second": r.samples_per_second,
         "fits": r.fits, "memory_headroom": r.headroom, "tokens": r.tokens, "price": r.price,
         "days": r.days, "gpu_hours": r.gpu_hours, "cost": r.cost, "checked": r.checked,
+        "checked_errors": r.checked_errors, "days_band": r.days_band, "cost_band": r.cost_band,
         "devices": [{"busy": d["busy"], "bubble": d["bubble"],
                      "peak_in_flight": d["peak_in_flight"],
                      "memory": {k: getattr(m, k) for k in ("weights", "gradients", "optimizer",

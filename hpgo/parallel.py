@@ -1086,6 +1086,8 @@ class StepResult:
     gpu_notes: tuple[str, ...] = ()
     # how far hpgo was from the published runs of this stack (hpgo.validation.checked_note)
     checked: str | None = None
+    # the lowest and highest of those errors (simulated / measured tokens/s - 1)
+    checked_errors: tuple[float, float] | None = None
 
     # -- rates and the cost of a training run -------------------------------
     @property
@@ -1132,6 +1134,28 @@ class StepResult:
         h = self.gpu_hours
         return None if h is None or self.price is None else h * self.price
 
+    @property
+    def days_band(self) -> tuple[float, float] | None:
+        """Days to train on ``tokens`` tokens if this run is as far from its
+        measured speed as the published runs of its stack were
+        (``checked_errors``): ``days x (1 + error)`` at the lowest and the
+        highest error; None without ``tokens=`` or without checked runs.  The
+        model is not changed by it: it is the spread of its own checks."""
+        d = self.days
+        if d is None or self.checked_errors is None:
+            return None
+        lo, hi = self.checked_errors
+        return (d * (1 + lo), d * (1 + hi))
+
+    @property
+    def cost_band(self) -> tuple[float, float] | None:
+        """``cost`` over the same band as :attr:`days_band`."""
+        c = self.cost
+        if c is None or self.checked_errors is None:
+            return None
+        lo, hi = self.checked_errors
+        return (c * (1 + lo), c * (1 + hi))
+
     def assumptions(self) -> str:
         """What the figures assume: precision, peak, headroom, tokens, price."""
         prec = self.precision
@@ -1162,7 +1186,16 @@ class StepResult:
         out = f"{self.days:,.1f} days, {self.gpu_hours:,.0f} GPU-hours"
         if self.cost is not None:
             out += f", ${self.cost:,.0f}"
-        return out + f" for {self.tokens:.3g} tokens"
+        out += f" for {self.tokens:.3g} tokens"
+        band = self.days_band
+        if band is not None:
+            # what the same run takes at the speeds the checked runs measured
+            out += f" ({band[0]:,.1f}-{band[1]:,.1f} days"
+            cb = self.cost_band
+            if cb is not None:
+                out += f", ${cb[0]:,.0f}-${cb[1]:,.0f}"
+            out += " with hpgo's errors on the checked runs)"
+        return out
 
     @property
     def bubble(self) -> float:
@@ -1414,6 +1447,14 @@ def _price(c: Cluster, plan: ParallelPlan, price: Any) -> float | None:
     return plan_price(c, price, by or {0: plan.gpus})
 
 
+
+def _checked_errors(plan: Any, cluster: Any, precision: str,
+                    model: Any) -> tuple[float, float] | None:
+    """The lowest and highest error of the published runs of this stack
+    (``hpgo.validation.checked_band``), or None where none is checked."""
+    band = _validation.checked_band(plan, cluster, precision, model)
+    return None if band is None else (band.low, band.high)
+
 def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
              precision: str | None = None, timeline: bool = True,
              overhead_bytes: float | None = None, profile_batch: float | None = None,
@@ -1527,4 +1568,5 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         gpu_notes=tuple(f"{q.gpu.name} held to {q.gpu.power_limit:g} W: compute at "
                         f"{q.clock_factor():.3f} of its curves' clock"
                         for q in (c.parts or (c,)) if q.gpu.power_limit > 0),
-        checked=_validation.checked_note(plan, c, precision, m))
+        checked=_validation.checked_note(plan, c, precision, m),
+        checked_errors=_checked_errors(plan, c, precision, m))

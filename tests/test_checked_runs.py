@@ -172,3 +172,49 @@ def test_a_written_file_reads_back(tmp_path, monkeypatch):
     with pytest.raises(ValueError):
         validation.write_checked(p, "r", "f", "k")
     assert p.read_text() == old
+
+
+def test_time_and_cost_to_train_at_the_checked_errors(capsys):
+    """With tokens= and price=, the days and the cost at the lowest and the
+    highest error of the stack's published runs: days x (1 + error), the
+    model's own figures unchanged."""
+    m = hpgo.transformer("llama3-8b")
+    p = hpgo.ParallelPlan(global_batch=16, dp=8, micro_batch=2, recompute="full")
+    h100 = hpgo.Cluster.preset("dgx-h100", nodes=1)
+    r = hpgo.simulate(m, h100, p, tokens=1e11, price=2.0, timeline=False)
+    band = validation.checked_band(p, h100, "bf16", m)
+    assert r.checked_errors == (band.low, band.high) and band.low < 0 < band.high
+    lo, hi = r.days_band
+    assert lo == pytest.approx(r.days * (1 + band.low)) and hi == pytest.approx(r.days * (1 + band.high))
+    assert lo < r.days < hi
+    clo, chi = r.cost_band
+    assert clo == pytest.approx(r.cost * (1 + band.low)) and chi == pytest.approx(r.cost * (1 + band.high))
+    assert f"{lo:,.1f}-{hi:,.1f} days" in r.train_summary() and f"${chi:,.0f}" in r.summary()
+    # the plain figures are the model's, as without a band
+    plain = hpgo.simulate(m, h100, p, timeline=False)
+    assert r.iteration_time == plain.iteration_time
+    assert r.days == pytest.approx(1e11 / plain.tokens_per_second / 86400)
+    # without tokens, or without price, or with no checked run: nothing to band
+    assert plain.days_band is None and plain.cost_band is None
+    assert hpgo.simulate(m, h100, p, tokens=1e11, timeline=False).cost_band is None
+    pcie = hpgo.simulate(m, hpgo.Cluster.preset("h100-pcie", nodes=1), p, tokens=1e11,
+                         timeline=False)
+    assert pcie.checked_errors is None and pcie.days_band is None
+    assert "checked runs" not in pcie.train_summary()
+    # the command line prints and writes them
+    args = ["simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--dp", "8",
+            "--global-batch", "16", "--micro-batch", "2", "--recompute", "full",
+            "--tokens", "1e11", "--price", "2"]
+    assert main(args) == 0
+    assert f"{lo:,.1f}-{hi:,.1f} days" in capsys.readouterr().out
+    assert main(args + ["--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["days_band"] == pytest.approx([lo, hi]) and d["cost_band"] == pytest.approx([clo, chi])
+    # autoplan: the rows carry them, the line under the table gives plan 1's
+    a = hpgo.autoplan(m, h100, 16, top=2, tokens=1e11, price=2.0)
+    best = a[0].result
+    assert a.rows()[0]["days_band"] == best.days_band
+    last = a.table().splitlines()[-1]
+    assert last.startswith(best.checked) and (
+        f"plan 1 trains in {best.days_band[0]:,.1f}-{best.days_band[1]:,.1f} days" in last)
+    assert f"{best.days_band[0]:,.1f}-{best.days_band[1]:,.1f} days" in a._repr_html_()
