@@ -1447,13 +1447,13 @@ def _price(c: Cluster, plan: ParallelPlan, price: Any) -> float | None:
     return plan_price(c, price, by or {0: plan.gpus})
 
 
-
 def _checked_errors(plan: Any, cluster: Any, precision: str,
                     model: Any) -> tuple[float, float] | None:
     """The lowest and highest error of the published runs of this stack
     (``hpgo.validation.checked_band``), or None where none is checked."""
     band = _validation.checked_band(plan, cluster, precision, model)
     return None if band is None else (band.low, band.high)
+
 
 def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
              precision: str | None = None, timeline: bool = True,
