@@ -1447,14 +1447,6 @@ def _price(c: Cluster, plan: ParallelPlan, price: Any) -> float | None:
     return plan_price(c, price, by or {0: plan.gpus})
 
 
-def _checked_errors(plan: Any, cluster: Any, precision: str,
-                    model: Any) -> tuple[float, float] | None:
-    """The lowest and highest error of the published runs of this stack
-    (``hpgo.validation.checked_band``), or None where none is checked."""
-    band = _validation.checked_band(plan, cluster, precision, model)
-    return None if band is None else (band.low, band.high)
-
-
 def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
              precision: str | None = None, timeline: bool = True,
              overhead_bytes: float | None = None, profile_batch: float | None = None,
@@ -1554,6 +1546,8 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
     if is_t and it > 0 and peak > 0:
         d["mfu"] = d["model_flops"] / (it * n * peak)
         d["hfu"] = d["hw_flops"] / (it * n * peak)
+    # how far hpgo was from the published runs of this stack, and their errors' range
+    note, band = _validation.checked_note_and_band(plan, c, precision, m)
     return StepResult(
         plan=plan, model=mid, cluster=c.name, iteration_time=d["iteration_time"],
         compute_time=d["compute_time"], samples_per_second=d["samples_per_second"],
@@ -1568,5 +1562,4 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         gpu_notes=tuple(f"{q.gpu.name} held to {q.gpu.power_limit:g} W: compute at "
                         f"{q.clock_factor():.3f} of its curves' clock"
                         for q in (c.parts or (c,)) if q.gpu.power_limit > 0),
-        checked=_validation.checked_note(plan, c, precision, m),
-        checked_errors=_checked_errors(plan, c, precision, m))
+        checked=note, checked_errors=None if band is None else (band.low, band.high))

@@ -938,16 +938,22 @@ def checked_note(plan: Any, cluster: Any, precision: str, model: Any) -> str | N
     published runs of its stack, or that none of them (or none on its GPU)
     is checked; None for a simulation no published run is like (not a
     transformer, fp32, several GPU types or a plan with its own stages)."""
+    return checked_note_and_band(plan, cluster, precision, model)[0]
+
+
+def checked_note_and_band(plan: Any, cluster: Any, precision: str,
+                          model: Any) -> tuple[str | None, CheckedBand | None]:
+    """:func:`checked_note` and :func:`checked_band` from one look-up."""
     from .workmodel import Transformer
 
     key = stack_of(plan, cluster, precision, model)
     if key is None:
         if (isinstance(model, Transformer) and not getattr(cluster, "parts", None)
                 and plan.stages is None and _generation(cluster.gpu) is None):
-            return f"not checked against published runs on {cluster.gpu.name} GPUs"
-        return None
+            return f"not checked against published runs on {cluster.gpu.name} GPUs", None
+        return None, None
     band = _band_of(key)
-    return str(band) if band is not None else f"no published {key.describe()} checked"
+    return (str(band) if band is not None else f"no published {key.describe()} checked"), band
 
 
 def korthikanti_cases(path: Any) -> list[tuple[dict, Any, Any, Any]]:
