@@ -1141,20 +1141,19 @@ class StepResult:
         (``checked_errors``): ``days x (1 + error)`` at the lowest and the
         highest error; None without ``tokens=`` or without checked runs.  The
         model is not changed by it: it is the spread of its own checks."""
-        d = self.days
-        if d is None or self.checked_errors is None:
-            return None
-        lo, hi = self.checked_errors
-        return (d * (1 + lo), d * (1 + hi))
+        return self._at_checked_errors(self.days)
 
     @property
     def cost_band(self) -> tuple[float, float] | None:
         """``cost`` over the same band as :attr:`days_band`."""
-        c = self.cost
-        if c is None or self.checked_errors is None:
+        return self._at_checked_errors(self.cost)
+
+    def _at_checked_errors(self, v: float | None) -> tuple[float, float] | None:
+        """``v x (1 + error)`` at the lowest and the highest checked error."""
+        if v is None or self.checked_errors is None:
             return None
         lo, hi = self.checked_errors
-        return (c * (1 + lo), c * (1 + hi))
+        return (v * (1 + lo), v * (1 + hi))
 
     def assumptions(self) -> str:
         """What the figures assume: precision, peak, headroom, tokens, price."""
