@@ -416,7 +416,8 @@ class MeasuredRun:
         """The model: ``arch`` is a family (``gpt``: LayerNorm, biases, GeLU,
         learned positions, dropout, tied embeddings; ``llama``: RMSNorm, no
         biases, untied, RoPE, fused attention, causal model FLOPs) with
-        ``;key=0|1`` overrides (tied, bias, flash, dropout, pos)."""
+        ``;key=0|1`` overrides (tied, bias, flash, dropout, pos, qknorm: an
+        RMSNorm on the queries and keys of every head, as OLMo 2)."""
         from .workmodel import Transformer
         parts = [p.strip() for p in self.arch.split(";") if p.strip()]
         if not parts or parts[0] not in ("gpt", "llama"):
@@ -426,7 +427,7 @@ class MeasuredRun:
         f = dict(tied=not llama, bias=not llama, norm="rmsnorm" if llama else "layernorm",
                  dropout=not llama, flash=llama, causal_flops=llama, learned_pos=not llama)
         keys = {"tied": "tied", "bias": "bias", "flash": "flash", "dropout": "dropout",
-                "pos": "learned_pos"}
+                "pos": "learned_pos", "qknorm": "qk_norm"}
         for p in parts[1:]:
             k, _, v = p.partition("=")
             if k not in keys or v not in ("0", "1"):
@@ -651,7 +652,10 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     SDPA's flash back end, FlashAttention-2 (cuDNN attention was opt-in from
     pytorch/pytorch#138522, October 2024, until #162073 for 2.9; the torch
     commits of both torchtitan benchmarks, 2024-12-23 and 2025-06-14, fall
-    between), and PyTorch's context parallelism around SDPA with its
+    between), unless their notes give "cuDNN attention" (SDPA's cuDNN
+    back end, PyTorch's default on Hopper from #125343's second landing to
+    #138522 in October 2024: OLMo-core's runs on the nightly of 2024-10-09),
+    and PyTorch's context parallelism around SDPA with its
     all-gather rotation (``cp_comm="torch_sdpa"``; torchtitan's default
     ``context_parallel_rotate_method``).  MegaScale's
     Megatron-LM baseline (commit 285068c8, January 2023: the distributed
@@ -670,7 +674,8 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     Megatron-DeepSpeed calls the unfused one).  "op-level selective AC"
     (torchtitan's SAC) turns a selective recomputation into "selective-op".
     torchtitan's fp8 runs under FSDP gather their Float8Linear weights in fp8
-    (``fp8_all_gather``, ``_TORCHTITAN_FP8_ALL_GATHER``) unless their notes
+    (``fp8_all_gather``, ``_TORCHTITAN_FP8_ALL_GATHER``), as do other FSDP
+    runs whose notes give "FSDP float8 all-gather", unless their notes
     give "float8 rowwise" (torchao's rowwise recipe, ``fp8_recipe``, which
     gathers in 16 bits); fp8 runs whose
     notes give ``--fp8-param-gather`` (NeMo's ``fp8_params``) keep fp8
@@ -728,14 +733,16 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
                   and "--accumulate-allreduce-grads-in-fp32" not in text)
     bf16_grads = ("--grad-reduce-in-bf16" in text and run.zero <= 1) or fp16_grads
     rowwise = torch and run.precision == "fp8" and bool(re.search(r"float8 rowwise", text, re.I))
-    f8ag = (_TORCHTITAN_FP8_ALL_GATHER and torch and run.precision == "fp8" and run.zero == 3
-            and run.source_id.startswith(_COMPILE_BLOCKS_SOURCES) and not rowwise)
+    f8ag = (torch and run.precision == "fp8" and run.zero == 3 and not rowwise
+            and ((_TORCHTITAN_FP8_ALL_GATHER and run.source_id.startswith(_COMPILE_BLOCKS_SOURCES))
+                 or "FSDP float8 all-gather" in text))
     return dataclasses.replace(run, kernels=kernels, tp_overlap=tpo, recompute=rc,
                                fp8_all_gather=f8ag,
                                fp8_recipe="rowwise" if rowwise else "tensorwise",
                                fp8_params=run.precision == "fp8" and "--fp8-param-gather" in text,
                                cp_comm="torch_sdpa" if torch else "p2p",
-                               attention="flash2" if torch else "auto",
+                               attention=("flash2" if torch and "cuDNN attention" not in text
+                                          else "auto"),
                                overlap_grad_reduce=not no_overlap,
                                optimizer_impl=("deepspeed_bf16" if bf16_opt else "apex_bf16"
                                                if apex else "megatron_bf16_grads" if bf16_grads
@@ -801,7 +808,8 @@ class Stack:
     plan's kernel set and gradient path), the GPU generation, the precision
     class and whether the model routes to experts."""
 
-    stack: str        # "Megatron-LM / NeMo", "PyTorch (torchtitan)", "PyTorch eager" or "DeepSpeed"
+    stack: str        # "Megatron-LM / NeMo", "PyTorch (torchtitan, OLMo-core)", "PyTorch eager"
+                      # or "DeepSpeed"
     gpus: str         # "Hopper" (H100 / H200 SXM), "Blackwell" (B200), "Ampere" (A100) or "Volta" (V100)
     precision: str    # "16-bit" or "fp8"
     moe: bool
@@ -851,7 +859,7 @@ def stack_of(plan: Any, cluster: Any, precision: str, model: Any) -> Stack | Non
     elif plan.kernels == "eager":
         stack = "PyTorch eager"  # each op its own kernel (Megatron-LM v1.0's runs)
     else:
-        stack = "PyTorch (torchtitan)"
+        stack = "PyTorch (torchtitan, OLMo-core)"
     return Stack(stack, gen, "fp8" if precision == "fp8" else "16-bit", model.experts > 0)
 
 

@@ -110,7 +110,7 @@ def test_further_runs_load_with_their_stacks_and_fit():
     overlap, fused loss, fp8 weights and Apex optimizer) and is judged to fit
     as published."""
     runs = {r.source_id: r for r in validation.load_runs(FURTHER)}
-    assert len(runs) == 54
+    assert len(runs) == 62
     for prefix, opt in (("NV-", "apex_bf16"), ("NV2-", "megatron_bf16_grads")):
         nv = [r for r in runs.values() if r.source_id.startswith(prefix)]
         assert len(nv) == 12
@@ -134,6 +134,13 @@ def test_further_runs_load_with_their_stacks_and_fit():
         ("compile-blocks", "tensorwise", True)
     assert (ao_r.kernels, ao_r.fp8_recipe, ao_r.fp8_all_gather) == \
         ("compile-blocks", "rowwise", False)
+    # OLMo-core of November 2024: everything compiled, SDPA on cuDNN attention
+    # (the nightly before cuDNN became opt-in), OLMo 2's QK norm, FSDP's float8
+    # all-gather named by its notes
+    oc, oc8 = runs["OC-13B-bf16"], runs["OC-13B-fp8"]
+    assert (oc.kernels, oc.attention, oc.fp8_all_gather, oc.zero) == ("compile", "auto", False, 3)
+    assert (oc8.kernels, oc8.fp8_all_gather, oc8.fp8_recipe) == ("compile", True, "tensorwise")
+    assert oc.transformer().qk_norm and not runs["OC-8B-bf16"].transformer().qk_norm
     assert runs["TT-A-8b-fp8"].fp8_recipe == "tensorwise"
     assert runs["TT-A-8b-bf16-async"].tp_overlap == "async"
     assert runs["TT-A-8b-bf16"].tp_overlap == "none"
