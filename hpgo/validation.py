@@ -653,8 +653,8 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     pytorch/pytorch#138522, October 2024, until #162073 for 2.9; the torch
     commits of both torchtitan benchmarks, 2024-12-23 and 2025-06-14, fall
     between), unless their notes give "cuDNN attention" (SDPA's cuDNN
-    back end, PyTorch's default on Hopper from #125343's second landing to
-    #138522 in October 2024: OLMo-core's runs on the nightly of 2024-10-09),
+    back end, the default on H100 in PyTorch 2.5's release notes and in the
+    nightlies until #138522: OLMo-core's runs on the nightly of 2024-10-09),
     and PyTorch's context parallelism around SDPA with its
     all-gather rotation (``cp_comm="torch_sdpa"``; torchtitan's default
     ``context_parallel_rotate_method``).  MegaScale's

@@ -68,7 +68,8 @@ def test_a_simulation_quotes_its_stacks_published_runs():
     tt = hpgo.ParallelPlan(global_batch=16, dp=8, micro_batch=2, zero=3, kernels="compile",
                            recompute="full")
     teton = hpgo.Cluster.preset("grand-teton-h100", nodes=1)
-    assert _sim(m, teton, tt).checked == str(band["PyTorch (torchtitan, OLMo-core)", "Hopper", "16-bit", False])
+    assert _sim(m, teton, tt).checked == str(
+        band["PyTorch (torchtitan, OLMo-core)", "Hopper", "16-bit", False])
     # an H200 is the same die; an A100's runs are another band
     assert _sim(m, hpgo.Cluster.preset("dgx-h200", nodes=1), p).checked == r.checked
     a100 = _sim(m, hpgo.Cluster.preset("dgx-a100-80gb", nodes=1), p)
