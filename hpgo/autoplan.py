@@ -265,12 +265,9 @@ class RankedPlans:
         """The published runs of plan 1's stack, and with tokens= its days
         (and cost) at their lowest and highest error."""
         best = self.plans[0].result
-        out = best.checked or ""
-        band, cost = best.days_band, best.cost_band
-        if band is not None:
-            out += (f"; with them plan 1 trains in {band[0]:,.1f}-{band[1]:,.1f} days"
-                    + (f", ${cost[0]:,.0f}-${cost[1]:,.0f}" if cost is not None else ""))
-        return out
+        band = best._band_text()
+        return (best.checked or "") + ("" if band is None
+                                       else f"; with them plan 1 trains in {band}")
 
     def __repr__(self) -> str:
         return self.table()

@@ -1155,6 +1155,15 @@ class StepResult:
         lo, hi = self.checked_errors
         return (v * (1 + lo), v * (1 + hi))
 
+    def _band_text(self) -> str | None:
+        """:attr:`days_band` (and :attr:`cost_band`) as the summaries print
+        them, ``"184.0-218.2 days, $88,338-$104,747"``; None without a band."""
+        band, cost = self.days_band, self.cost_band
+        if band is None:
+            return None
+        return (f"{band[0]:,.1f}-{band[1]:,.1f} days"
+                + (f", ${cost[0]:,.0f}-${cost[1]:,.0f}" if cost is not None else ""))
+
     def assumptions(self) -> str:
         """What the figures assume: precision, peak, headroom, tokens, price."""
         prec = self.precision
@@ -1186,14 +1195,10 @@ class StepResult:
         if self.cost is not None:
             out += f", ${self.cost:,.0f}"
         out += f" for {self.tokens:.3g} tokens"
-        band = self.days_band
+        band = self._band_text()
         if band is not None:
             # what the same run takes at the speeds the checked runs measured
-            out += f" ({band[0]:,.1f}-{band[1]:,.1f} days"
-            cb = self.cost_band
-            if cb is not None:
-                out += f", ${cb[0]:,.0f}-${cb[1]:,.0f}"
-            out += " with hpgo's errors on the checked runs)"
+            out += f" ({band} with hpgo's errors on the checked runs)"
         return out
 
     @property
