@@ -397,6 +397,19 @@ def _stack(name: str, v: Any, allowed: dict) -> int:
 
 
 _KS_NAMES = {v: k for k, v in KERNEL_SETS.items()}
+CE_NAMES = {v: k for k, v in CROSS_ENTROPIES.items()}
+
+
+def _plan_loss(cross_entropy: str, kernels: str) -> str:
+    """The loss a plan on ``kernels`` runs when ``cross_entropy`` is asked
+    for every plan: Megatron's unfused loss on the TE kernel set only, a
+    fused loss kernel on a PyTorch one only; the kernel set's own
+    otherwise."""
+    if cross_entropy == "unfused":
+        return "unfused" if kernels == "te" else "auto"
+    if cross_entropy == "fused":
+        return "fused" if kernels != "te" else "auto"
+    return "auto"
 # what the search offers: torchtitan's op-level checkpointing (selective-op)
 # and its earlier kernel sets (compile-blocks, compile-fa2, eager-unfused-norm)
 # are simulated, not searched
@@ -659,6 +672,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     if cross_entropy == "unfused" and kernels != "te":
         raise ValueError("cross_entropy='unfused' (Megatron's vocab_parallel_cross_entropy) "
                          f"needs kernels='te', not {kernels!r}")
+    if cross_entropy == "fused" and kernels == "te":
+        raise ValueError("cross_entropy='fused' needs a PyTorch kernel set (kernels='compile' "
+                         "or 'eager'); kernels='te' runs Transformer Engine's own fused loss")
     fw = _frameworks.get(framework)
     # the kernel set and float8 recipe the plans run: the framework's where
     # the caller left autoplan's defaults (_framework_options, apply_fp8_recipe)
@@ -729,7 +745,7 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
                             offload_activations=off_act, kernels=_KS_NAMES[ks],
                             tp_overlap=_TPO_NAMES[tpo], cp_comm=_CP_NAMES[cpc],
                             optimizer_impl=optimizer_impl, fp8_recipe=recipe,
-                            cross_entropy=stack_ce if _KS_NAMES[ks] == "te" else "auto",
+                            cross_entropy=_plan_loss(stack_ce, _KS_NAMES[ks]),
                             attention=stack_att)
 
     def search(o: tuple) -> dict:
@@ -913,10 +929,11 @@ def _framework_options(fw: Any, opts: tuple, unset: set) -> tuple:
     if o[_O_STACK["tp_overlap"][0]] == TP_OVERLAPS["async"] and \
             o[_O_STACK["kernels"][0]] != KERNEL_SETS["compile"]:
         o[_O_STACK["tp_overlap"][0]] = TP_OVERLAPS["none"]
-    # Megatron's unfused loss runs on the TE kernel set only
-    if o[_O_STACK["cross_entropy"][0]] == CROSS_ENTROPIES["unfused"] and \
-            o[_O_STACK["kernels"][0]] != KERNEL_SETS["te"]:
-        o[_O_STACK["cross_entropy"][0]] = CROSS_ENTROPIES["auto"]
+    # Megatron's unfused loss runs on the TE kernel set only, a fused loss
+    # kernel on a PyTorch one
+    ce = _plan_loss(CE_NAMES[o[_O_STACK["cross_entropy"][0]]],
+                    _KS_NAMES[o[_O_STACK["kernels"][0]]])
+    o[_O_STACK["cross_entropy"][0]] = CROSS_ENTROPIES[ce]
     return tuple(o)
 
 

@@ -328,9 +328,10 @@ def add_autoplan_subcommand(sub) -> argparse.ArgumentParser:
                             "or eager: tensorwise (default), rowwise or rowwise_with_gw_hp "
                             "(torchtitan 0.3's two; --framework torchtitan runs rowwise)")
     stack.add_argument("--cross-entropy", choices=tuple(CROSS_ENTROPIES), default="auto",
-                       help="the loss every plan is priced with: the kernel set's (auto) or "
+                       help="the loss every plan is priced with: the kernel set's (auto), "
                             "Megatron's unfused fp32 loss (with --kernels te; --framework "
-                            "megatron prices it unless given)")
+                            "megatron prices it unless given) or a fused loss kernel (with "
+                            "--kernels compile or eager)")
     stack.add_argument("--attention", choices=tuple(ATTENTIONS), default="auto",
                        help="the fused attention kernel every plan is priced with: the fastest "
                             "with a published table (auto) or FlashAttention-2 (--framework "

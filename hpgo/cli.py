@@ -502,8 +502,9 @@ def add_simulate_subcommand(sub: Any) -> argparse.ArgumentParser:
                         "16-bit gradients (ZeRO 0/1), NeMo's Apex optimizer (ZeRO 1), "
                         "DeepSpeed's BF16_Optimizer (ZeRO 1)")
     k.add_argument("--cross-entropy", choices=tuple(CROSS_ENTROPIES),
-                   help="the loss: the kernel set's (default) or Megatron's unfused fp32 loss "
-                        "(with --kernels te)")
+                   help="the loss: the kernel set's (default), Megatron's unfused fp32 loss "
+                        "(with --kernels te) or a fused loss kernel (with --kernels compile or "
+                        "eager: flash-attn's, as llm-foundry runs it)")
     k.add_argument("--fp8-recipe", choices=tuple(FP8_RECIPES),
                    help="torchao's float8 recipe under --precision fp8 with a PyTorch kernel "
                         "set: tensorwise (default), rowwise or rowwise_with_gw_hp (torchtitan "

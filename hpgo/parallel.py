@@ -54,7 +54,7 @@ TP_OVERLAPS = {"none": 0, "te": 1, "async": 2}
 CP_COMMS = {"p2p": 0, "all_gather": 1, "a2a": 2, "torch_sdpa": 3}
 ATTENTIONS = {"auto": 0, "flash2": 1}
 OPTIMIZER_IMPLS = {"megatron": 0, "deepspeed_bf16": 1, "apex_bf16": 2, "megatron_bf16_grads": 3}
-CROSS_ENTROPIES = {"auto": 0, "unfused": 1}
+CROSS_ENTROPIES = {"auto": 0, "unfused": 1, "fused": 2}
 FP8_RECIPES = {"tensorwise": 0, "rowwise": 1, "rowwise_with_gw_hp": 2}
 # the kernel sets torchao's Float8Linear runs under (every one but "te")
 _TORCH_KERNELS = ("compile", "eager", "compile-blocks", "compile-fa2", "eager-unfused-norm")
@@ -463,9 +463,12 @@ class ParallelPlan:
     NeMo 2's performance mode; ZeRO 0 or 1: 16-bit gradients accumulated and
     reduced, 2 + 2 + 12 bytes a parameter); ``cross_entropy``
     the loss over the vocabulary: ``"auto"`` (the kernel set's: Transformer
-    Engine's fused kernel under ``kernels="te"``) or ``"unfused"``
+    Engine's fused kernel under ``kernels="te"``), ``"unfused"``
     (Megatron's fp32 ``vocab_parallel_cross_entropy``, Megatron-LM's default
-    without ``--cross-entropy-loss-fusion``; ``kernels="te"`` only).
+    without ``--cross-entropy-loss-fusion``; ``kernels="te"`` only) or
+    ``"fused"`` (one loss kernel forward and one backward on the 16-bit
+    logits, as flash-attn's ``CrossEntropyLoss`` that llm-foundry's MPT
+    calls; a PyTorch kernel set only).
     ``fp8_all_gather`` (fp8 under a PyTorch kernel set with ``zero=3``):
     torchao's ``enable_fsdp_float8_all_gather`` with
     ``precompute_float8_dynamic_scale_for_fsdp`` -- each Float8Linear weight
@@ -582,6 +585,9 @@ class ParallelPlan:
         if self.cross_entropy == "unfused" and self.kernels != "te":
             raise ValueError("cross_entropy='unfused' (Megatron's vocab_parallel_cross_entropy) "
                              "needs kernels='te'")
+        if self.cross_entropy == "fused" and self.kernels == "te":
+            raise ValueError("cross_entropy='fused' needs a PyTorch kernel set; kernels='te' "
+                             "runs Transformer Engine's own fused loss")
         if self.fp8_all_gather and (self.zero != 3 or self.kernels == "te"):
             raise ValueError("fp8_all_gather (torchao's float8 all-gather in FSDP2) needs "
                              "zero=3 and a PyTorch kernel set (kernels='compile', 'eager', "

@@ -287,6 +287,42 @@ def test_megatron_unfused_cross_entropy():
         p.with_(cross_entropy="fused-ish")
     assert "cross-entropy=unfused" in repr(p.with_(cross_entropy="unfused"))
 
+
+def test_fused_cross_entropy_on_a_pytorch_kernel_set():
+    """A fused loss kernel (flash-attn's CrossEntropyLoss, as llm-foundry's
+    MPT calls it) under eager PyTorch: the compiled loss's 2 + 4 B a logit
+    where the eager loss moves 40, and the 16-bit logits and their gradient
+    held (4 B a logit) where the eager loss holds 12."""
+    m = hpgo.transformer("llama3-8b")
+    c = hpgo.Cluster.preset("dgx-h100", nodes=1)
+    p = hpgo.ParallelPlan(global_batch=2, pp=2, kernels="eager")
+    eager, fused = stage(m, c, p, 1), stage(m, c, p.with_(cross_entropy="fused"), 1)
+    logits = m.seq * m.vocab
+    saved = eager["forward"] + eager["backward_input"] - fused["forward"] - fused["backward_input"]
+    bw = c.gpu.memory_bandwidth
+    # 34 bytes a logit less, at the memory curve's 0.3 ... 0.9 of HBM bandwidth
+    assert 34 * logits / bw < saved < 34 * logits / (0.3 * bw)
+    compiled = stage(m, c, p.with_(kernels="compile"), 1)
+    assert fused["transient_bytes"] <= eager["transient_bytes"] - 8 * logits * (1 - 1e-9)
+    # the layers are untouched
+    assert stage(m, c, p.with_(cross_entropy="fused"), 0)["forward"] == stage(m, c, p, 0)["forward"]
+    # the compiled set's own loss is already fused
+    assert stage(m, c, p.with_(kernels="compile", cross_entropy="fused"), 1)["forward"] == \
+        pytest.approx(compiled["forward"], rel=1e-12)
+    with pytest.raises(ValueError, match="PyTorch kernel set"):
+        p.with_(kernels="te", cross_entropy="fused")
+    with pytest.raises(ValueError, match="PyTorch kernel set"):
+        hpgo.autoplan(m, c, 8, kernels="te", cross_entropy="fused")
+    assert "cross-entropy=fused" in repr(p.with_(cross_entropy="fused"))
+    # autoplan prices every plan with it, and its ranking is the exhaustive one's
+    best = hpgo.autoplan(m, c, 8, kernels="eager", cross_entropy="fused", top=3)
+    full = hpgo.autoplan(m, c, 8, kernels="eager", cross_entropy="fused", top=3, exhaustive=True)
+    assert best.plans and all(r.plan.cross_entropy == "fused" for r in best.plans)
+    assert [r.plan for r in best.plans] == [r.plan for r in full.plans]
+    assert [r.iteration_time for r in best.plans] == [r.iteration_time for r in full.plans]
+    plain = hpgo.autoplan(m, c, 8, kernels="eager", top=1).plans[0]
+    assert best.plans[0].iteration_time < plain.iteration_time
+
 # -- attention on its own curve ---------------------------------------------------------
 
 def test_fused_attention_uses_the_published_tables():

@@ -814,7 +814,9 @@ int hpgo_autoplan(const hpgo_work_t *w, const hpgo_cluster_t *c, const hpgo_auto
         o->cp_comm > HPGO_CP_TORCH_SDPA || o->optimizer_impl > HPGO_OPT_MEGATRON_BF16_GRADS ||
         o->fp8_recipe > HPGO_F8R_ROWWISE_GW_HP ||
         (o->fp8_recipe >= HPGO_F8R_ROWWISE && o->kernels <= HPGO_KS_TE) ||
-        o->cross_entropy > 1 || (o->cross_entropy == 1 && o->kernels > HPGO_KS_TE) ||
+        o->cross_entropy > HPGO_CE_FUSED ||
+        (o->cross_entropy == HPGO_CE_UNFUSED && o->kernels > HPGO_KS_TE) ||
+        (o->cross_entropy == HPGO_CE_FUSED && o->kernels <= HPGO_KS_TE) ||
         o->attention > HPGO_ATT_FLASH2)
         return hpgo_err_set(err, HPGO_E_INVALID, 0, "a fixed choice is out of range");
     if (o->zero >= 0 && o->optimizer_impl > 0 &&

@@ -165,13 +165,18 @@ int hpgo_parplan_check(const hpgo_parplan_t *p, hpgo_err_t *err)
                             (int)p->optimizer_impl);
     if (hpgo_parplan_check_optimizer_zero(p->optimizer_impl, p->zero, err) != HPGO_OK)
         return HPGO_E_INVALID;
-    if (p->cross_entropy != HPGO_CE_AUTO && p->cross_entropy != HPGO_CE_UNFUSED)
+    if (p->cross_entropy != HPGO_CE_AUTO && p->cross_entropy != HPGO_CE_UNFUSED &&
+        p->cross_entropy != HPGO_CE_FUSED)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
-                            "cross_entropy must be 0 (auto) or 1 (unfused), got %d",
+                            "cross_entropy must be 0 (auto), 1 (unfused) or 2 (fused), got %d",
                             (int)p->cross_entropy);
     if (p->cross_entropy == HPGO_CE_UNFUSED && p->kernels != HPGO_KS_TE)
         return hpgo_err_set(err, HPGO_E_INVALID, 0,
                             "cross_entropy 1 (Megatron's unfused loss) needs kernels 0 (te)");
+    if (p->cross_entropy == HPGO_CE_FUSED && p->kernels == HPGO_KS_TE)
+        return hpgo_err_set(err, HPGO_E_INVALID, 0,
+                            "cross_entropy 2 (a fused loss kernel) needs a PyTorch kernel set: "
+                            "kernels 0 (te) runs its own fused loss");
     if (p->recompute_layers < 0 || p->recompute_layers > (1 << 20) ||
         (p->recompute_layers > 0 && p->recompute != HPGO_RC_FULL))
         return hpgo_err_set(err, HPGO_E_INVALID, 0,

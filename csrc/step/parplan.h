@@ -153,9 +153,11 @@ typedef struct hpgo_parplan {
      * or Megatron's with 16-bit gradients (--grad-reduce-in-bf16, NeMo's
      * performance mode; ZeRO 0 or 1) */
     int32_t optimizer_impl;
-    /* the loss over the vocabulary (HPGO_CE_*): the kernel set's own, or
+    /* the loss over the vocabulary (HPGO_CE_*): the kernel set's own,
      * Megatron's unfused fp32 vocab_parallel_cross_entropy (Megatron-LM
-     * without --cross-entropy-loss-fusion, its default) under kernels te */
+     * without --cross-entropy-loss-fusion, its default) under kernels te,
+     * or a fused loss kernel on the 16-bit logits under a PyTorch kernel set
+     * (flash-attn's Triton CrossEntropyLoss, as llm-foundry's MPT calls it) */
     int32_t cross_entropy;
     /* fp8 under a PyTorch kernel set with FSDP2 (zero 3): 1 = torchao's
      * enable_fsdp_float8_all_gather with
@@ -199,7 +201,7 @@ enum {
     HPGO_OPT_APEX_BF16 = 2,
     HPGO_OPT_MEGATRON_BF16_GRADS = 3
 };
-enum { HPGO_CE_AUTO = 0, HPGO_CE_UNFUSED = 1 };
+enum { HPGO_CE_AUTO = 0, HPGO_CE_UNFUSED = 1, HPGO_CE_FUSED = 2 };
 enum { HPGO_F8R_TENSORWISE = 0, HPGO_F8R_ROWWISE = 1, HPGO_F8R_ROWWISE_GW_HP = 2 };
 /* uniform: every layer recomputed, the inputs of groups of N layers
  * stored; block: the first N layers of each model stage recomputed, the

@@ -2355,11 +2355,15 @@ static int xformer_pieces(const hpgo_work_t *w, const hpgo_cluster_t *c, const h
         vec(&k, &hf, lg, 5, 2 * lg);
         vec(&k, &hf, lg, 5, 4 * lg);
         vec(&k, &hb, lg, 1, 4 * lg);
-    } else if (p->kernels == HPGO_KS_COMPILE || p->kernels == HPGO_KS_COMPILE_FA2) {
+    } else if (p->kernels == HPGO_KS_COMPILE || p->kernels == HPGO_KS_COMPILE_FA2 ||
+               p->cross_entropy == HPGO_CE_FUSED) {
         /* torchtitan's pred.float() + cross_entropy compiled: the cast fused
          * into one reduction pass (2 B read) keeping the log-sum-exp; the
          * partitioner recomputes the softmax in the backward from the bf16
-         * logits (2 B read, 2 B gradient written) */
+         * logits (2 B read, 2 B gradient written).  flash-attn's
+         * CrossEntropyLoss (ops/triton/cross_entropy.py, v2.4: one forward
+         * kernel reading the logits and saving the log-sum-exp, one backward
+         * kernel writing their gradient) moves the same bytes. */
         vec(&k, &hf, lg, 5, 2 * lg);
         vec(&k, &hb, lg, 5, 4 * lg);
     } else {
@@ -2680,8 +2684,12 @@ static int xformer_costs(const hpgo_work_t *w, const hpgo_cluster_t *c, const hp
                  * fp32 softmax beside the bf16 gradient (backward) */
                 per_logit = 6;
             else if (eager_loss) {
-                /* the hole is part of the reserve where one is priced */
-                if (!(hpgo_alloc_frag(c, p->kernels) > 0))
+                if (p->cross_entropy == HPGO_CE_FUSED)
+                    /* a fused loss kernel holds the 16-bit logits and, in the
+                     * backward, their gradient */
+                    per_logit = 4;
+                else if (!(hpgo_alloc_frag(c, p->kernels) > 0))
+                    /* the hole is part of the reserve where one is priced */
                     per_logit += eager_loss_hole(K > 1, o->transient, 4 * s.T * s.V / s.t);
                 norm = eager_norm_bytes();
             }
