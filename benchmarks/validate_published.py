@@ -5,8 +5,8 @@ table, torchtitan's H100 benchmarks, MegaScale's Megatron-LM baseline,
 BLOOM-176B; hpgo.validation.load_runs), the further runs of
 benchmarks/further_published_runs.csv (torchtitan's rows the reference
 leaves out, Trainy's H200 run, torchao's float8 benchmark, NVIDIA's DGX
-Cloud recipes, Megatron-LM's 2021 and v1.0 runs and OLMo-core's throughput
-table) with a
+Cloud recipes, Megatron-LM's 2021 and v1.0 runs, OLMo-core's throughput
+table and llm-foundry's MPT runs) with a
 per-source summary and autoplan's best plan beside each published bf16
 recipe, then Megatron-Bridge's H100
 performance summaries and NVIDIA's MoE tables (hpgo.validation): prints,

@@ -411,6 +411,7 @@ class MeasuredRun:
     fp8_all_gather: bool = False
     fp8_params: bool = False
     fp8_recipe: str = "tensorwise"
+    reshard_after_forward: bool = True   # False: FSDP's SHARD_GRAD_OP
 
     def transformer(self) -> Any:
         """The model: ``arch`` is a family (``gpt``: LayerNorm, biases, GeLU,
@@ -489,7 +490,8 @@ class MeasuredRun:
                             # FSDP under pipelining keeps the gathered weights to the
                             # backward: torchtitan's default reshard policy is
                             # "not pp_enabled" (torchtitan/distributed/fsdp.py)
-                            reshard_after_forward=not (self.zero >= 3 and self.pp > 1))
+                            reshard_after_forward=(self.reshard_after_forward and
+                                                   not (self.zero >= 3 and self.pp > 1)))
 
     def megatron_flops_per_token(self) -> float:
         """Model FLOPs per token as Megatron-LM counts them
@@ -685,7 +687,11 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     ``--grad-reduce-in-bf16`` Megatron's 16-bit gradients
     (``"megatron_bf16_grads"``), as do the Megatron-LM runs in fp16 whose notes
     do not give ``--accumulate-allreduce-grads-in-fp32`` (Megatron-LM
-    accumulates and reduces fp16 gradients in fp16 by default)."""
+    accumulates and reduces fp16 gradients in fp16 by default).  PyTorch
+    runs whose notes give "flash-attn's fused cross-entropy" (llm-foundry's
+    MPT) price that loss kernel (``cross_entropy="fused"``); runs whose
+    notes give FSDP's "SHARD_GRAD_OP" keep the gathered weights from the
+    forward to the backward (``reshard_after_forward=False``)."""
     import dataclasses
     import re
     by_id = {r.source_id: r for r in runs}
@@ -736,6 +742,10 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
     f8ag = (torch and run.precision == "fp8" and run.zero == 3 and not rowwise
             and ((_TORCHTITAN_FP8_ALL_GATHER and run.source_id.startswith(_COMPILE_BLOCKS_SOURCES))
                  or "FSDP float8 all-gather" in text))
+    if kernels == "te":
+        loss = "auto" if "--cross-entropy-loss-fusion" in text else "unfused"
+    else:
+        loss = "fused" if torch and "flash-attn's fused cross-entropy" in text else "auto"
     return dataclasses.replace(run, kernels=kernels, tp_overlap=tpo, recompute=rc,
                                fp8_all_gather=f8ag,
                                fp8_recipe="rowwise" if rowwise else "tensorwise",
@@ -747,8 +757,8 @@ def _with_stack(run: MeasuredRun, runs: list[MeasuredRun]) -> MeasuredRun:
                                optimizer_impl=("deepspeed_bf16" if bf16_opt else "apex_bf16"
                                                if apex else "megatron_bf16_grads" if bf16_grads
                                                else "megatron"),
-                               cross_entropy="unfused" if kernels == "te" and
-                               "--cross-entropy-loss-fusion" not in text else "auto")
+                               cross_entropy=loss,
+                               reshard_after_forward="SHARD_GRAD_OP" not in text)
 
 
 @dataclass(frozen=True)
@@ -857,7 +867,7 @@ def stack_of(plan: Any, cluster: Any, precision: str, model: Any) -> Stack | Non
     elif plan.kernels == "te":
         stack = "Megatron-LM / NeMo"
     elif plan.kernels == "eager":
-        stack = "PyTorch eager"  # each op its own kernel (Megatron-LM v1.0's runs)
+        stack = "PyTorch eager"  # each op its own kernel (Megatron-LM v1.0, llm-foundry)
     else:
         stack = "PyTorch (torchtitan, OLMo-core)"
     return Stack(stack, gen, "fp8" if precision == "fp8" else "16-bit", model.experts > 0)

@@ -110,7 +110,7 @@ def test_further_runs_load_with_their_stacks_and_fit():
     overlap, fused loss, fp8 weights and Apex optimizer) and is judged to fit
     as published."""
     runs = {r.source_id: r for r in validation.load_runs(FURTHER)}
-    assert len(runs) == 62
+    assert len(runs) == 74
     for prefix, opt in (("NV-", "apex_bf16"), ("NV2-", "megatron_bf16_grads")):
         nv = [r for r in runs.values() if r.source_id.startswith(prefix)]
         assert len(nv) == 12
@@ -160,6 +160,20 @@ def test_further_runs_load_with_their_stacks_and_fit():
     assert nr.optimizer_impl == mv.optimizer_impl == "megatron_bf16_grads"
     assert nr.published_tokens_per_gpu() == pytest.approx(
         159e12 / nr.narayanan_flops_per_token(), rel=1e-12)
+    # llm-foundry's MPT (Composer's FSDP1, eager): FlashAttention-2, flash-attn's
+    # fused loss, SHARD_GRAD_OP keeping the gathered weights to the backward;
+    # MPT's blocks: biases, LayerNorm, learned positions, tied, no dropout
+    mf1, mf70 = runs["MF-1B-128"], runs["MF-70B-512"]
+    assert (mf1.kernels, mf1.attention, mf1.cross_entropy, mf1.zero) == \
+        ("eager", "flash2", "fused", 3)
+    assert not mf1.reshard_after_forward and not mf1.plan().reshard_after_forward
+    assert mf70.reshard_after_forward and mf70.plan().reshard_after_forward
+    assert mf70.recompute == "full"
+    t = mf1.transformer()
+    assert (t.bias, t.tied, t.learned_pos, t.flash, t.dropout, t.norm) == \
+        (True, True, True, True, False, "layernorm")
+    assert t.parameters == pytest.approx(1315950592, rel=1e-6)
+    assert runs["MF-70B-128"].transformer().parameters == pytest.approx(64862437376, rel=1e-6)
     checks = validation.check_runs(list(runs.values()))
     assert all(c.fits for c in checks)
     assert all(c.published > 0 and c.simulated > 0 for c in checks)
