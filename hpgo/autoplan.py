@@ -397,7 +397,13 @@ def _stack(name: str, v: Any, allowed: dict) -> int:
 
 
 _KS_NAMES = {v: k for k, v in KERNEL_SETS.items()}
-CE_NAMES = {v: k for k, v in CROSS_ENTROPIES.items()}
+# what the search offers: torchtitan's op-level checkpointing (selective-op)
+# and its earlier kernel sets (compile-blocks, compile-fa2, eager-unfused-norm)
+# are simulated, not searched
+_SEARCH_RECOMPUTE = {k: v for k, v in RECOMPUTE_MODES.items() if k != "selective-op"}
+_SEARCH_KERNELS = {k: v for k, v in KERNEL_SETS.items()
+                   if k not in ("compile-blocks", "compile-fa2", "eager-unfused-norm")}
+_CE_NAMES = {v: k for k, v in CROSS_ENTROPIES.items()}
 
 
 def _plan_loss(cross_entropy: str, kernels: str) -> str:
@@ -410,12 +416,8 @@ def _plan_loss(cross_entropy: str, kernels: str) -> str:
     if cross_entropy == "fused":
         return "fused" if kernels != "te" else "auto"
     return "auto"
-# what the search offers: torchtitan's op-level checkpointing (selective-op)
-# and its earlier kernel sets (compile-blocks, compile-fa2, eager-unfused-norm)
-# are simulated, not searched
-_SEARCH_RECOMPUTE = {k: v for k, v in RECOMPUTE_MODES.items() if k != "selective-op"}
-_SEARCH_KERNELS = {k: v for k, v in KERNEL_SETS.items()
-                   if k not in ("compile-blocks", "compile-fa2", "eager-unfused-norm")}
+
+
 _TPO_NAMES = {v: k for k, v in TP_OVERLAPS.items()}
 _CP_NAMES = {v: k for k, v in CP_COMMS.items()}
 
@@ -931,7 +933,7 @@ def _framework_options(fw: Any, opts: tuple, unset: set) -> tuple:
         o[_O_STACK["tp_overlap"][0]] = TP_OVERLAPS["none"]
     # Megatron's unfused loss runs on the TE kernel set only, a fused loss
     # kernel on a PyTorch one
-    ce = _plan_loss(CE_NAMES[o[_O_STACK["cross_entropy"][0]]],
+    ce = _plan_loss(_CE_NAMES[o[_O_STACK["cross_entropy"][0]]],
                     _KS_NAMES[o[_O_STACK["kernels"][0]]])
     o[_O_STACK["cross_entropy"][0]] = CROSS_ENTROPIES[ce]
     return tuple(o)

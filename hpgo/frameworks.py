@@ -334,7 +334,8 @@ TORCHTITAN = Framework(
              "when compile's components include the loss",
              f"{_TT} torchtitan/components/loss.py: cross_entropy_loss, compiled when "
              "compile.components names the loss",
-             lambda p, m, pr: p.cross_entropy == "fused" and p.kernels in ("eager", "compile-blocks")),
+             lambda p, m, pr: (p.cross_entropy == "fused"
+                               and p.kernels in ("eager", "compile-blocks"))),
         Rule("no fp8-only weights (torchao's float8 training keeps the high-precision weight)",
              f"{_TT} torchtitan/components/quantization/float8.py",
              lambda p, m, pr: p.fp8_params),
@@ -451,7 +452,8 @@ DEEPSPEED = Framework(
              lambda p, m, pr: p.kernels not in ("eager", "te")),
         Rule("no fused loss kernel (cross_entropy='fused'): Megatron-DeepSpeed's GPT computes "
              "the loss with Megatron's vocab_parallel_cross_entropy, priced by the eager set's "
-             "loss", "Megatron-DeepSpeed megatron/model/gpt_model.py: post_language_model_processing",
+             "loss",
+             "Megatron-DeepSpeed megatron/model/gpt_model.py: post_language_model_processing",
              lambda p, m, pr: p.cross_entropy == "fused"),
         Rule("offloading (offload_optimizer, offload_activations) is not exported: the JSON "
              "writes no zero_optimization.offload_optimizer or cpu_checkpointing, whose "
