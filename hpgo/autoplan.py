@@ -31,7 +31,8 @@ from .parallel import (ATTENTIONS, CP_COMMS, CROSS_ENTROPIES, DISPATCHERS, DISPA
                        FP8_RECIPES, KERNEL_SETS, OPTIMIZER_IMPLS, PRECISIONS, RECOMPUTE_MODES,
                        SCHEDULES, TP_OVERLAPS,
                        MemoryBreakdown, ParallelPlan, StepResult, _as_model, _headroom_cluster,
-                       _overhead_bytes, _positive_real, headroom_fraction, overlap_share, simulate)
+                       _loss_mismatch, _overhead_bytes, _positive_real, headroom_fraction,
+                       overlap_share, simulate)
 from .workmodel import ProfiledModel, Transformer, model_id
 
 __all__ = ["autoplan", "RankedPlan", "RankedPlans", "setup_line"]
@@ -409,13 +410,9 @@ _CE_NAMES = {v: k for k, v in CROSS_ENTROPIES.items()}
 def _plan_loss(cross_entropy: str, kernels: str) -> str:
     """The loss a plan on ``kernels`` runs when ``cross_entropy`` is asked
     for every plan: Megatron's unfused loss on the TE kernel set only, a
-    fused loss kernel on a PyTorch one only; the kernel set's own
-    otherwise."""
-    if cross_entropy == "unfused":
-        return "unfused" if kernels == "te" else "auto"
-    if cross_entropy == "fused":
-        return "fused" if kernels != "te" else "auto"
-    return "auto"
+    fused loss kernel on a PyTorch one only (:func:`_loss_mismatch`); the
+    kernel set's own otherwise."""
+    return "auto" if _loss_mismatch(cross_entropy, kernels) is not None else cross_entropy
 
 
 _TPO_NAMES = {v: k for k, v in TP_OVERLAPS.items()}
@@ -671,12 +668,9 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
             _stack("fp8_recipe", fp8_recipe, FP8_RECIPES),
             _stack("cross_entropy", cross_entropy, CROSS_ENTROPIES),
             _stack("attention", attention, ATTENTIONS))
-    if cross_entropy == "unfused" and kernels != "te":
-        raise ValueError("cross_entropy='unfused' (Megatron's vocab_parallel_cross_entropy) "
-                         f"needs kernels='te', not {kernels!r}")
-    if cross_entropy == "fused" and kernels == "te":
-        raise ValueError("cross_entropy='fused' needs a PyTorch kernel set (kernels='compile' "
-                         "or 'eager'); kernels='te' runs Transformer Engine's own fused loss")
+    why = _loss_mismatch(cross_entropy, kernels)
+    if why is not None:
+        raise ValueError(why)
     fw = _frameworks.get(framework)
     # the kernel set and float8 recipe the plans run: the framework's where
     # the caller left autoplan's defaults (_framework_options, apply_fp8_recipe)

@@ -56,6 +56,21 @@ ATTENTIONS = {"auto": 0, "flash2": 1}
 OPTIMIZER_IMPLS = {"megatron": 0, "deepspeed_bf16": 1, "apex_bf16": 2, "megatron_bf16_grads": 3}
 CROSS_ENTROPIES = {"auto": 0, "unfused": 1, "fused": 2}
 FP8_RECIPES = {"tensorwise": 0, "rowwise": 1, "rowwise_with_gw_hp": 2}
+
+
+def _loss_mismatch(cross_entropy: str, kernels: str) -> str | None:
+    """Why the loss ``cross_entropy`` does not run on the kernel set
+    ``kernels``, or None: Megatron's unfused loss runs on the TE kernel set
+    only, a fused loss kernel on a PyTorch one only."""
+    if cross_entropy == "unfused" and kernels != "te":
+        return ("cross_entropy='unfused' (Megatron's vocab_parallel_cross_entropy) needs "
+                f"kernels='te', not {kernels!r}")
+    if cross_entropy == "fused" and kernels == "te":
+        return ("cross_entropy='fused' needs a PyTorch kernel set (kernels='compile' or "
+                "'eager'); kernels='te' runs Transformer Engine's own fused loss")
+    return None
+
+
 # the kernel sets torchao's Float8Linear runs under (every one but "te")
 _TORCH_KERNELS = ("compile", "eager", "compile-blocks", "compile-fa2", "eager-unfused-norm")
 RECOMPUTE_METHODS = {"uniform": 0, "block": 1}
@@ -582,12 +597,9 @@ class ParallelPlan:
         if self.tp_overlap == "te" and self.kernels != "te":
             raise ValueError("tp_overlap='te' (Transformer Engine's userbuffers) needs "
                              "kernels='te'")
-        if self.cross_entropy == "unfused" and self.kernels != "te":
-            raise ValueError("cross_entropy='unfused' (Megatron's vocab_parallel_cross_entropy) "
-                             "needs kernels='te'")
-        if self.cross_entropy == "fused" and self.kernels == "te":
-            raise ValueError("cross_entropy='fused' needs a PyTorch kernel set; kernels='te' "
-                             "runs Transformer Engine's own fused loss")
+        why = _loss_mismatch(self.cross_entropy, self.kernels)
+        if why is not None:
+            raise ValueError(why)
         if self.fp8_all_gather and (self.zero != 3 or self.kernels == "te"):
             raise ValueError("fp8_all_gather (torchao's float8 all-gather in FSDP2) needs "
                              "zero=3 and a PyTorch kernel set (kernels='compile', 'eager', "
