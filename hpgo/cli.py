@@ -113,9 +113,20 @@ def _seps(text: str) -> List[int]:
     return s
 
 
+def _preset_hint(name: str) -> str:
+    """" ('NAME' is a model preset: ...)" when a bare word names a transformer
+    preset, else ""."""
+    from .workmodel import _presets
+
+    if name in _presets():
+        return (f" ({name!r} is a model preset: hpgo autoplan --model {name} --cluster ... "
+                f"plans it, hpgo simulate --model {name} --cluster ... simulates a plan of it)")
+    return ""
+
+
 def _profile(path: str) -> str:
     if not os.path.exists(path):
-        raise CliError(f"no such profile {path!r}")
+        raise CliError(f"no such profile {path!r}{_preset_hint(path)}")
     if os.path.isdir(path):
         g = os.path.join(path, "graph.txt")
         if not os.path.isfile(g):
@@ -635,6 +646,9 @@ def run_simulate_step(args: Any, out: TextIO) -> int:
         raise CliError("--schedule pipedream is HPGO's profile simulator's: give PROFILE --gbs "
                        "--seps, or gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v")
     if args.profile or args.example:
+        given = args.profile or args.example
+        if not os.path.exists(given) and _preset_hint(given):
+            raise CliError(f"{given!r} is a model preset, not a profile: give it as --model {given}")
         raise CliError("a --model plan takes no PROFILE (hpgo autoplan --profile plans profiles)")
     if args.mlp:
         raise CliError("--mlp simulates DistIR's MLP: give no --model or --cluster with it")
@@ -923,6 +937,11 @@ def _join_seps(argv: Sequence[str]) -> List[str]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = _join_seps(sys.argv[1:] if argv is None else argv)
+    if (len(argv) > 1 and argv[0] == "autoplan" and not argv[1].startswith("-")
+            and _preset_hint(argv[1])):   # `hpgo autoplan llama3-8b ...`
+        print(f"hpgo autoplan: error: give the model as --model {argv[1]} (see 'hpgo autoplan "
+              "--help')", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     name = f"hpgo {args.command}"
     try:

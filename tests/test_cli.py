@@ -239,6 +239,14 @@ def test_help_for_every_command():
     (["simulate", XLNET, "--plan", "missing.json"], "missing.json"),
     (["simulate", XLNET, "--pbs", "1", "--gbs", "64", "--seps", "8", "--schedule", "zigzag"],
      "invalid choice"),
+    # a model preset where a profile or --model belongs
+    (["plan", "llama3-8b", "--pbs", "1", "--gbs", "8", "--seps", "8"], "--model llama3-8b"),
+    (["simulate", "llama3-8b", "--cluster", "dgx-h100", "--tp", "8", "--global-batch", "8"],
+     "give it as --model llama3-8b"),
+    (["autoplan", "llama3-8b", "--cluster", "dgx-h100", "--global-batch", "8"],
+     "give the model as --model llama3-8b"),
+    (["autoplan", "no-such-thing", "--cluster", "dgx-h100", "--global-batch", "8"],
+     "--model --hf-config --profile is required"),
 ])
 def test_bad_arguments_give_one_line(args, words):
     r = run(*args)
