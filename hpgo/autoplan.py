@@ -640,6 +640,8 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
                     ("max_virtual_stages", max_virtual_stages)):
         if isinstance(v, bool) or not hasattr(v, "__index__"):
             raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+    if not 1 <= global_batch.__index__() <= 1 << 40:   # the core's bound, named before it
+        raise ValueError(f"global_batch must be in 1..2^40, got {global_batch}")
     if not isinstance(exhaustive, bool):
         raise TypeError("exhaustive must be a bool")
     overhead_bytes = _overhead_bytes(overhead_bytes)

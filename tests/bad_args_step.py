@@ -45,6 +45,8 @@ STEP_CASES += [
     ("autoplan", lambda: hpgo.autoplan("gpt3-175b", _A100, global_batch=0), ValueError,
      "global_batch"),
     ("autoplan", lambda: hpgo.autoplan("gpt3-175b", _A100, global_batch=8, top=0), ValueError, "top"),
+    ("autoplan", lambda: hpgo.autoplan("gpt3-175b", _A100, global_batch=2**64), ValueError,
+     "global_batch must be in 1..2^40"),
     ("autoplan", lambda: hpgo.autoplan("gpt3-175b", _A100, global_batch=8, gpus=9), ValueError,
      "gpus"),
     ("autoplan", lambda: hpgo.autoplan("gpt3-175b", _A100, global_batch=8, schedule="1f2b"),

@@ -47,6 +47,10 @@ int glue_index(PyObject *o, const char *what, long long lo, long long hi, long l
                      o);
         return -1;
     }
+    if (overflow > 0 && lo == LLONG_MIN) { /* a full-range integer: name its upper bound */
+        PyErr_Format(PyExc_ValueError, "%s must be <= %lld, got %R", what, hi, o);
+        return -1;
+    }
     if (overflow || v < lo || v > hi) {
         PyErr_Format(PyExc_ValueError, "%s must be between %lld and %lld, got %R", what, lo, hi,
                      o);
