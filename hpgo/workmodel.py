@@ -611,12 +611,19 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
         raise ValueError(f"{where}: give seq= (--seq): the {mt or 'unnamed'} family documents no "
                          f"pretraining sequence length here, and its position limit"
                          f"{f' ({limit:,})' if isinstance(limit, int) else ''} is not one")
+    def build(**kw: Any) -> Transformer:
+        # the model's own checks (head_dim, kv_heads, ...) name the file too
+        try:
+            return Transformer(**kw)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}: {e}") from None
+
     if gpt2 or neox:
         ffn = get("intermediate_size", "n_inner", default=4 * hidden)
-        return Transformer(hidden=hidden, ffn=ffn, heads=heads, layers=layers, seq=s, vocab=vocab,
-                           mlp="gelu", tied=bool(cfg.get("tie_word_embeddings", gpt2)), bias=True,
-                           norm="layernorm", dropout=False, flash=True, learned_pos=gpt2,
-                           name=name or str(cfg.get("_name_or_path", mt or "hf-model")))
+        return build(hidden=hidden, ffn=ffn, heads=heads, layers=layers, seq=s, vocab=vocab,
+                     mlp="gelu", tied=bool(cfg.get("tie_word_embeddings", gpt2)), bias=True,
+                     norm="layernorm", dropout=False, flash=True, learned_pos=gpt2,
+                     name=name or str(cfg.get("_name_or_path", mt or "hf-model")))
     act = str(get("hidden_act", default="silu")).lower()
     if act not in ("silu", "swish", "swiglu"):
         raise ValueError(f"{where}: hidden_act {act!r} is not SwiGLU; only Llama/Mistral/Qwen-style "
@@ -695,7 +702,7 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
                  head_dim=get("qk_nope_head_dim") + get("qk_rope_head_dim"))
     if opt("num_nextn_predict_layers"):
         f["mtp"] = opt("num_nextn_predict_layers")
-    return Transformer(**f)
+    return build(**f)
 
 
 transformer.presets = _presets  # type: ignore[attr-defined]

@@ -46,6 +46,20 @@ def test_hostile_values_name_field_and_file(tmp_path, field, value):
     assert field in str(e.value) and str(p) in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("edit,words", [
+    ({"num_attention_heads": 7}, "not a multiple of heads"),     # 1024 / 7
+    ({"num_key_value_heads": 3}, "kv_heads"),                    # 8 heads in 3 groups
+    ({"num_hidden_layers": 0}, "layers"),
+    ({"model_type": "gpt2", "hidden_size": 1000, "num_attention_heads": 16}, "heads"),
+])
+def test_inconsistent_shapes_name_the_file(tmp_path, edit, words):
+    # values each valid alone, refused by the model's own checks: still the file's name
+    p = write(tmp_path, dict(BASE, **edit))
+    with pytest.raises(ValueError) as e:
+        hpgo.transformer.from_hf_config(p)
+    assert str(e.value).startswith(f"{p}: ") and words in str(e.value), str(e.value)
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="FIFOs and /dev/zero")
 def test_fifo_and_device_are_refused(tmp_path):
     fifo = tmp_path / "fifo.json"
