@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from . import _files
+from .cli import error_line
 from .cluster import GPU, Cluster
 
 __all__ = ["FORMAT", "Kernel", "KernelProfile", "load", "fit", "cluster", "compare", "Comparison",
@@ -309,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
         base = Cluster.preset(args.cluster, nodes=args.nodes)
         gpu = fit(prof, base)
     except (OSError, ValueError) as e:
-        print(f"hpgo calibrate: error: {e}", file=sys.stderr)
+        print(f"hpgo calibrate: error: {error_line(e)}", file=sys.stderr)
         return 2
     print(f"{prof.source}: {len(prof.kernels)} kernels measured on {prof.device}")
     print(f"fitted curves of {gpu.name}:")
@@ -325,7 +326,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             dataclasses.replace(base, gpu=gpu, name=base.name + "-measured").save(args.output)
         except OSError as e:
-            print(f"hpgo calibrate: error: {e}", file=sys.stderr)
+            print(f"hpgo calibrate: error: {error_line(e)}", file=sys.stderr)
             return 2
         print(f"\nwrote {args.output}")
     return 0

@@ -935,6 +935,21 @@ def _join_seps(argv: Sequence[str]) -> List[str]:
     return out
 
 
+def error_line(e: BaseException) -> str:
+    """An expected error as the one line a command prints after "error: "."""
+    lines = str(e).splitlines()
+    msg = lines[0] if lines else type(e).__name__
+    # a list of reasons under the first line (a framework's refusals) joins it
+    items = [ln.strip()[2:] for ln in lines[1:] if ln.strip().startswith("- ")]
+    if items:
+        msg += " " + "; ".join(items)
+    if isinstance(e, OSError) and e.strerror and e.filename is not None:
+        msg = f"{e.strerror}: {e.filename}"   # not "[Errno 2] ...: 'name'"
+    elif isinstance(e, OSError) and e.filename is not None and str(e.filename) not in msg:
+        msg += f": {e.filename}"
+    return msg
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = _join_seps(sys.argv[1:] if argv is None else argv)
     if (len(argv) > 1 and argv[0] == "autoplan" and not argv[1].startswith("-")
@@ -956,17 +971,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             pass
         return 141
     except (CliError, ValueError, TypeError, OSError, ImportError, MemoryError) as e:
-        lines = str(e).splitlines()
-        msg = lines[0] if lines else type(e).__name__
-        # a list of reasons under the first line (a framework's refusals) joins it
-        items = [ln.strip()[2:] for ln in lines[1:] if ln.strip().startswith("- ")]
-        if items:
-            msg += " " + "; ".join(items)
-        if isinstance(e, OSError) and e.strerror and e.filename is not None:
-            msg = f"{e.strerror}: {e.filename}"   # not "[Errno 2] ...: 'name'"
-        elif isinstance(e, OSError) and e.filename is not None and str(e.filename) not in msg:
-            msg += f": {e.filename}"
-        print(f"{name}: error: {msg}", file=sys.stderr)
+        print(f"{name}: error: {error_line(e)}", file=sys.stderr)
         return 2
     except Exception as e:  # hpgo.HpgoError and anything unexpected: still one line
         msg = str(e).splitlines()[0] if str(e) else ""
