@@ -114,8 +114,8 @@ def _seps(text: str) -> List[int]:
 
 
 def _preset_hint(name: str) -> str:
-    """" ('NAME' is a model preset: ...)" when a bare word names a transformer
-    preset, else ""."""
+    """A parenthesised hint naming --model when a bare word is a transformer
+    preset's name; else the empty string."""
     from .workmodel import _presets
 
     if name in _presets():
@@ -953,6 +953,7 @@ def error_line(e: BaseException) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = _join_seps(sys.argv[1:] if argv is None else argv)
     if (len(argv) > 1 and argv[0] == "autoplan" and not argv[1].startswith("-")
+            and not {"-h", "--help"} & set(argv)
             and _preset_hint(argv[1])):   # `hpgo autoplan llama3-8b ...`
         print(f"hpgo autoplan: error: give the model as --model {argv[1]} (see 'hpgo autoplan "
               "--help')", file=sys.stderr)

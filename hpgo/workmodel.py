@@ -611,6 +611,7 @@ def from_hf_config(config: str | os.PathLike | Mapping[str, Any], *, seq: int | 
         raise ValueError(f"{where}: give seq= (--seq): the {mt or 'unnamed'} family documents no "
                          f"pretraining sequence length here, and its position limit"
                          f"{f' ({limit:,})' if isinstance(limit, int) else ''} is not one")
+
     def build(**kw: Any) -> Transformer:
         # the model's own checks (head_dim, kv_heads, ...) name the file too
         try:
