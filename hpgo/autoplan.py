@@ -170,6 +170,9 @@ class RankedPlans:
     #: that would add it (``"recompute='full'"``, ``"zero=3"``, ...): what a
     #: search where no plan fits suggests
     untried: tuple[str, ...] = ()
+    #: where the search had no candidate at all, the fixed choices that rule
+    #: every plan out, each as a sentence (empty when none is found alone)
+    conflicts: tuple[str, ...] = ()
 
     def pareto(self) -> tuple[RankedPlan, ...]:
         """The time-cost Pareto front: plans no other plan beats on both
@@ -207,6 +210,9 @@ class RankedPlans:
         if self.max_days is not None and s.get("over_deadline"):
             return (f"{s['over_deadline']} plans fit but none trains on {self.tokens:.3g} tokens "
                     f"within {self.max_days:g} days; allow more GPUs or days")
+        if s["candidates"] == 0 and self.conflicts:
+            return "no plan of the search space matches the fixed choices: " + \
+                "; ".join(self.conflicts)
         if s["candidates"] == 0:
             return ("no plan of the search space matches the fixed choices (sizes must divide "
                     "the GPUs, a node, the heads, the global batch; ep the experts and "
@@ -791,11 +797,81 @@ def autoplan(model: Any, cluster: Cluster | str, global_batch: int, *, gpus: int
     if max_days is not None:
         front = _pareto(ranked_plan(0, to_plan(pt), balanced)
                         for pt, _t, _s, balanced in front_raw)
+    conflicts = () if stats.get("candidates", 1) else _fixed_conflicts(
+        m, int(gpus or max_gpus or c.gpus), c.gpus_per_node, int(global_batch),
+        dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, virtual_stages=virtual_stages,
+             micro_batch=micro_batch), int(max_micro_batch))
     return RankedPlans(m, c, int(global_batch), objective, tuple(ranked), stats, elapsed,
                        precision, room, tokens, price, max_days, front, bool(max_batch),
                        fw.name if fw is not None else None,
                        _untried(fw, c, recompute, zero, offload_optimizer,
-                                offload_activations))
+                                offload_activations), conflicts)
+
+
+def _fixed_conflicts(m: Any, n: int, gpn: int, batch: int, fixed: dict,
+                     max_micro_batch: int) -> tuple[str, ...]:
+    """The fixed sizes that no plan on ``n`` GPUs can take, each checked on
+    its own against the rules the core's enumeration applies (a diagnosis of
+    an empty search: it never prunes anything)."""
+    f = {k: int(v) for k, v in fixed.items() if v is not None}
+    xf = isinstance(m, Transformer)
+    layers = m.layers if xf else len(m.forward)
+    out = []
+    tp, cp, pp = f.get("tp"), f.get("cp"), f.get("pp")
+    if tp is not None:
+        if gpn % tp:   # tensor parallelism stays inside a node
+            out.append(f"tp={tp} does not divide a node's {gpn} GPUs")
+        elif not xf and tp > 1:
+            out.append(f"tp={tp}: a profiled model runs without tensor parallelism")
+        elif xf and m.heads % tp:
+            out.append(f"tp={tp} does not divide the {m.heads} attention heads")
+        elif xf and m.kv_heads % tp and tp % m.kv_heads:
+            out.append(f"tp={tp} and the {m.kv_heads} key-value heads: neither divides the other")
+        elif xf and (m.experts == 0 or m.dense_first > 0 or m.moe_every > 1) and m.ffn % tp:
+            out.append(f"tp={tp} does not divide the MLP's {m.ffn}")
+    if cp is not None and cp > 1:
+        if cp & (cp - 1) or cp > 64:
+            out.append(f"cp={cp}: the search tries powers of two up to 64")
+        elif not xf:
+            out.append(f"cp={cp}: a profiled model has no sequence to split")
+        elif m.seq % (2 * cp):
+            out.append(f"cp={cp}: the sequence ({m.seq:,} tokens) is not a multiple of 2 x cp")
+    if pp is not None and pp > layers:
+        out.append(f"pp={pp} exceeds the model's {layers} layers")
+    v = f.get("virtual_stages")
+    if pp is not None and v is not None and pp * v > layers:
+        out.append(f"pp x virtual_stages = {pp * v} exceeds the model's {layers} layers")
+    sizes = [(k, f[k]) for k in ("tp", "cp", "pp", "dp") if k in f]
+    prod = 1
+    for _k, x in sizes:
+        prod *= x
+    named = " x ".join(k for k, _ in sizes) + (" = " if len(sizes) > 1 else "=")
+    if not out and sizes and prod > n:
+        out.append(f"{named}{prod} needs more than the {n} GPUs")
+    elif not out and sizes and n % prod:
+        out.append(f"{named}{prod} does not divide the {n} GPUs")
+    elif not out and len(sizes) == 4 and prod != n:
+        out.append(f"tp x cp x pp x dp = {prod}, not the {n} GPUs")
+    dp = f.get("dp")
+    if dp is not None and batch % dp:
+        out.append(f"dp={dp} does not divide the global batch {batch}")
+    mb = f.get("micro_batch")
+    if mb is not None:
+        if mb > max_micro_batch:
+            out.append(f"micro_batch={mb} exceeds max_micro_batch={max_micro_batch}")
+        elif batch % mb or (dp is not None and not batch % dp and (batch // dp) % mb):
+            k = batch // (dp or 1)
+            out.append(f"micro_batch={mb} does not divide the {k} sample{'s' * (k != 1)} "
+                       f"{'per data-parallel replica' if dp else 'of the global batch'}")
+    ep = f.get("ep")
+    if ep is not None and ep > 1:
+        if not xf or not m.experts:
+            out.append(f"ep={ep}: the model has no experts")
+        elif m.experts % ep:
+            out.append(f"ep={ep} does not divide the {m.experts} experts")
+        elif n % ep:   # ep divides tp x cp x dp / etp, a divisor of the GPUs
+            out.append(f"ep={ep} does not divide the {n} GPUs")
+    return tuple(out)
 
 
 def _untried(fw: Any, c: Cluster, recompute: str | None, zero: int | None,

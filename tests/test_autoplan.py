@@ -233,6 +233,50 @@ def test_nothing_fits_is_an_empty_ranking_that_says_why():
         r.best
 
 
+@pytest.mark.parametrize("model,fixed,words", [
+    ("llama3-8b", dict(tp=3), "tp=3 does not divide a node's 8 GPUs"),
+    ("llama3-8b", dict(tp=4, pp=16), "tp x pp = 64 needs more than the 16 GPUs"),
+    ("llama3-8b", dict(tp=2, pp=3), "tp x pp = 6 does not divide the 16 GPUs"),
+    ("llama3-8b", dict(pp=40), "pp=40 exceeds the model's 32 layers"),
+    ("llama3-8b", dict(dp=3), "dp=3 does not divide the global batch 16"),
+    ("llama3-8b", dict(cp=3), "cp=3: the search tries powers of two"),
+    ("llama3-8b", dict(micro_batch=5), "micro_batch=5 does not divide the 16 samples"),
+    ("llama3-8b", dict(dp=16, micro_batch=2), "the 1 sample per data-parallel replica"),
+    ("llama3-8b", dict(ep=2), "ep=2: the model has no experts"),
+    ("mixtral-8x7b", dict(ep=3), "ep=3 does not divide the 8 experts"),
+])
+def test_an_empty_search_names_the_fixed_choice_that_rules_it_out(model, fixed, words):
+    r = hpgo.autoplan(model, hpgo.Cluster.preset("dgx-h100", nodes=2), 16, **fixed)
+    assert len(r) == 0 and r.stats["candidates"] == 0
+    assert words in r.table()
+    with pytest.raises(ValueError) as e:
+        r.best
+    assert words in str(e.value)
+
+
+def test_every_conflict_named_rules_out_every_plan():
+    # the diagnosis is sound: each fixed size it names, fixed alone, leaves
+    # the enumeration without a candidate (a grid of single fixed sizes)
+    from hpgo.autoplan import _fixed_conflicts
+    c = hpgo.Cluster.preset("dgx-h100", nodes=2)
+    named = unexplained = 0
+    for model in ("llama3-8b", "mixtral-8x7b"):
+        m = hpgo.transformer(model)
+        for key, values in (("tp", range(1, 17)), ("cp", (1, 2, 3, 4, 6, 8, 128)),
+                            ("pp", (1, 2, 3, 5, 16, 32, 33, 56, 57)), ("dp", (1, 2, 3, 5, 32)),
+                            ("micro_batch", (1, 3, 16, 17)), ("ep", (2, 3, 8, 32))):
+            for v in values:
+                why = _fixed_conflicts(m, c.gpus, c.gpus_per_node, 48, {key: v}, 16)
+                r = hpgo.autoplan(m, c, 48, top=1, **{key: v})
+                if why:
+                    named += 1
+                    assert r.stats["candidates"] == 0, (model, key, v, why)
+                elif r.stats["candidates"] == 0:
+                    unexplained += 1
+    # and it is complete on this grid: every empty search is explained
+    assert named >= 50 and unexplained == 0
+
+
 def test_nothing_fits_suggests_only_what_was_not_searched():
     c = hpgo.Cluster.preset("dgx-h100", nodes=2)
     searched = hpgo.autoplan("llama3-405b", c, 64, offload_optimizer=None,
