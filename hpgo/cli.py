@@ -747,7 +747,9 @@ def _step_table(r: Any, model: Any, cluster: Any) -> str:
     g = 2.0 ** 30
     lines = [setup_line(model, cluster, precision=r.precision, global_batch=r.plan.global_batch,
                         headroom=r.headroom),
-             f"plan: {r.plan.describe()} ({r.gpus} GPUs, {r.microbatches} micro-batches)",
+             f"plan: {r.plan.describe()} ({r.gpus}"
+             f"{f' of the {r.cluster_gpus}' if 0 < r.gpus < r.cluster_gpus else ''} GPUs, "
+             f"{r.microbatches} micro-batches)",
              "step: " + r.summary().split(": ", 1)[1], ""]
     body = []
     for i, (d, m) in enumerate(zip(r.devices, r.memory)):

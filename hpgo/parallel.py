@@ -1106,6 +1106,8 @@ class StepResult:
     checked: str | None = None
     # the lowest and highest of those errors (simulated / measured tokens/s - 1)
     checked_errors: tuple[float, float] | None = None
+    # the GPUs of the whole cluster (0: not known), of which the plan uses ``gpus``
+    cluster_gpus: int = 0
 
     # -- rates and the cost of a training run -------------------------------
     @property
@@ -1245,7 +1247,10 @@ class StepResult:
         # an uneven plan's stages have their own GPU types: name the worst one's group
         where = (f" (stage {self.plan.stages[worst].describe()})"
                  if self.plan.stages is not None and worst < len(self.plan.stages) else "")
-        return (f"{self.plan!r} on {self.cluster}: {self.iteration_time:.4g} s/iteration, {rate}"
+        part = (f" ({self.gpus:,} of its {self.cluster_gpus:,} GPUs)"
+                if 0 < self.gpus < self.cluster_gpus else "")
+        return (f"{self.plan!r} on {self.cluster}{part}: {self.iteration_time:.4g} s/iteration, "
+                f"{rate}"
                 f"{mfu}; peak memory {m.total / g:.1f} of {m.capacity / g:.1f} GiB on device "
                 f"{worst}{where} ({verdict}{room})" + (f"; {train}" if train else ""))
 
@@ -1584,4 +1589,5 @@ def simulate(model: Any, cluster: Cluster | str, plan: ParallelPlan, *,
         gpu_notes=tuple(f"{q.gpu.name} held to {q.gpu.power_limit:g} W: compute at "
                         f"{q.clock_factor():.3f} of its curves' clock"
                         for q in (c.parts or (c,)) if q.gpu.power_limit > 0),
-        checked=note, checked_errors=None if band is None else (band.low, band.high))
+        checked=note, checked_errors=None if band is None else (band.low, band.high),
+        cluster_gpus=c.gpus)

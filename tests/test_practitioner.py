@@ -595,3 +595,17 @@ def test_memory_timeline_from_the_command_line_and_plot(tmp_path, capsys):
     steps = [ln for ln in ax.lines if ln.get_label().startswith("device")]
     assert len(steps) == 2
     assert max(steps[0].get_ydata()) == pytest.approx(r.memory[0].total / 2 ** 30)
+
+
+def test_a_plan_on_part_of_the_cluster_says_so(capsys):
+    # a plan smaller than the cluster runs on part of it: the answer says how much
+    c = hpgo.Cluster.preset("dgx-h100", nodes=2)
+    part = hpgo.simulate("llama3-8b", c, hpgo.ParallelPlan(global_batch=16, tp=8))
+    whole = hpgo.simulate("llama3-8b", c, hpgo.ParallelPlan(global_batch=16, tp=8, dp=2))
+    assert part.gpus == 8 and part.cluster_gpus == 16
+    assert "on dgx-h100 (8 of its 16 GPUs):" in part.summary()
+    assert "of its" not in whole.summary() and "on dgx-h100:" in whole.summary()
+    from hpgo import cli
+    assert cli.main(["simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes",
+                     "2", "--tp", "8", "--global-batch", "16"]) == 0
+    assert "(8 of the 16 GPUs, 16 micro-batches)" in capsys.readouterr().out
