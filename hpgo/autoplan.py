@@ -294,7 +294,9 @@ class RankedPlans:
                 f"{rows}</table><p><small>{html.escape(self.setup())}"
                 + (f"; {html.escape(self._checked_line())}"
                    if self.plans and self.plans[0].result.checked else "")
-                + "</small></p>")
+                + "</small></p>"
+                + ("" if self.plans else
+                   f"<p><b>no plan fits</b>: {html.escape(self._why_none())}</p>"))
 
     def explain(self, i: int = 0, against: int = 3) -> str:
         """Why plan ``i`` beats the next ``against`` plans: the differences in

@@ -228,7 +228,7 @@ def test_fp8_params_needs_fp8():
 def test_nothing_fits_is_an_empty_ranking_that_says_why():
     r = hpgo.autoplan("llama3-405b", hpgo.Cluster.preset("dgx-h100", nodes=1), 64)
     assert len(r) == 0
-    assert "no plan fits" in r.table()
+    assert "no plan fits" in r.table() and "no plan fits" in r._repr_html_()
     with pytest.raises(ValueError, match="no plan fits"):
         r.best
 
@@ -252,6 +252,9 @@ def test_an_empty_search_names_the_fixed_choice_that_rules_it_out(model, fixed, 
     with pytest.raises(ValueError) as e:
         r.best
     assert words in str(e.value)
+    # a notebook shows the reason too, not only an empty table
+    import html
+    assert "<b>no plan fits</b>: " in r._repr_html_() and html.escape(words) in r._repr_html_()
 
 
 def test_every_conflict_named_rules_out_every_plan():
