@@ -318,7 +318,10 @@ def run_plan(args: Any, out: Optional[TextIO] = None) -> int:
     elif args.hpgo:
         out.write(repr(best.to_hpgo()) + "\n")
     else:
-        out.write(best.table() + "\n")
+        from .plan import _model
+
+        # the plan says whether it fits: its peak memory on the model it was made for
+        out.write(best.table(_model(path, args.pbs, gbs, **kw)[0]) + "\n")
         if args.candidates:
             out.write("\ncandidates (HPGO's order; the best is the highest speedup, the last on ties):\n")
             out.write(plans.table() + "\n")

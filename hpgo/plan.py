@@ -441,12 +441,20 @@ class Plan:
             ])
         return body
 
-    def table(self) -> str:
-        """The plan as a readable text table."""
+    def table(self, model: Any = None) -> str:
+        """The plan as a readable text table; given the ``model`` it was made
+        for, with a line saying whether it fits (its peak memory under
+        DAPPLE's 1F1B schedule, :meth:`simulate`)."""
         head = ["plan: " + self._summary()]
         what = self._context()
         if what:
             head.append("      " + ", ".join(what))
+        if model is not None:
+            r = self.simulate(model, "1f1b")
+            head.append(f"      memory: peak {r.peak_memory / 2**30:.2f} of "
+                        f"{r.gpu_memory / 2**30:.2f} GiB on a GPU under 1F1B with "
+                        f"{r.config['microbatches']} micro-batches "
+                        f"({'fits' if r.fits else 'DOES NOT FIT'})")
         note = ["", "compute s: the stage's layers for the whole global batch on one GPU, as "
                     "profiled;",
                 "block: the slowest pipeline element for one replica's share of the batch "

@@ -163,6 +163,24 @@ def test_table_is_readable():
     assert str(p) == t
 
 
+def test_table_with_its_model_says_whether_the_plan_fits():
+    m = hpgo.model_from_torch_graph(XLNET, 1, 128)
+    p = best_plan(m, 1, 128, [8, 16])
+    r = p.simulate(m, "1f1b")
+    line = p.table(m).splitlines()[2]
+    assert line.strip() == (f"memory: peak {r.peak_memory / 2**30:.2f} of {r.gpu_memory / 2**30:.2f}"
+                            f" GiB on a GPU under 1F1B with {r.config['microbatches']} "
+                            "micro-batches (fits)") and r.fits
+    assert p.table(m).replace(line + "\n", "") == p.table()
+    # HPGO's planner returns plans over its 16 GB GPU: the table says so
+    big = hpgo.model_from_states([1.0, 2.0, 3.0, 4.0], [2e9] * 4, [5e9] * 4, [2e9] * 4,
+                                 [[], [0], [1], [2]], ["a", "b", "c", "d"], 1, 64)
+    q = best_plan(big, 1, 64, [8, 16])
+    assert q.table(big).splitlines()[2].endswith("(DOES NOT FIT)")
+    with pytest.raises(ValueError, match="another profile"):
+        q.table(m)   # a model of another profile is refused, not simulated
+
+
 def test_ranges():
     assert _ranges([3, 0, 1, 2, 8, 10, 11]) == "0-3,8,10-11"
     assert _ranges([5]) == "5"

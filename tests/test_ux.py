@@ -54,6 +54,9 @@ def test_cli_example_plans_from_any_directory(tmp_path):
     r = run("plan", "--example", "transformer36", "--gbs", "128", "--seps", "8,16", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "speedup 14.8545" in r.stdout and r.stderr == ""
+    # every plan shown says whether it fits in the GPUs' memory
+    assert "memory: peak 4.05 of 14.90 GiB on a GPU under 1F1B with 16 micro-batches (fits)" \
+        in r.stdout
 
 
 # ---------------------------------------------------------------- wrong inputs
