@@ -40,6 +40,10 @@ class SweepRow:
     error: Optional[str] = None      #: why dp_p3/dp_overlap or hybrid are missing
     candidates: List[Any] = field(default_factory=list, repr=False, compare=False)
     skipped: List[Tuple[str, str]] = field(default_factory=list, repr=False, compare=False)
+    #: the hybrid plan's peak memory on a GPU under DAPPLE's 1F1B schedule
+    #: (bytes; None: no plan) and whether it fits HPGO's GPU
+    peak_memory: Optional[float] = field(default=None, compare=False)
+    fits: Optional[bool] = field(default=None, compare=False)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -58,7 +62,7 @@ class SweepResult(list):
     """
 
     _COLUMNS = ["gbs", "seps", "DP", "DP+overlap", "DP+P3", "hybrid", "stages", "rp", "label",
-                "note"]
+                "GiB", "fits", "note"]
 
     def _body(self) -> List[List[str]]:
         def f(v: Optional[float]) -> str:
@@ -66,7 +70,9 @@ class SweepResult(list):
 
         return [[str(r.gbs), ",".join(map(str, r.seps)), f(r.dp), f(r.dp_overlap), f(r.dp_p3),
                  f(r.hybrid), "-" if r.stages is None else str(len(r.stages)),
-                 "-" if r.rp is None else str(r.rp), r.label or "-", (r.error or "")[:60]]
+                 "-" if r.rp is None else str(r.rp), r.label or "-",
+                 "-" if r.peak_memory is None else f"{r.peak_memory / 2**30:.2f}",
+                 "-" if r.fits is None else ("yes" if r.fits else "NO"), (r.error or "")[:60]]
                 for r in self]
 
     def table(self) -> str:
@@ -74,6 +80,9 @@ class SweepResult(list):
         from .plan import _format_table
 
         lines = _format_table(self._COLUMNS, self._body())
+        if any(r.peak_memory is not None for r in self):
+            lines += ["", "GiB, fits: the hybrid plan's peak memory on a GPU under DAPPLE's 1F1B "
+                          "schedule, against HPGO's GPU"]
         if any(r.hybrid is not None and r.dp_p3 is not None and r.hybrid < r.dp_p3
                for r in self):
             lines += ["", "DP + P3 is an optimistic bound (perfect overlap, no pipeline), not a "
@@ -113,7 +122,8 @@ class SweepResult(list):
     def to_csv(self, path: Union[str, os.PathLike, None] = None) -> str:
         """Write (or return) the rows as CSV; seps and stages as Python literals."""
         buf = io.StringIO()
-        cols = ["gbs", "seps", "dp", "dp_p3", "dp_overlap", "hybrid", "label", "rp", "stages", "error"]
+        cols = ["gbs", "seps", "dp", "dp_p3", "dp_overlap", "hybrid", "label", "rp", "stages",
+                "peak_memory", "fits", "error"]
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(cols)
         for r in self:
@@ -283,6 +293,7 @@ def sweep(
         if best is None:
             why = "no candidate plan" + (": " + "; ".join(r for _, r in skipped) if skipped else "")
             err = why if err is None else err + "; " + why
+        mem = None if best is None else _memory(model, g, best, layouts[li])
         out.append(
             SweepRow(
                 gbs=g,
@@ -297,6 +308,17 @@ def sweep(
                 error=err,
                 candidates=res,
                 skipped=skipped,
+                peak_memory=None if mem is None else mem.peak_memory,
+                fits=None if mem is None else mem.fits,
             )
         )
     return out
+
+
+def _memory(model: "_core.Model", gbs: int, best: Any, devices: "_core.Devices") -> Any:
+    """The hybrid plan simulated under DAPPLE's 1F1B schedule (a few tens of
+    microseconds a row): what its peak memory is and whether it fits."""
+    from .sim import simulate_plan
+
+    return simulate_plan(model.normalized_copy(gbs), (best.speedup, best.stages), rp=best.rp,
+                         seps=list(devices.seps), schedule="1f1b")

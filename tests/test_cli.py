@@ -108,8 +108,10 @@ def test_sweep_csv_equals_hpgo_sweep(tmp_path, capsys):
     ref = hpgo.sweep(XLNET, 1, [32, 64, 128], [[8, 16], [4, 8]])
     assert out_csv.read_text() == ref.to_csv()
     table = capsys.readouterr().out.splitlines()
-    # the rows, then a note on why the best hybrid can sit below DP + P3
-    assert len(table) == 2 + len(ref) + 3 and "docs/concepts.md" in table[-1]
+    # the rows, a note on the memory columns, then one on why the best hybrid can sit
+    # below DP + P3
+    assert len(table) == 2 + len(ref) + 2 + 3 and "docs/concepts.md" in table[-1]
+    assert table[2 + len(ref) + 1].startswith("GiB, fits: the hybrid plan's peak memory")
     assert table[2].split()[:6] == ["32", "8,16", f"{ref[0].dp:.3f}", f"{ref[0].dp_overlap:.3f}",
                                     f"{ref[0].dp_p3:.3f}", f"{ref[0].hybrid:.3f}"]
 

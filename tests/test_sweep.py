@@ -114,3 +114,26 @@ def test_example_script_runs():
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 2 + 65 and lines[1].split()[0] == "GBS"
+
+
+XLNET = str(ROOT / "profiles" / "transformer36-v100" / "graph.txt")
+
+
+def test_every_hybrid_plan_says_whether_it_fits():
+    # each row's hybrid plan, simulated under DAPPLE's 1F1B on its own batch, is the
+    # row's memory verdict; the table and the CSV carry it
+    from hpgo import _core
+    from hpgo.sim import simulate_plan
+    rows = hpgo.sweep(XLNET, 1, [32, 128], [[8, 16], [8]])
+    for r in rows:
+        m = _core.model_from_torch_graph(XLNET, 1, r.gbs)
+        s = simulate_plan(m, (r.hybrid, r.stages), rp=r.rp, seps=list(r.seps), schedule="1f1b")
+        assert (r.peak_memory, r.fits) == (s.peak_memory, s.fits)
+    assert "GiB" in rows.table().splitlines()[0] and "  yes" in rows.table()
+    assert rows.to_csv().splitlines()[0].endswith(",peak_memory,fits,error")
+    # a plan over HPGO's 16 GB GPU is marked, not hidden
+    big = hpgo.model_from_states([1.0, 2.0, 3.0, 4.0], [2e9] * 4, [5e9] * 4, [2e9] * 4,
+                                 [[], [0], [1], [2]], ["a", "b", "c", "d"], 1, 64)
+    (row,) = hpgo.sweep(big, 1, [64], [8, 16])
+    assert row.hybrid is not None and row.fits is False and row.peak_memory > 16e9
+    assert "  NO" in hpgo.sweep(big, 1, [64], [8, 16]).table()
