@@ -320,11 +320,13 @@ def run_plan(args: Any, out: Optional[TextIO] = None) -> int:
     else:
         from .plan import _model
 
-        # the plan says whether it fits: its peak memory on the model it was made for
-        out.write(best.table(_model(path, args.pbs, gbs, **kw)[0]) + "\n")
+        # each plan says whether it fits: its peak memory on the model it was made for
+        model = _model(path, args.pbs, gbs, **kw)[0]
+        out.write(best.table(model) + "\n")
         if args.candidates:
-            out.write("\ncandidates (HPGO's order; the best is the highest speedup, the last on ties):\n")
-            out.write(plans.table() + "\n")
+            out.write("\ncandidates (HPGO's order; the best is the highest speedup, the last on ties;"
+                      "\nGiB, fits: peak memory on a GPU under 1F1B):\n")
+            out.write(plans.table(model) + "\n")
     if args.output:
         # the saved plan names its profile by absolute path: `hpgo simulate --plan` finds it
         # from any directory

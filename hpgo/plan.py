@@ -553,8 +553,16 @@ class PlanList(List[Plan]):
                  "" if r["block_time"] is None else f"{r['block_time'] * 1e3:.3f}",
                  _clip(r["cuts"], 40)] for r in self.rows()]
 
-    def table(self) -> str:
-        return "\n".join(_format_table(self._COLUMNS, self._body()))
+    def table(self, model: Any = None) -> str:
+        """The plans as a text table; given the ``model`` they were made for,
+        with each one's peak memory on a GPU under DAPPLE's 1F1B schedule and
+        whether it fits (:meth:`Plan.simulate`)."""
+        if model is None:
+            return "\n".join(_format_table(self._COLUMNS, self._body()))
+        sims = [p.simulate(model, "1f1b") for p in self]
+        body = [row + [f"{r.peak_memory / 2**30:.2f}", "yes" if r.fits else "NO"]
+                for row, r in zip(self._body(), sims)]
+        return "\n".join(_format_table(self._COLUMNS + ["GiB", "fits"], body))
 
     def _summary(self) -> str:
         n = len(self)

@@ -179,6 +179,14 @@ def test_table_with_its_model_says_whether_the_plan_fits():
     assert q.table(big).splitlines()[2].endswith("(DOES NOT FIT)")
     with pytest.raises(ValueError, match="another profile"):
         q.table(m)   # a model of another profile is refused, not simulated
+    # the candidate list too: one GiB / fits pair a plan
+    plans = candidate_plans(m, 1, 128, [8, 16])
+    lines = plans.table(m).splitlines()
+    assert lines[0].split()[-2:] == ["GiB", "fits"] and len(lines) == 2 + len(plans)
+    for ln, c in zip(lines[2:], plans):
+        r = c.simulate(m, "1f1b")
+        assert ln.split()[-2:] == [f"{r.peak_memory / 2**30:.2f}", "yes" if r.fits else "NO"]
+    assert "GiB" not in plans.table()   # without the model: HPGO's columns alone
 
 
 def test_ranges():
