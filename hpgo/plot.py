@@ -195,6 +195,12 @@ def speedup_vs_gbs(result: Iterable[Any], *, seps: Optional[Sequence[int]] = Non
                 continue
             ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, marker=marker, color=color,
                     alpha=alpha, label=label + suffix, markersize=5)
+            over = [(x, _get(r, key)) for x, r in zip(xs, mine)
+                    if key == "hybrid" and _get(r, key) is not None and _get(r, "fits") is False]
+            if over:   # a plan over the GPU's memory is drawn, and crossed out
+                ax.plot([p[0] for p in over], [p[1] for p in over], "x", color="#c00000",
+                        markersize=9, mew=2, alpha=alpha,
+                        label="hybrid does not fit (1F1B peak over the GPU)" + suffix)
             if key == "hybrid" and annotate:
                 # write the stage count where it changes, not at every point
                 prev = None
@@ -229,9 +235,10 @@ def speedup_vs_gbs(result: Iterable[Any], *, seps: Optional[Sequence[int]] = Non
         title = f"speedup against global batch size, seps {list(layouts[0])}"
     if own and any(_get(r, "hybrid") is not None and _get(r, "dp_p3") is not None
                    and _get(r, "hybrid") < _get(r, "dp_p3") for r in rows):
-        fig.text(0.01, 0.005, "DP + P3 is an optimistic bound, not a plan; the best hybrid is "
-                 "HPGO's plan, priced by its pipeline formula (docs/concepts.md)",
-                 fontsize=7, color="#555555", ha="left", va="bottom")
+        # a figure-level label: the constrained layout keeps it clear of the x label
+        fig.supxlabel("DP + P3 is an optimistic bound, not a plan; the best hybrid is HPGO's "
+                      "plan, priced by its pipeline formula (docs/concepts.md)",
+                      fontsize=7, color="#555555")
     if title:
         ax.set_title(title, fontsize=10)
     return _finish(fig, own)

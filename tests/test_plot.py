@@ -89,6 +89,33 @@ def test_speedup_vs_gbs_layouts_and_missing_values():
     assert list(lines["best hybrid (hpgo)"].get_xdata()) == [32]
 
 
+def test_a_hybrid_plan_that_does_not_fit_is_crossed_out(tmp_path):
+    rows = hpgo.sweep(XLNET, 1, [32, 64], [8, 16])
+    ax = plot.speedup_vs_gbs(rows).axes[0]
+    assert not any("does not fit" in k for k in lines_by_label(ax))   # every plan fits
+    big = hpgo.model_from_states([1.0, 2.0, 3.0, 4.0], [2e9] * 4, [5e9] * 4, [2e9] * 4,
+                                 [[], [0], [1], [2]], ["a", "b", "c", "d"], 1, 64)
+    over = hpgo.sweep(big, 1, [64, 128], [8, 16])
+    assert all(r.fits is False for r in over)
+    fig = plot.speedup_vs_gbs(over)
+    crossed = lines_by_label(fig.axes[0])["hybrid does not fit (1F1B peak over the GPU)"]
+    assert list(crossed.get_xdata()) == [64, 128]
+    assert list(crossed.get_ydata()) == [r.hybrid for r in over]
+    fig.savefig(tmp_path / "over.png")
+    assert (tmp_path / "over.png").read_bytes().startswith(PNG)
+
+
+def test_the_note_under_the_sweep_figure_clears_its_x_label():
+    rows = hpgo.sweep(XLNET, 1, [16, 32, 64, 128, 256], [8, 16])   # hybrid under DP + P3
+    fig = plot.speedup_vs_gbs(rows)
+    fig.canvas.draw()
+    (note,) = [t for t in fig.texts if "optimistic bound" in t.get_text()]
+    r = fig.canvas.get_renderer()
+    below = note.get_window_extent(r)
+    xlabel = fig.axes[0].xaxis.label.get_window_extent(r)
+    assert below.y1 <= xlabel.y0   # under the label, not across it
+
+
 def test_draws_into_given_axes():
     res = hpgo.sweep(XLNET, 1, [32, 64], [8, 16])
     fig, axes = plt.subplots(1, 2)
