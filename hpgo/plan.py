@@ -450,6 +450,10 @@ class Plan:
         if what:
             head.append("      " + ", ".join(what))
         if model is not None:
+            self.check_model(model)   # another profile first: the more basic mismatch
+            if self.gbs is not None and getattr(model, "gbs", self.gbs) != self.gbs:
+                raise ValueError(f"the plan is for global batch {self.gbs}, the model is at "
+                                 f"{model.gbs}: its memory would not be this plan's")
             r = self.simulate(model, "1f1b")
             head.append(f"      memory: peak {r.peak_memory / 2**30:.2f} of "
                         f"{r.gpu_memory / 2**30:.2f} GiB on a GPU under 1F1B with "
@@ -559,6 +563,12 @@ class PlanList(List[Plan]):
         whether it fits (:meth:`Plan.simulate`)."""
         if model is None:
             return "\n".join(_format_table(self._COLUMNS, self._body()))
+        for p in self:
+            p.check_model(model)
+        wrong = [p.gbs for p in self if p.gbs is not None and p.gbs != getattr(model, "gbs", p.gbs)]
+        if wrong:
+            raise ValueError(f"the plans are for global batch {wrong[0]}, the model is at "
+                             f"{model.gbs}: their memory would not be theirs")
         sims = [p.simulate(model, "1f1b") for p in self]
         body = [row + [f"{r.peak_memory / 2**30:.2f}", "yes" if r.fits else "NO"]
                 for row, r in zip(self._body(), sims)]

@@ -187,6 +187,11 @@ def test_table_with_its_model_says_whether_the_plan_fits():
         r = c.simulate(m, "1f1b")
         assert ln.split()[-2:] == [f"{r.peak_memory / 2**30:.2f}", "yes" if r.fits else "NO"]
     assert "GiB" not in plans.table()   # without the model: HPGO's columns alone
+    # the model at another batch would give another plan's memory: refused
+    half = hpgo.model_from_torch_graph(XLNET, 1, 64)
+    for call in (lambda: p.table(half), lambda: plans.table(half)):
+        with pytest.raises(ValueError, match="global batch 128, the model is at 64"):
+            call()
 
 
 def test_ranges():
