@@ -450,11 +450,7 @@ class Plan:
         if what:
             head.append("      " + ", ".join(what))
         if model is not None:
-            self.check_model(model)   # another profile first: the more basic mismatch
-            if self.gbs is not None and getattr(model, "gbs", self.gbs) != self.gbs:
-                raise ValueError(f"the plan is for global batch {self.gbs}, the model is at "
-                                 f"{model.gbs}: its memory would not be this plan's")
-            r = self.simulate(model, "1f1b")
+            r = self._memory(model)
             head.append(f"      memory: peak {r.peak_memory / 2**30:.2f} of "
                         f"{r.gpu_memory / 2**30:.2f} GiB on a GPU under 1F1B with "
                         f"{r.config['microbatches']} micro-batches "
@@ -464,6 +460,16 @@ class Plan:
                 "block: the slowest pipeline element for one replica's share of the batch "
                 "(docs/concepts.md)"]
         return "\n".join(head + [""] + _format_table(self._COLUMNS, self._body()) + note)
+
+    def _memory(self, model: Any) -> "SimulationResult":
+        """This plan under DAPPLE's 1F1B on the ``model`` it was made for: its
+        peak memory and whether it fits.  A model of another profile or at
+        another global batch is refused (its memory would not be this plan's)."""
+        self.check_model(model)   # another profile first: the more basic mismatch
+        if self.gbs is not None and getattr(model, "gbs", self.gbs) != self.gbs:
+            raise ValueError(f"the plan is for global batch {self.gbs}, the model is at "
+                             f"{model.gbs}: its memory would not be this plan's")
+        return self.simulate(model, "1f1b")
 
     def __repr__(self) -> str:
         where = ", ".join(w for w in self._context() if not w.startswith("profile "))
@@ -560,16 +566,10 @@ class PlanList(List[Plan]):
     def table(self, model: Any = None) -> str:
         """The plans as a text table; given the ``model`` they were made for,
         with each one's peak memory on a GPU under DAPPLE's 1F1B schedule and
-        whether it fits (:meth:`Plan.simulate`)."""
+        whether it fits (:meth:`Plan._memory`)."""
         if model is None:
             return "\n".join(_format_table(self._COLUMNS, self._body()))
-        for p in self:
-            p.check_model(model)
-        wrong = [p.gbs for p in self if p.gbs is not None and p.gbs != getattr(model, "gbs", p.gbs)]
-        if wrong:
-            raise ValueError(f"the plans are for global batch {wrong[0]}, the model is at "
-                             f"{model.gbs}: their memory would not be theirs")
-        sims = [p.simulate(model, "1f1b") for p in self]
+        sims = [p._memory(model) for p in self]
         body = [row + [f"{r.peak_memory / 2**30:.2f}", "yes" if r.fits else "NO"]
                 for row, r in zip(self._body(), sims)]
         return "\n".join(_format_table(self._COLUMNS + ["GiB", "fits"], body))

@@ -288,12 +288,15 @@ def sweep(
     else:
         raw = _core._sweep(model, layouts, gbs_list, threads, bool(exhaustive), timeout)
     out = SweepResult()
+    at: dict = {}   # the model at each global batch, shared by its layouts
     for g, li, dp, p3, ov, gerr, best, res, skipped in raw:
         err = gerr
         if best is None:
             why = "no candidate plan" + (": " + "; ".join(r for _, r in skipped) if skipped else "")
             err = why if err is None else err + "; " + why
-        mem = None if best is None else _memory(model, g, best, layouts[li])
+        if best is not None and g not in at:
+            at[g] = model.normalized_copy(g)
+        mem = None if best is None else _memory(at[g], best, layouts[li])
         out.append(
             SweepRow(
                 gbs=g,
@@ -315,10 +318,11 @@ def sweep(
     return out
 
 
-def _memory(model: "_core.Model", gbs: int, best: Any, devices: "_core.Devices") -> Any:
-    """The hybrid plan simulated under DAPPLE's 1F1B schedule (a few tens of
-    microseconds a row): what its peak memory is and whether it fits."""
+def _memory(model: "_core.Model", best: Any, devices: "_core.Devices") -> Any:
+    """The hybrid plan simulated under DAPPLE's 1F1B schedule on ``model`` at
+    the row's global batch (a few tens of microseconds a row): what its peak
+    memory is and whether it fits."""
     from .sim import simulate_plan
 
-    return simulate_plan(model.normalized_copy(gbs), (best.speedup, best.stages), rp=best.rp,
+    return simulate_plan(model, (best.speedup, best.stages), rp=best.rp,
                          seps=list(devices.seps), schedule="1f1b")
